@@ -1,0 +1,289 @@
+//! Type-erased messages in a mailbox, and where their replies go.
+
+use std::any::{Any, TypeId};
+use std::fmt;
+use std::sync::Arc;
+
+use futures_util::future::BoxFuture;
+use tokio::sync::oneshot;
+
+use crate::{Actor, ActorResult, Context, Handler, Message};
+
+/// A message for actor `A`, with its reply destination, as it sits in a mailbox.
+///
+/// Users never build envelopes for local sends; transports (such as `rally-remote`) use
+/// [`Envelope::new`] to deliver a decoded message with a custom [`ReplyTo`], and
+/// [`Envelope::message`] / [`Envelope::into_parts`] to encode one for another node.
+pub struct Envelope<A: Actor>(Box<dyn Erased<A>>);
+
+impl<A: Actor> Envelope<A> {
+    /// Wraps a message and the place its reply must go.
+    ///
+    /// # Example
+    ///
+    /// ```
+    /// use rally_actor::{Actor, ActorResult, Context, Envelope, Handler, Message, ReplyTo};
+    ///
+    /// struct Ping;
+    /// impl Message for Ping { type Reply = (); }
+    /// struct Echo;
+    /// impl Actor for Echo {}
+    /// impl Handler<Ping> for Echo {
+    ///     async fn handle(&mut self, _: Ping, _: &mut Context<Self>) -> ActorResult<()> { Ok(()) }
+    /// }
+    /// let envelope: Envelope<Echo> = Envelope::new(Ping, ReplyTo::ignore());
+    /// assert!(envelope.message().is::<Ping>());
+    /// ```
+    pub fn new<M>(msg: M, reply: ReplyTo<M::Reply>) -> Self
+    where
+        M: Message,
+        A: Handler<M>,
+    {
+        Self(Box::new(Typed { msg, reply }))
+    }
+
+    /// The message, for a transport that encodes it by its type.
+    pub fn message(&self) -> &(dyn Any + Send) {
+        self.0.message()
+    }
+
+    /// The [`TypeId`] of the message inside.
+    pub fn message_type(&self) -> TypeId {
+        self.0.message().type_id()
+    }
+
+    /// The message type's name, for logs and dead letters.
+    pub fn type_name(&self) -> &'static str {
+        self.0.type_name()
+    }
+
+    /// Splits the envelope into the message and a reply destination that accepts the reply as
+    /// `Box<dyn Any>` (a transport decodes a reply without naming its type).
+    pub fn into_parts(self) -> (Box<dyn Any + Send>, ErasedReply) {
+        self.0.into_parts()
+    }
+
+    /// Tells the reply destination that the message will never be handled, and hands the message
+    /// back as `Box<dyn Any>` (downcast it to get the original value).
+    pub fn reject(self, error: ReplyError) -> Box<dyn Any + Send> {
+        self.0.reject(error)
+    }
+
+    pub(crate) fn handle<'a>(
+        self,
+        actor: &'a mut A,
+        ctx: &'a mut Context<A>,
+    ) -> BoxFuture<'a, ActorResult<()>> {
+        self.0.handle(actor, ctx)
+    }
+}
+
+impl<A: Actor> fmt::Debug for Envelope<A> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_tuple("Envelope").field(&self.type_name()).finish()
+    }
+}
+
+trait Erased<A: Actor>: Send {
+    fn handle<'a>(
+        self: Box<Self>,
+        actor: &'a mut A,
+        ctx: &'a mut Context<A>,
+    ) -> BoxFuture<'a, ActorResult<()>>;
+    fn message(&self) -> &(dyn Any + Send);
+    fn type_name(&self) -> &'static str;
+    fn into_parts(self: Box<Self>) -> (Box<dyn Any + Send>, ErasedReply);
+    fn reject(self: Box<Self>, error: ReplyError) -> Box<dyn Any + Send>;
+}
+
+struct Typed<M: Message> {
+    msg: M,
+    reply: ReplyTo<M::Reply>,
+}
+
+impl<A, M> Erased<A> for Typed<M>
+where
+    A: Handler<M>,
+    M: Message,
+{
+    fn handle<'a>(
+        self: Box<Self>,
+        actor: &'a mut A,
+        ctx: &'a mut Context<A>,
+    ) -> BoxFuture<'a, ActorResult<()>> {
+        let Typed { msg, reply } = *self;
+        Box::pin(async move {
+            let result = actor.handle(msg, ctx).await;
+            if let Some(stashed) = ctx.take_stash_request() {
+                match stashed.downcast::<M>() {
+                    Ok(msg) => {
+                        ctx.push_stashed(Envelope::new(*msg, reply));
+                        return Ok(());
+                    }
+                    Err(_) => {
+                        return Err("Context::stash was given a value that is not the message being handled".into());
+                    }
+                }
+            }
+            match result {
+                Ok(value) => {
+                    reply.send(Ok(value));
+                    Ok(())
+                }
+                Err(error) => {
+                    reply.send(Err(ReplyError::Failed(error.to_string())));
+                    Err(error)
+                }
+            }
+        })
+    }
+
+    fn message(&self) -> &(dyn Any + Send) {
+        &self.msg
+    }
+
+    fn type_name(&self) -> &'static str {
+        std::any::type_name::<M>()
+    }
+
+    fn into_parts(self: Box<Self>) -> (Box<dyn Any + Send>, ErasedReply) {
+        let Typed { msg, reply } = *self;
+        (Box::new(msg), ErasedReply(Box::new(reply)))
+    }
+
+    fn reject(self: Box<Self>, error: ReplyError) -> Box<dyn Any + Send> {
+        let Typed { msg, reply } = *self;
+        reply.send(Err(error));
+        Box::new(msg)
+    }
+}
+
+/// Why a reply never came from the handler.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum ReplyError {
+    /// The actor stopped before it handled the message.
+    #[error("the actor stopped before handling the message")]
+    Stopped,
+    /// The actor's bounded mailbox was full.
+    #[error("the actor's mailbox is full")]
+    MailboxFull,
+    /// The handler failed (returned an error or panicked).
+    #[error("the handler failed: {0}")]
+    Failed(String),
+    /// The message could not be delivered (for example, a transport refused it).
+    #[error("the message could not be delivered: {0}")]
+    Undeliverable(String),
+}
+
+/// Receives a reply on behalf of someone; implemented by [`Recipient`](crate::Recipient) targets
+/// and by transports that carry replies to other nodes.
+pub trait ReplySink<R>: Send + Sync + 'static {
+    /// Delivers the reply (or the reason there is none).
+    fn send_reply(&self, reply: Result<R, ReplyError>);
+}
+
+/// Where the reply to one message goes.
+pub struct ReplyTo<R>(ReplyInner<R>);
+
+enum ReplyInner<R> {
+    Ignore,
+    Ask(oneshot::Sender<Result<R, ReplyError>>),
+    Sink(Arc<dyn ReplySink<R>>),
+    Callback(Box<dyn FnOnce(Result<R, ReplyError>) + Send>),
+}
+
+impl<R: Send + 'static> ReplyTo<R> {
+    /// The reply is dropped (what `tell` uses).
+    ///
+    /// # Example
+    ///
+    /// ```
+    /// let reply = rally_actor::ReplyTo::<u32>::ignore();
+    /// reply.send(Ok(1));
+    /// ```
+    pub fn ignore() -> Self {
+        Self(ReplyInner::Ignore)
+    }
+
+    /// The reply goes to a shared sink, such as another actor's [`Recipient`](crate::Recipient).
+    pub fn sink(sink: Arc<dyn ReplySink<R>>) -> Self {
+        Self(ReplyInner::Sink(sink))
+    }
+
+    /// The reply is handed to a closure, once.
+    ///
+    /// # Example
+    ///
+    /// ```
+    /// let reply = rally_actor::ReplyTo::callback(|r: Result<u32, _>| assert_eq!(r, Ok(7)));
+    /// reply.send(Ok(7));
+    /// ```
+    pub fn callback(f: impl FnOnce(Result<R, ReplyError>) + Send + 'static) -> Self {
+        Self(ReplyInner::Callback(Box::new(f)))
+    }
+
+    pub(crate) fn ask() -> (Self, oneshot::Receiver<Result<R, ReplyError>>) {
+        let (tx, rx) = oneshot::channel();
+        (Self(ReplyInner::Ask(tx)), rx)
+    }
+
+    /// Whether anyone waits for the reply (a transport skips sending one back when not).
+    pub fn is_wanted(&self) -> bool {
+        !matches!(self.0, ReplyInner::Ignore)
+    }
+
+    /// Delivers the reply.
+    pub fn send(self, reply: Result<R, ReplyError>) {
+        match self.0 {
+            ReplyInner::Ignore => {}
+            ReplyInner::Ask(tx) => {
+                // The asker may have timed out and gone; then nobody wants the reply.
+                let _ = tx.send(reply);
+            }
+            ReplyInner::Sink(sink) => sink.send_reply(reply),
+            ReplyInner::Callback(f) => f(reply),
+        }
+    }
+}
+
+/// A reply destination whose type is known only at run time; see [`Envelope::into_parts`].
+pub struct ErasedReply(Box<dyn ErasedReplyTo>);
+
+impl ErasedReply {
+    /// Whether anyone waits for the reply.
+    pub fn is_wanted(&self) -> bool {
+        self.0.is_wanted()
+    }
+
+    /// Delivers a reply given as `Box<dyn Any>`; a value of the wrong type is reported to the
+    /// waiting side as [`ReplyError::Undeliverable`].
+    pub fn send(self, reply: Result<Box<dyn Any + Send>, ReplyError>) {
+        self.0.send_any(reply);
+    }
+}
+
+trait ErasedReplyTo: Send {
+    fn is_wanted(&self) -> bool;
+    fn send_any(self: Box<Self>, reply: Result<Box<dyn Any + Send>, ReplyError>);
+}
+
+impl<R: Send + 'static> ErasedReplyTo for ReplyTo<R> {
+    fn is_wanted(&self) -> bool {
+        ReplyTo::is_wanted(self)
+    }
+
+    fn send_any(self: Box<Self>, reply: Result<Box<dyn Any + Send>, ReplyError>) {
+        let typed = match reply {
+            Ok(any) => match any.downcast::<R>() {
+                Ok(value) => Ok(*value),
+                Err(_) => Err(ReplyError::Undeliverable(format!(
+                    "reply is not a {}",
+                    std::any::type_name::<R>()
+                ))),
+            },
+            Err(error) => Err(error),
+        };
+        (*self).send(typed);
+    }
+}

@@ -1,0 +1,93 @@
+//! Rally's local actor runtime.
+//!
+//! Actors own their state and are driven by messages, one at a time. This crate has everything
+//! that runs inside one process: typed refs ([`ActorRef`], [`Recipient`]), mailboxes with a
+//! priority lane for system messages, supervision (Akka/Erlang style), death watch, timers,
+//! stash, a name registry, an event stream, dead letters and dispatchers. It knows nothing of
+//! networking: a transport makes an `ActorRef` to a remote actor through [`ExternalTarget`], so
+//! user code is the same for local and remote actors.
+//!
+//! # Example
+//!
+//! ```
+//! use std::time::Duration;
+//! use rally_actor::{Actor, ActorResult, ActorSystem, Context, Handler, Message};
+//!
+//! #[derive(Default)]
+//! struct Counter(u64);
+//! impl Actor for Counter {}
+//!
+//! struct Add(u64);
+//! impl Message for Add {
+//!     type Reply = u64;
+//! }
+//!
+//! impl Handler<Add> for Counter {
+//!     async fn handle(&mut self, msg: Add, _ctx: &mut Context<Self>) -> ActorResult<u64> {
+//!         self.0 += msg.0;
+//!         Ok(self.0)
+//!     }
+//! }
+//!
+//! # #[tokio::main] async fn main() {
+//! let system = ActorSystem::new("example");
+//! let counter = system.spawn(Counter::default()).unwrap();
+//! counter.tell(Add(1)).unwrap();
+//! assert_eq!(counter.ask(Add(2), Duration::from_secs(1)).await, Ok(3));
+//! system.shutdown().await.unwrap();
+//! # }
+//! ```
+//!
+//! # Modules
+//!
+//! - actors and messages: [`Actor`], [`Handler`], [`Message`], [`Context`]
+//! - handles: [`ActorRef`], [`Recipient`], [`WeakActorRef`], [`ExternalTarget`]
+//! - delivery: [`Envelope`], [`ReplyTo`], [`MailboxConfig`], [`Overflow`]
+//! - failure: [`SupervisorStrategy`], [`Directive`], [`Backoff`], [`Terminated`]
+//! - system: [`ActorSystem`], [`SystemConfig`], [`Dispatcher`], [`EventStream`], [`DeadLetters`]
+//!
+//! Semantics (ordering, supervision, ask timeouts, shutdown) are written down in
+//! `docs/runtime-semantics.md` at the repository root.
+
+mod actor;
+mod actor_ref;
+mod config;
+mod context;
+mod dead_letters;
+mod dispatch;
+mod envelope;
+mod error;
+mod event_stream;
+mod mailbox;
+mod message;
+mod props;
+mod runner;
+mod supervision;
+mod system;
+mod watch;
+
+pub use actor::{Actor, ActorError, ActorResult, Handler};
+pub use actor_ref::{
+    ActorId, ActorRef, DeliveryError, ExternalTarget, Recipient, Undelivered, WeakActorRef,
+};
+pub use config::SystemConfig;
+pub use context::{Context, TimerId};
+pub use dead_letters::{DeadLetter, DeadLetterReason, DeadLetters};
+pub use dispatch::{DEFAULT_THROUGHPUT, Dispatcher};
+pub use envelope::{Envelope, ErasedReply, ReplyError, ReplySink, ReplyTo};
+pub use error::{AskError, LookupError, SendError, ShutdownError, SpawnError};
+pub use event_stream::EventStream;
+pub use mailbox::{MailboxConfig, Overflow};
+pub use message::{Message, Terminated};
+pub use props::Props;
+pub use supervision::{Backoff, Directive, Failure, Scope, SupervisorStrategy};
+pub use system::ActorSystem;
+pub use watch::TerminationSink;
+
+/// The names most actor code needs.
+pub mod prelude {
+    pub use crate::{
+        Actor, ActorRef, ActorResult, ActorSystem, Context, Handler, Message, Props, Recipient,
+        Terminated,
+    };
+}

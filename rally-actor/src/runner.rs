@@ -1,0 +1,358 @@
+//! The life of one actor: start, the message loop, failure and supervision, stop.
+
+use std::future::Future;
+use std::panic::AssertUnwindSafe;
+use std::sync::Arc;
+use std::time::Instant;
+
+use futures_util::FutureExt;
+
+use crate::dead_letters::DeadLetterReason;
+use crate::envelope::ReplyError;
+use crate::mailbox::{Mailbox, MailboxReceiver, SystemMsg};
+use crate::props::Source;
+use crate::supervision::{Decision, Failure, Scope};
+use crate::{Actor, ActorResult, Context, Envelope, Terminated};
+
+/// Everything an actor's task owns.
+pub(crate) struct Cell<A: Actor> {
+    pub(crate) source: Source<A>,
+    pub(crate) ctx: Context<A>,
+    pub(crate) receiver: MailboxReceiver<A>,
+    pub(crate) mailbox: Arc<Mailbox<A>>,
+    pub(crate) registered: bool,
+}
+
+enum Next<A: Actor> {
+    System(SystemMsg<A>),
+    User(Envelope<A>),
+}
+
+/// Runs the actor until it stops.
+pub(crate) async fn run<A: Actor>(cell: Cell<A>) {
+    let Cell {
+        mut source,
+        mut ctx,
+        mut receiver,
+        mailbox,
+        registered,
+    } = cell;
+    let mut actor = source.first();
+    let mut failure = guarded(actor.started(&mut ctx)).await.err();
+    let throughput = ctx.dispatcher().throughput();
+    let deadline = ctx.dispatcher().throughput_deadline();
+    let mut handled = 0usize;
+    let mut slice_start = Instant::now();
+
+    loop {
+        if let Some(failed) = failure.take() {
+            let decision = await_decision(&mut ctx, &mut receiver, failed).await;
+            failure = apply(decision, &mut actor, &mut source, &mut ctx, &mut receiver).await;
+            continue;
+        }
+        if ctx.stopping {
+            break;
+        }
+        let next = if let Ok(msg) = receiver.system.try_recv() {
+            Next::System(msg)
+        } else if let Some(envelope) = ctx.unstashed.pop_front() {
+            Next::User(envelope)
+        } else if let Ok(envelope) = receiver.user.try_recv() {
+            mailbox.dequeued();
+            Next::User(envelope)
+        } else {
+            handled = 0;
+            tokio::select! {
+                biased;
+                Some(msg) = receiver.system.recv() => Next::System(msg),
+                Some(envelope) = receiver.user.recv() => {
+                    mailbox.dequeued();
+                    Next::User(envelope)
+                }
+                else => break,
+            }
+        };
+        match next {
+            Next::System(msg) => {
+                failure = on_system(msg, &mut actor, &mut source, &mut ctx, &mut receiver).await
+            }
+            Next::User(envelope) => {
+                if handled == 0 && deadline.is_some() {
+                    slice_start = Instant::now();
+                }
+                failure = guarded(envelope.handle(&mut actor, &mut ctx)).await.err();
+                handled += 1;
+                let out_of_time = deadline.is_some_and(|d| slice_start.elapsed() >= d);
+                if handled >= throughput || out_of_time {
+                    handled = 0;
+                    tokio::task::yield_now().await;
+                }
+            }
+        }
+    }
+
+    stop(actor, ctx, receiver, mailbox, registered).await;
+}
+
+/// Handles one system message in the running state; returns a failure to act on.
+async fn on_system<A: Actor>(
+    msg: SystemMsg<A>,
+    actor: &mut A,
+    source: &mut Source<A>,
+    ctx: &mut Context<A>,
+    receiver: &mut MailboxReceiver<A>,
+) -> Option<Failure> {
+    match msg {
+        SystemMsg::Stop => {
+            ctx.stopping = true;
+            None
+        }
+        SystemMsg::Watch(watcher) => {
+            ctx.watchers.insert(watcher.watcher(), watcher);
+            None
+        }
+        SystemMsg::Unwatch(watcher) => {
+            ctx.watchers.remove(&watcher);
+            None
+        }
+        SystemMsg::Priority(envelope) => guarded(envelope.handle(actor, ctx)).await.err(),
+        SystemMsg::ChildStopped(child) => {
+            ctx.children.remove(&child);
+            None
+        }
+        SystemMsg::ChildFailed { child, failure } => supervise_child(actor, ctx, child, failure),
+        SystemMsg::Supervise(decision) => apply(decision, actor, source, ctx, receiver).await,
+    }
+}
+
+/// The parent's side of supervision: decide, and tell the child (or all children).
+fn supervise_child<A: Actor>(
+    actor: &A,
+    ctx: &mut Context<A>,
+    child: crate::ActorId,
+    failure: Failure,
+) -> Option<Failure> {
+    let strategy = actor.supervisor_strategy();
+    let entry = ctx.children.get_mut(&child)?;
+    let decision = strategy.decide(&failure, &mut entry.record, Instant::now());
+    tracing::debug!(%child, %failure, ?decision, "supervising a failed child");
+    match (&decision, strategy.scope()) {
+        (Decision::Escalate, _) => {
+            entry.control.supervise(Decision::Stop);
+            Some(Failure {
+                message: format!("child {child} failed: {failure}"),
+                panicked: false,
+            })
+        }
+        (Decision::Restart { .. } | Decision::Stop, Scope::AllForOne) => {
+            for sibling in ctx.children.values() {
+                sibling.control.supervise(decision.clone());
+            }
+            None
+        }
+        _ => {
+            entry.control.supervise(decision);
+            None
+        }
+    }
+}
+
+/// The failed child's side: report, then wait (handling only system messages) for the verdict.
+async fn await_decision<A: Actor>(
+    ctx: &mut Context<A>,
+    receiver: &mut MailboxReceiver<A>,
+    failure: Failure,
+) -> Decision {
+    tracing::debug!(actor = %ctx.myself().path(), %failure, "actor failed");
+    ctx.parent.child_failed(ctx.id(), failure);
+    let mut deferred = Vec::new();
+    let decision = loop {
+        match receiver.system.recv().await {
+            Some(SystemMsg::Supervise(decision)) => break decision,
+            Some(SystemMsg::Stop) | None => break Decision::Stop,
+            Some(SystemMsg::Watch(watcher)) => {
+                ctx.watchers.insert(watcher.watcher(), watcher);
+            }
+            Some(SystemMsg::Unwatch(watcher)) => {
+                ctx.watchers.remove(&watcher);
+            }
+            Some(SystemMsg::ChildStopped(child)) => {
+                ctx.children.remove(&child);
+            }
+            // A suspended actor handles nothing else; these wait until it resumes.
+            Some(SystemMsg::Priority(envelope)) => deferred.push(envelope),
+            Some(SystemMsg::ChildFailed { child, failure }) => {
+                if let Some(entry) = ctx.children.get(&child) {
+                    // Its parent is itself suspended: the child stops, as its parent would be
+                    // restarted or stopped (and its children with it) anyway.
+                    tracing::debug!(%child, %failure, "child failed while its parent was suspended");
+                    entry.control.supervise(Decision::Stop);
+                }
+            }
+        }
+    };
+    for envelope in deferred.into_iter().rev() {
+        ctx.unstashed.push_front(envelope);
+    }
+    decision
+}
+
+/// Carries out a supervision decision on this actor; returns a new failure if restarting fails.
+async fn apply<A: Actor>(
+    decision: Decision,
+    actor: &mut A,
+    source: &mut Source<A>,
+    ctx: &mut Context<A>,
+    receiver: &mut MailboxReceiver<A>,
+) -> Option<Failure> {
+    match decision {
+        Decision::Resume => None,
+        Decision::Stop | Decision::Escalate => {
+            ctx.stopping = true;
+            None
+        }
+        Decision::Restart { delay, failure } => {
+            if !delay.is_zero() {
+                let sleep = tokio::time::sleep(delay);
+                tokio::pin!(sleep);
+                loop {
+                    tokio::select! {
+                        () = &mut sleep => break,
+                        msg = receiver.system.recv() => match msg {
+                            Some(SystemMsg::Stop) | None => {
+                                ctx.stopping = true;
+                                return None;
+                            }
+                            Some(SystemMsg::Watch(w)) => { ctx.watchers.insert(w.watcher(), w); }
+                            Some(SystemMsg::Unwatch(w)) => { ctx.watchers.remove(&w); }
+                            Some(SystemMsg::ChildStopped(child)) => { ctx.children.remove(&child); }
+                            Some(SystemMsg::Priority(envelope)) => ctx.unstashed.push_back(envelope),
+                            Some(SystemMsg::ChildFailed { .. } | SystemMsg::Supervise(_)) => {}
+                        },
+                    }
+                }
+            }
+            quiet(actor.pre_restart(ctx, &failure.message)).await;
+            stop_children(ctx, receiver).await;
+            ctx.cancel_all_timers();
+            source.restart(actor);
+            quiet(actor.post_restart(ctx)).await;
+            guarded(actor.started(ctx)).await.err()
+        }
+    }
+}
+
+/// Stops every child and waits until each has reported that it stopped.
+async fn stop_children<A: Actor>(ctx: &mut Context<A>, receiver: &mut MailboxReceiver<A>) {
+    for child in ctx.children.values() {
+        child.control.stop();
+    }
+    while !ctx.children.is_empty() {
+        match receiver.system.recv().await {
+            Some(SystemMsg::ChildStopped(child)) => {
+                ctx.children.remove(&child);
+            }
+            Some(SystemMsg::Watch(w)) => {
+                ctx.watchers.insert(w.watcher(), w);
+            }
+            Some(SystemMsg::Unwatch(w)) => {
+                ctx.watchers.remove(&w);
+            }
+            Some(SystemMsg::Stop) => ctx.stopping = true,
+            Some(SystemMsg::Priority(envelope)) => ctx.unstashed.push_back(envelope),
+            Some(SystemMsg::ChildFailed { child, .. }) => {
+                if let Some(entry) = ctx.children.get(&child) {
+                    entry.control.supervise(Decision::Stop);
+                }
+            }
+            Some(SystemMsg::Supervise(_)) => {}
+            None => break,
+        }
+    }
+}
+
+/// The stop sequence: children, `stopped`, timers, mailbox to dead letters, watchers, parent.
+async fn stop<A: Actor>(
+    mut actor: A,
+    mut ctx: Context<A>,
+    mut receiver: MailboxReceiver<A>,
+    mailbox: Arc<Mailbox<A>>,
+    registered: bool,
+) {
+    stop_children(&mut ctx, &mut receiver).await;
+    quiet(actor.stopped(&mut ctx)).await;
+    ctx.cancel_all_timers();
+    drop(actor);
+
+    receiver.user.close();
+    receiver.system.close();
+    mailbox.wake_all_senders();
+    let dead = ctx.system().dead_letters().clone();
+    let path = mailbox.path.clone();
+    let bury = |envelope: Envelope<A>| {
+        dead.record(&path, envelope.type_name(), DeadLetterReason::Stopped);
+        drop(envelope.reject(ReplyError::Stopped));
+    };
+    for envelope in ctx.drain_stash() {
+        bury(envelope);
+    }
+    while let Ok(envelope) = receiver.user.try_recv() {
+        mailbox.dequeued();
+        bury(envelope);
+    }
+    while let Ok(msg) = receiver.system.try_recv() {
+        match msg {
+            SystemMsg::Watch(watcher) => {
+                ctx.watchers.insert(watcher.watcher(), watcher);
+            }
+            SystemMsg::Unwatch(watcher) => {
+                ctx.watchers.remove(&watcher);
+            }
+            SystemMsg::Priority(envelope) => bury(envelope),
+            _ => {}
+        }
+    }
+    let terminated = Terminated {
+        id: mailbox.id,
+        path: path.clone(),
+    };
+    for watcher in ctx.watchers.values() {
+        watcher.notify(terminated.clone());
+    }
+    if registered {
+        ctx.system().unregister(&path);
+    }
+    ctx.parent.child_stopped(mailbox.id);
+}
+
+/// Runs a fallible hook or handler, turning an error or a panic into a [`Failure`].
+async fn guarded<T>(future: impl Future<Output = ActorResult<T>>) -> Result<T, Failure> {
+    match AssertUnwindSafe(future).catch_unwind().await {
+        Ok(Ok(value)) => Ok(value),
+        Ok(Err(error)) => Err(Failure {
+            message: error.to_string(),
+            panicked: false,
+        }),
+        Err(panic) => Err(Failure {
+            message: panic_text(&*panic),
+            panicked: true,
+        }),
+    }
+}
+
+/// Runs an infallible hook; a panic in it is logged, not propagated.
+async fn quiet(future: impl Future<Output = ()>) {
+    if let Err(panic) = AssertUnwindSafe(future).catch_unwind().await {
+        tracing::warn!(panic = %panic_text(&*panic), "an actor hook panicked");
+    }
+}
+
+fn panic_text(panic: &(dyn std::any::Any + Send)) -> String {
+    if let Some(text) = panic.downcast_ref::<&str>() {
+        (*text).to_owned()
+    } else if let Some(text) = panic.downcast_ref::<String>() {
+        text.clone()
+    } else {
+        "a panic with a non-text payload".to_owned()
+    }
+}

@@ -1,0 +1,423 @@
+//! The actor system: spawning, the name registry, the guardian of top-level actors, shutdown.
+
+use std::any::Any;
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Instant;
+
+use tokio::sync::watch;
+
+use crate::mailbox::{Mailbox, SystemMsg};
+use crate::runner::{self, Cell};
+use crate::supervision::{Decision, Failure, RestartRecord};
+use crate::{
+    Actor, ActorId, ActorRef, Context, DeadLetters, Dispatcher, EventStream, LookupError, Props,
+    ShutdownError, SpawnError, SystemConfig,
+};
+
+/// A running group of actors sharing configuration, dispatchers, a registry, an event stream
+/// and dead letters. Cheap to clone.
+///
+/// # Example
+///
+/// ```
+/// use rally_actor::{Actor, ActorSystem, Props};
+///
+/// struct Idle;
+/// impl Actor for Idle {}
+///
+/// # #[tokio::main] async fn main() {
+/// let system = ActorSystem::new("example");
+/// let idle = system.spawn(Props::new(Idle).named("idle")).unwrap();
+/// assert_eq!(&**idle.path(), "/user/idle");
+/// assert_eq!(system.lookup::<Idle>("/user/idle").unwrap(), idle);
+/// system.shutdown().await.unwrap();
+/// # }
+/// ```
+#[derive(Clone)]
+pub struct ActorSystem {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    name: Arc<str>,
+    config: SystemConfig,
+    default_dispatcher: Dispatcher,
+    dispatchers: HashMap<String, Dispatcher>,
+    next_id: AtomicU64,
+    registry: Mutex<HashMap<Arc<str>, Registered>>,
+    event_stream: EventStream,
+    dead_letters: DeadLetters,
+    guardian: Arc<Guardian>,
+}
+
+struct Registered {
+    actor: Box<dyn Any + Send + Sync>,
+    type_name: &'static str,
+}
+
+impl std::fmt::Debug for ActorSystem {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ActorSystem")
+            .field("name", &self.inner.name)
+            .finish_non_exhaustive()
+    }
+}
+
+impl ActorSystem {
+    /// A system with default settings whose default dispatcher is the current tokio runtime.
+    ///
+    /// # Panics
+    ///
+    /// Outside a tokio runtime.
+    pub fn new(name: &str) -> Self {
+        Self::with_config(name, SystemConfig::default())
+    }
+
+    /// A system with the given settings, on the current tokio runtime.
+    ///
+    /// # Panics
+    ///
+    /// Outside a tokio runtime.
+    pub fn with_config(name: &str, config: SystemConfig) -> Self {
+        let handle = tokio::runtime::Handle::current();
+        let default_dispatcher = Dispatcher::on_runtime(
+            "default",
+            handle,
+            config.throughput,
+            config.throughput_deadline,
+        );
+        Self::with_dispatchers(name, config, default_dispatcher, Vec::new())
+    }
+
+    /// A system with explicit dispatchers (the first is the default).
+    pub fn with_dispatchers(
+        name: &str,
+        config: SystemConfig,
+        default_dispatcher: Dispatcher,
+        others: Vec<Dispatcher>,
+    ) -> Self {
+        let event_stream = EventStream::default();
+        let dead_letters = DeadLetters::new(event_stream.clone());
+        let (live, _) = watch::channel(0);
+        let guardian = Arc::new(Guardian {
+            strategy: config.guardian_strategy.clone(),
+            children: Mutex::new(HashMap::new()),
+            live,
+            shutting_down: AtomicBool::new(false),
+        });
+        let dispatchers = others
+            .into_iter()
+            .map(|d| (d.name().to_owned(), d))
+            .collect();
+        Self {
+            inner: Arc::new(Inner {
+                name: name.into(),
+                config,
+                default_dispatcher,
+                dispatchers,
+                next_id: AtomicU64::new(1),
+                registry: Mutex::new(HashMap::new()),
+                event_stream,
+                dead_letters,
+                guardian,
+            }),
+        }
+    }
+
+    /// The system's name.
+    pub fn name(&self) -> &str {
+        &self.inner.name
+    }
+
+    /// The settings the system runs with.
+    pub fn config(&self) -> &SystemConfig {
+        &self.inner.config
+    }
+
+    /// The dispatcher actors use unless told otherwise.
+    pub fn default_dispatcher(&self) -> &Dispatcher {
+        &self.inner.default_dispatcher
+    }
+
+    /// A dispatcher by name (`"default"` is the default one).
+    pub fn dispatcher(&self, name: &str) -> Option<&Dispatcher> {
+        if name == "default" {
+            return Some(&self.inner.default_dispatcher);
+        }
+        self.inner.dispatchers.get(name)
+    }
+
+    /// The event stream.
+    pub fn event_stream(&self) -> &EventStream {
+        &self.inner.event_stream
+    }
+
+    /// The dead-letter office.
+    pub fn dead_letters(&self) -> &DeadLetters {
+        &self.inner.dead_letters
+    }
+
+    /// A new process-unique actor id (transports use it for refs to remote actors).
+    pub fn next_id(&self) -> ActorId {
+        ActorId(self.inner.next_id.fetch_add(1, Ordering::Relaxed))
+    }
+
+    /// Spawns a top-level actor, supervised by the system; its path is `/user/<name>`.
+    ///
+    /// # Errors
+    ///
+    /// See [`SpawnError`].
+    pub fn spawn<A: Actor>(&self, props: impl Into<Props<A>>) -> Result<ActorRef<A>, SpawnError> {
+        let guardian = self.inner.guardian.clone();
+        self.spawn_under(
+            props.into(),
+            guardian.clone(),
+            &Arc::from("/user"),
+            None,
+            |id, control| guardian.adopt(id, control),
+        )
+    }
+
+    /// Finds a named actor by path, e.g. `/user/echo`.
+    ///
+    /// # Errors
+    ///
+    /// [`LookupError::NotFound`] or [`LookupError::WrongType`].
+    pub fn lookup<A: Actor>(&self, path: &str) -> Result<ActorRef<A>, LookupError> {
+        let registry = self
+            .inner
+            .registry
+            .lock()
+            .expect("registry lock is never poisoned: no user code runs under it");
+        let entry = registry
+            .get(path)
+            .ok_or_else(|| LookupError::NotFound(path.to_owned()))?;
+        entry
+            .actor
+            .downcast_ref::<ActorRef<A>>()
+            .cloned()
+            .ok_or(LookupError::WrongType {
+                path: path.to_owned(),
+                actual: entry.type_name,
+            })
+    }
+
+    /// Stops every actor (top-level actors in reverse order of creation, each after its
+    /// children) and returns when all have stopped.
+    ///
+    /// # Errors
+    ///
+    /// [`ShutdownError::TimedOut`] when some actors are still running after the configured
+    /// `shutdown_timeout`; they are left to the runtime.
+    pub async fn shutdown(&self) -> Result<(), ShutdownError> {
+        let guardian = &self.inner.guardian;
+        guardian.shutting_down.store(true, Ordering::SeqCst);
+        let mut top: Vec<(ActorId, Arc<dyn ChildControl>)> = {
+            let children = guardian
+                .children
+                .lock()
+                .expect("guardian lock is never poisoned: no user code runs under it");
+            children
+                .iter()
+                .map(|(id, c)| (*id, c.control.clone()))
+                .collect()
+        };
+        top.sort_by_key(|(id, _)| std::cmp::Reverse(*id));
+        for (_, control) in &top {
+            control.stop();
+        }
+        let timeout = self.inner.config.shutdown_timeout;
+        let mut live = guardian.live.subscribe();
+        let stopped = tokio::time::timeout(timeout, live.wait_for(|n| *n == 0))
+            .await
+            .is_ok();
+        if stopped {
+            Ok(())
+        } else {
+            Err(ShutdownError::TimedOut {
+                remaining: *live.borrow(),
+                timeout,
+            })
+        }
+    }
+
+    /// Whether `shutdown` has begun.
+    pub fn is_shutting_down(&self) -> bool {
+        self.inner.guardian.shutting_down.load(Ordering::SeqCst)
+    }
+
+    /// Spawns an actor under `parent`, whose path is `parent_path`.
+    pub(crate) fn spawn_under<A: Actor>(
+        &self,
+        props: Props<A>,
+        parent: Arc<dyn ParentControl>,
+        parent_path: &Arc<str>,
+        inherited: Option<&Dispatcher>,
+        adopt: impl FnOnce(ActorId, Arc<dyn ChildControl>),
+    ) -> Result<ActorRef<A>, SpawnError> {
+        if self.is_shutting_down() {
+            return Err(SpawnError::ShuttingDown);
+        }
+        let Props {
+            source,
+            name,
+            mailbox,
+            dispatcher,
+        } = props;
+        let dispatcher = match dispatcher {
+            Some(name) => self
+                .dispatcher(&name)
+                .cloned()
+                .ok_or(SpawnError::UnknownDispatcher(name))?,
+            None => inherited
+                .cloned()
+                .unwrap_or_else(|| self.inner.default_dispatcher.clone()),
+        };
+        let id = self.next_id();
+        let path: Arc<str> = match &name {
+            Some(name) if name.is_empty() || name.contains('/') => {
+                return Err(SpawnError::InvalidName(name.clone()));
+            }
+            Some(name) => format!("{parent_path}/{name}").into(),
+            None => format!("{parent_path}/${}", id.0).into(),
+        };
+        let mailbox_config = mailbox.unwrap_or(self.inner.config.default_mailbox);
+        let (mailbox, receiver) = Mailbox::<A>::new(id, path.clone(), mailbox_config);
+        let actor = ActorRef::local(mailbox.clone(), self.inner.dead_letters.clone());
+        if name.is_some() {
+            let mut registry = self
+                .inner
+                .registry
+                .lock()
+                .expect("registry lock is never poisoned: no user code runs under it");
+            if registry.contains_key(&path) {
+                return Err(SpawnError::NameTaken(path.to_string()));
+            }
+            registry.insert(
+                path.clone(),
+                Registered {
+                    actor: Box::new(actor.clone()),
+                    type_name: std::any::type_name::<A>(),
+                },
+            );
+        }
+        let ctx = Context::new(actor.clone(), self.clone(), dispatcher.clone(), parent);
+        let cell = Cell {
+            source,
+            ctx,
+            receiver,
+            mailbox: mailbox.clone(),
+            registered: name.is_some(),
+        };
+        // The parent learns of the child before the child can run, fail or stop.
+        adopt(id, mailbox as Arc<dyn ChildControl>);
+        dispatcher.spawn(runner::run(cell));
+        Ok(actor)
+    }
+
+    pub(crate) fn unregister(&self, path: &Arc<str>) {
+        let mut registry = self
+            .inner
+            .registry
+            .lock()
+            .expect("registry lock is never poisoned: no user code runs under it");
+        registry.remove(path);
+    }
+}
+
+/// How a parent hears from a child.
+pub(crate) trait ParentControl: Send + Sync + 'static {
+    fn child_failed(&self, child: ActorId, failure: Failure);
+    fn child_stopped(&self, child: ActorId);
+}
+
+/// How a parent commands a child.
+pub(crate) trait ChildControl: Send + Sync + 'static {
+    fn stop(&self);
+    fn supervise(&self, decision: Decision);
+}
+
+impl<A: Actor> ParentControl for Mailbox<A> {
+    fn child_failed(&self, child: ActorId, failure: Failure) {
+        // A stopped parent already stopped its children.
+        let _ = self.system(SystemMsg::ChildFailed { child, failure });
+    }
+
+    fn child_stopped(&self, child: ActorId) {
+        let _ = self.system(SystemMsg::ChildStopped(child));
+    }
+}
+
+impl<A: Actor> ChildControl for Mailbox<A> {
+    fn stop(&self) {
+        let _ = self.system(SystemMsg::Stop);
+    }
+
+    fn supervise(&self, decision: Decision) {
+        let _ = self.system(SystemMsg::Supervise(decision));
+    }
+}
+
+/// The parent of top-level actors: supervises them with the system's strategy and counts them
+/// for shutdown.
+struct Guardian {
+    strategy: crate::SupervisorStrategy,
+    children: Mutex<HashMap<ActorId, GuardedChild>>,
+    live: watch::Sender<usize>,
+    shutting_down: AtomicBool,
+}
+
+struct GuardedChild {
+    control: Arc<dyn ChildControl>,
+    record: RestartRecord,
+}
+
+impl Guardian {
+    fn adopt(&self, id: ActorId, control: Arc<dyn ChildControl>) {
+        let mut children = self
+            .children
+            .lock()
+            .expect("guardian lock is never poisoned: no user code runs under it");
+        children.insert(
+            id,
+            GuardedChild {
+                control,
+                record: RestartRecord::default(),
+            },
+        );
+        self.live.send_modify(|n| *n += 1);
+    }
+}
+
+impl ParentControl for Guardian {
+    fn child_failed(&self, child: ActorId, failure: Failure) {
+        let mut children = self
+            .children
+            .lock()
+            .expect("guardian lock is never poisoned: no user code runs under it");
+        if let Some(entry) = children.get_mut(&child) {
+            let decision = match self
+                .strategy
+                .decide(&failure, &mut entry.record, Instant::now())
+            {
+                // Nobody above the guardian: escalating means stopping.
+                Decision::Escalate => Decision::Stop,
+                other => other,
+            };
+            tracing::warn!(actor = %child, %failure, ?decision, "top-level actor failed");
+            entry.control.supervise(decision);
+        }
+    }
+
+    fn child_stopped(&self, child: ActorId) {
+        let mut children = self
+            .children
+            .lock()
+            .expect("guardian lock is never poisoned: no user code runs under it");
+        if children.remove(&child).is_some() {
+            self.live.send_modify(|n| *n -= 1);
+        }
+    }
+}

@@ -1,0 +1,44 @@
+//! Test kit for Rally actors.
+//!
+//! - [`Probe`]: an actor that records the messages it receives, with [`Probe::expect_msg`] and
+//!   [`Probe::expect_no_msg`] bounded by timeouts, so a test never hangs.
+//! - [`paused_runtime`]: a single-thread tokio runtime whose clock only moves when every task
+//!   is idle (or when told), so timer tests take no real time and are deterministic.
+//!
+//! # Example
+//!
+//! ```
+//! use std::time::Duration;
+//! use rally_actor::{ActorSystem, Message};
+//! use rally_test::Probe;
+//!
+//! #[derive(Debug, PartialEq)]
+//! struct Hello;
+//! impl Message for Hello { type Reply = (); }
+//!
+//! rally_test::paused_runtime().block_on(async {
+//!     let system = ActorSystem::new("test");
+//!     let probe = Probe::<Hello>::spawn(&system);
+//!     probe.actor().tell(Hello).unwrap();
+//!     assert_eq!(probe.expect_msg(Duration::from_secs(1)).await.unwrap(), Hello);
+//!     probe.expect_no_msg(Duration::from_millis(100)).await.unwrap();
+//! });
+//! ```
+
+mod probe;
+
+pub use probe::{ExpectError, Probe, ProbeActor};
+
+/// A current-thread tokio runtime with the clock paused: `sleep`s complete as soon as every
+/// task is idle, in virtual time.
+///
+/// # Panics
+///
+/// If the runtime cannot be built (out of resources).
+pub fn paused_runtime() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .start_paused(true)
+        .build()
+        .expect("a current-thread runtime builds unless the process is out of resources")
+}

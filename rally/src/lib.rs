@@ -1,0 +1,2 @@
+//! Rally (being assembled).
+pub use rally_actor::*;

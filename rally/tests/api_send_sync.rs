@@ -1,0 +1,37 @@
+//! Pins the `Send`/`Sync`-ness of the public types, so a change is a compile error here.
+
+use rally::{
+    ActorRef, ActorSystem, AskError, DeadLetter, DeadLetters, Dispatcher, EventStream,
+    MailboxConfig, Recipient, SendError, SupervisorStrategy, SystemConfig, Terminated,
+    WeakActorRef,
+};
+
+fn send_sync<T: Send + Sync>() {}
+fn send<T: Send>() {}
+
+struct A;
+impl rally::Actor for A {}
+struct M;
+impl rally::Message for M {
+    type Reply = ();
+}
+
+#[test]
+fn public_types_are_send_and_sync() {
+    send_sync::<ActorRef<A>>();
+    send_sync::<WeakActorRef<A>>();
+    send_sync::<Recipient<M>>();
+    send_sync::<ActorSystem>();
+    send_sync::<Dispatcher>();
+    send_sync::<EventStream>();
+    send_sync::<DeadLetters>();
+    send_sync::<DeadLetter>();
+    send_sync::<Terminated>();
+    send_sync::<SupervisorStrategy>();
+    send_sync::<SystemConfig>();
+    send_sync::<MailboxConfig>();
+    send_sync::<AskError>();
+    send_sync::<SendError<u8>>();
+    send::<rally::Envelope<A>>();
+    send::<rally::ReplyTo<u8>>();
+}
