@@ -1,0 +1,4 @@
+//! The scenarios, one module per family.
+
+pub mod common;
+pub mod local;

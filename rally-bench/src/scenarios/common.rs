@@ -1,0 +1,59 @@
+//! Flags and helpers every scenario shares.
+
+use std::time::Duration;
+
+use clap::Args;
+
+/// Flags every scenario accepts.
+#[derive(Debug, Clone, Args)]
+pub struct CommonArgs {
+    /// A smoke run of a few seconds (for CI); figures are not meaningful.
+    #[arg(long)]
+    pub quick: bool,
+    /// Print one JSON object instead of a table.
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// A multi-threaded runtime with one worker per core (the default dispatcher).
+pub fn multi_thread_runtime() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .expect("building a tokio runtime only fails when the process is out of resources")
+}
+
+/// A current-thread runtime.
+pub fn current_thread_runtime() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("building a tokio runtime only fails when the process is out of resources")
+}
+
+/// Microseconds as a float, for report fields.
+pub fn micros(d: Duration) -> f64 {
+    d.as_secs_f64() * 1e6
+}
+
+/// Resident set size of this process, in bytes (Linux `/proc/self/statm`).
+pub fn resident_bytes() -> Option<u64> {
+    let statm = std::fs::read_to_string("/proc/self/statm").ok()?;
+    let pages: u64 = statm.split_whitespace().nth(1)?.parse().ok()?;
+    Some(pages * 4096)
+}
+
+/// Runs `future` as a task on one of the runtime's workers (not on the calling thread), so that
+/// it behaves like code inside an actor: wake-ups stay on the worker instead of crossing to a
+/// thread outside the pool.
+pub fn on_worker<F>(runtime: &tokio::runtime::Runtime, future: F) -> F::Output
+where
+    F: std::future::Future + Send + 'static,
+    F::Output: Send + 'static,
+{
+    runtime.block_on(async {
+        tokio::spawn(future)
+            .await
+            .expect("the benchmark task does not panic")
+    })
+}

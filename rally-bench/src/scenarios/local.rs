@@ -1,0 +1,358 @@
+//! Local scenarios (BENCHMARKS.md §6): ping-pong, throughput, spawn, and ask latency.
+
+use std::time::{Duration, Instant};
+
+use clap::Args;
+use hdrhistogram::Histogram;
+use rally::{Actor, ActorRef, ActorResult, ActorSystem, Context, Handler, Message, Recipient};
+use tokio::sync::oneshot;
+
+use super::common::{
+    CommonArgs, current_thread_runtime, micros, multi_thread_runtime, on_worker, resident_bytes,
+};
+use crate::report::{Report, Row};
+
+/// `local-ping-pong` flags.
+#[derive(Debug, Args)]
+pub struct PingPongArgs {
+    #[command(flatten)]
+    common: CommonArgs,
+    /// Round trips per pair.
+    #[arg(long, default_value_t = 2_000_000)]
+    round_trips: u64,
+}
+
+#[derive(Debug, Clone, Copy)]
+struct Ping;
+impl Message for Ping {
+    type Reply = Pong;
+}
+#[derive(Debug, Clone, Copy)]
+struct Pong;
+impl Message for Pong {
+    type Reply = ();
+}
+
+struct Ponger;
+impl Actor for Ponger {}
+impl Handler<Ping> for Ponger {
+    async fn handle(&mut self, _: Ping, _ctx: &mut Context<Self>) -> ActorResult<Pong> {
+        Ok(Pong)
+    }
+}
+
+/// Sends `Ping`s with its own recipient as the reply target, keeping `in_flight` outstanding.
+struct Pinger {
+    ponger: ActorRef<Ponger>,
+    me: Option<Recipient<Pong>>,
+    remaining_to_send: u64,
+    remaining_replies: u64,
+    done: Option<oneshot::Sender<()>>,
+}
+
+struct Start(u64);
+impl Message for Start {
+    type Reply = ();
+}
+
+impl Actor for Pinger {}
+impl Handler<Start> for Pinger {
+    async fn handle(&mut self, start: Start, ctx: &mut Context<Self>) -> ActorResult<()> {
+        let me = ctx.myself().recipient::<Pong>();
+        for _ in 0..start.0.min(self.remaining_to_send) {
+            self.ponger.request(Ping, &me)?;
+            self.remaining_to_send -= 1;
+        }
+        self.me = Some(me);
+        Ok(())
+    }
+}
+impl Handler<Pong> for Pinger {
+    async fn handle(&mut self, _: Pong, _ctx: &mut Context<Self>) -> ActorResult<()> {
+        self.remaining_replies -= 1;
+        if self.remaining_to_send > 0 {
+            self.remaining_to_send -= 1;
+            let me = self
+                .me
+                .as_ref()
+                .expect("Start sets the recipient before any Pong");
+            self.ponger.request(Ping, me)?;
+        } else if self.remaining_replies == 0 {
+            if let Some(done) = self.done.take() {
+                let _ = done.send(());
+            }
+        }
+        Ok(())
+    }
+}
+
+async fn run_pairs(pairs: usize, in_flight: u64, round_trips: u64) -> Duration {
+    let system = ActorSystem::new("bench");
+    let mut waits = Vec::new();
+    let mut pingers = Vec::new();
+    for _ in 0..pairs {
+        let ponger = system.spawn(Ponger).expect("spawn");
+        let (done, wait) = oneshot::channel();
+        let pinger = system
+            .spawn(Pinger {
+                ponger,
+                me: None,
+                remaining_to_send: round_trips,
+                remaining_replies: round_trips,
+                done: Some(done),
+            })
+            .expect("spawn");
+        pingers.push(pinger);
+        waits.push(wait);
+    }
+    let start = Instant::now();
+    for pinger in &pingers {
+        pinger.tell(Start(in_flight)).expect("pinger runs");
+    }
+    for wait in waits {
+        wait.await.expect("pinger finishes");
+    }
+    let elapsed = start.elapsed();
+    system.shutdown().await.expect("clean shutdown");
+    elapsed
+}
+
+/// Runs `local-ping-pong`.
+pub fn ping_pong(args: &PingPongArgs) -> anyhow::Result<()> {
+    let round_trips = if args.common.quick {
+        50_000
+    } else {
+        args.round_trips
+    };
+    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let mut report = Report::new("local-ping-pong");
+    report
+        .param("round_trips_per_pair", round_trips)
+        .param("runtime", "tokio multi-thread, one worker per core");
+    for (flavour, runtime) in [
+        ("mt", multi_thread_runtime()),
+        ("ct", current_thread_runtime()),
+    ] {
+        for pairs in [1, cores] {
+            for in_flight in [1u64, 50] {
+                let elapsed = on_worker(&runtime, run_pairs(pairs, in_flight, round_trips));
+                let total = pairs as u64 * round_trips * 2;
+                report.rows.push(
+                    Row::new(format!("{pairs} pair(s), {in_flight} in flight, {flavour}"))
+                        .clients(pairs as u64)
+                        .throughput(total, elapsed)
+                        .with("in_flight", in_flight)
+                        .with("runtime", flavour),
+                );
+            }
+        }
+    }
+    report.print(args.common.json);
+    Ok(())
+}
+
+/// `local-throughput` flags.
+#[derive(Debug, Args)]
+pub struct ThroughputArgs {
+    #[command(flatten)]
+    common: CommonArgs,
+    /// Messages per row.
+    #[arg(long, default_value_t = 10_000_000)]
+    messages: u64,
+}
+
+struct Sink {
+    remaining: u64,
+    done: Option<oneshot::Sender<()>>,
+}
+impl Actor for Sink {}
+#[derive(Clone, Copy)]
+struct Item(#[allow(dead_code)] u64);
+impl Message for Item {
+    type Reply = ();
+}
+impl Handler<Item> for Sink {
+    async fn handle(&mut self, _: Item, _ctx: &mut Context<Self>) -> ActorResult<()> {
+        self.remaining -= 1;
+        if self.remaining == 0 {
+            if let Some(done) = self.done.take() {
+                let _ = done.send(());
+            }
+        }
+        Ok(())
+    }
+}
+
+async fn run_throughput(senders: u64, messages: u64) -> Duration {
+    let system = ActorSystem::new("bench");
+    let (done, wait) = oneshot::channel();
+    let sink = system
+        .spawn(Sink {
+            remaining: messages,
+            done: Some(done),
+        })
+        .expect("spawn");
+    let start = Instant::now();
+    let per_sender = messages / senders;
+    let tasks: Vec<_> = (0..senders)
+        .map(|_| {
+            let sink = sink.clone();
+            tokio::spawn(async move {
+                for i in 0..per_sender {
+                    sink.tell(Item(i)).expect("sink runs");
+                    if i % 1024 == 0 {
+                        tokio::task::yield_now().await;
+                    }
+                }
+            })
+        })
+        .collect();
+    for task in tasks {
+        task.await.expect("sender finishes");
+    }
+    wait.await.expect("sink finishes");
+    let elapsed = start.elapsed();
+    system.shutdown().await.expect("clean shutdown");
+    elapsed
+}
+
+/// Runs `local-throughput`.
+pub fn throughput(args: &ThroughputArgs) -> anyhow::Result<()> {
+    let messages = if args.common.quick {
+        200_000
+    } else {
+        args.messages
+    };
+    let runtime = multi_thread_runtime();
+    let mut report = Report::new("local-throughput");
+    report.param("messages", messages);
+    for senders in [1u64, 4] {
+        let total = messages / senders * senders;
+        let elapsed = on_worker(&runtime, run_throughput(senders, total));
+        report.rows.push(
+            Row::new(format!("{senders} -> 1"))
+                .clients(senders)
+                .throughput(total, elapsed),
+        );
+    }
+    report.print(args.common.json);
+    Ok(())
+}
+
+/// `spawn` flags.
+#[derive(Debug, Args)]
+pub struct SpawnArgs {
+    #[command(flatten)]
+    common: CommonArgs,
+    /// Actors to create.
+    #[arg(long, default_value_t = 1_000_000)]
+    actors: u64,
+}
+
+struct Idle;
+impl Actor for Idle {}
+
+/// Runs `spawn`.
+pub fn spawn(args: &SpawnArgs) -> anyhow::Result<()> {
+    let count = if args.common.quick {
+        20_000
+    } else {
+        args.actors
+    };
+    let runtime = multi_thread_runtime();
+    let (spawn_time, stop_time, bytes_per_actor) = on_worker(&runtime, async move {
+        let system = ActorSystem::new("bench");
+        let before = resident_bytes().unwrap_or(0);
+        let start = Instant::now();
+        let actors: Vec<ActorRef<Idle>> = (0..count)
+            .map(|_| system.spawn(Idle).expect("spawn"))
+            .collect();
+        let spawn_time = start.elapsed();
+        // Let every actor run its start and park on its empty mailbox.
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        let after = resident_bytes().unwrap_or(0);
+        let stop_start = Instant::now();
+        drop(actors);
+        system.shutdown().await.expect("clean shutdown");
+        let stop_time = stop_start.elapsed();
+        (
+            spawn_time,
+            stop_time,
+            after.saturating_sub(before) as f64 / count as f64,
+        )
+    });
+    let mut report = Report::new("spawn");
+    report.param("actors", count);
+    report.rows.push(
+        Row::new("spawn")
+            .throughput(count, spawn_time)
+            .with("bytes_per_idle_actor", bytes_per_actor.round())
+            .with("stop_all_ms", stop_time.as_secs_f64() * 1e3),
+    );
+    report.print(args.common.json);
+    Ok(())
+}
+
+/// `ask-latency` flags.
+#[derive(Debug, Args)]
+pub struct AskArgs {
+    #[command(flatten)]
+    common: CommonArgs,
+    /// Asks per runtime flavour.
+    #[arg(long, default_value_t = 200_000)]
+    asks: u64,
+}
+
+struct Answer;
+impl Actor for Answer {}
+impl Handler<Ping> for Answer {
+    async fn handle(&mut self, _: Ping, _ctx: &mut Context<Self>) -> ActorResult<Pong> {
+        Ok(Pong)
+    }
+}
+
+async fn measure_asks(asks: u64) -> Histogram<u64> {
+    let system = ActorSystem::new("bench");
+    let actor = system.spawn(Answer).expect("spawn");
+    let mut histogram = Histogram::<u64>::new(3).expect("3 significant digits is valid");
+    for _ in 0..asks / 10 {
+        actor
+            .ask(Ping, Duration::from_secs(5))
+            .await
+            .expect("warm-up ask");
+    }
+    for _ in 0..asks {
+        let start = Instant::now();
+        actor.ask(Ping, Duration::from_secs(5)).await.expect("ask");
+        histogram
+            .record(start.elapsed().as_nanos() as u64)
+            .expect("values fit");
+    }
+    system.shutdown().await.expect("clean shutdown");
+    histogram
+}
+
+/// Runs `ask-latency`.
+pub fn ask_latency(args: &AskArgs) -> anyhow::Result<()> {
+    let asks = if args.common.quick { 20_000 } else { args.asks };
+    let mut report = Report::new("ask-latency");
+    report.param("asks", asks);
+    for (flavour, runtime) in [
+        ("multi-thread", multi_thread_runtime()),
+        ("current-thread", current_thread_runtime()),
+    ] {
+        let start = Instant::now();
+        let h = on_worker(&runtime, measure_asks(asks));
+        let elapsed = start.elapsed();
+        let us = |q: f64| micros(Duration::from_nanos(h.value_at_quantile(q)));
+        let mut row = Row::new(flavour)
+            .throughput(asks, elapsed)
+            .with("p90_us", us(0.9))
+            .with("p999_us", us(0.999));
+        row.p50_us = Some(us(0.5));
+        row.p99_us = Some(us(0.99));
+        report.rows.push(row);
+    }
+    report.print(args.common.json);
+    Ok(())
+}
