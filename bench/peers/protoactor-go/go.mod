@@ -3,6 +3,7 @@ module rally.bench/peers/protoactor-go
 go 1.26.8
 
 require (
+	github.com/HdrHistogram/hdrhistogram-go v1.1.2
 	github.com/asynkron/protoactor-go v0.0.0-20240822202345-3c0e61ca19c9
 	google.golang.org/protobuf v1.33.0
 )

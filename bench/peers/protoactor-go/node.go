@@ -14,12 +14,16 @@ import (
 
 	"github.com/asynkron/protoactor-go/actor"
 	"github.com/asynkron/protoactor-go/remote"
+	"google.golang.org/grpc"
 
 	"rally.bench/peers/protoactor-go/messages"
 )
 
 // maxEchoes is how many echo actors a node spawns: the largest client count of remote-ping-pong.
 const maxEchoes = 30
+
+// maxFrame is the gRPC receive limit: 1,000 messages of 10 KiB plus headers fit.
+const maxFrame = 64 << 20
 
 // childStartLimit bounds how long the second node may take to start and print its address.
 const childStartLimit = 30 * time.Second
@@ -28,7 +32,10 @@ const childStartLimit = 30 * time.Second
 // goes to stderr at warning level so that stdout carries only the report.
 func newSystem() (*actor.ActorSystem, *remote.Remote) {
 	system := newLocalSystem()
-	r := remote.NewRemote(system, remote.Configure("127.0.0.1", 0))
+	// gRPC refuses frames over 4 MiB by default, and the endpoint writer batches up to 1,000
+	// messages per frame: 10 KiB payloads need a larger limit.
+	r := remote.NewRemote(system, remote.Configure("127.0.0.1", 0,
+		remote.WithServerOptions(grpc.MaxRecvMsgSize(maxFrame))))
 	r.Start()
 	return system, r
 }
@@ -190,6 +197,9 @@ func parseFlags(scenario string, args []string, extra func(*flag.FlagSet)) (comm
 	}
 	if err := fs.Parse(args); err != nil {
 		return c, err
+	}
+	if c.quick {
+		rowLimit = 30 * time.Second
 	}
 	if fs.NArg() > 0 {
 		return c, fmt.Errorf("unexpected arguments %v", fs.Args())
