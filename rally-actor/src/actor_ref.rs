@@ -195,12 +195,12 @@ impl<A: Actor> ActorRef<A> {
 
     /// User messages waiting in a local actor's mailbox (`None` for an external target).
     pub fn mailbox_len(&self) -> Option<usize> {
-        self.mailbox().map(|mailbox| mailbox.capacity.len())
+        self.mailbox().map(|mailbox| mailbox.len())
     }
 
     /// The bound of a local actor's mailbox (`None` when unbounded or external).
     pub fn mailbox_capacity(&self) -> Option<usize> {
-        self.mailbox().and_then(|mailbox| mailbox.capacity.limit())
+        self.mailbox().and_then(|mailbox| mailbox.limit())
     }
 
     /// Sends a message without waiting; the reply, if any, is dropped.
@@ -415,7 +415,10 @@ impl<A: Actor> ActorRef<A> {
         }
     }
 
-    pub(crate) fn watch_with(&self, watcher: Arc<dyn TerminationSink>) {
+    /// Registers a watcher that is told once when this actor stops (at once if it already has).
+    /// Actors use [`Context::watch`](crate::Context::watch); transports use this to watch on
+    /// behalf of a remote actor.
+    pub fn watch_with(&self, watcher: Arc<dyn TerminationSink>) {
         match &self.backend {
             Backend::Local(mailbox, _) => {
                 if let Err(SystemMsg::Watch(watcher)) = mailbox.system(SystemMsg::Watch(watcher)) {
@@ -430,7 +433,8 @@ impl<A: Actor> ActorRef<A> {
         }
     }
 
-    pub(crate) fn unwatch_with(&self, watcher: ActorId) {
+    /// Removes a watcher registered with [`watch_with`](Self::watch_with).
+    pub fn unwatch_with(&self, watcher: ActorId) {
         match &self.backend {
             Backend::Local(mailbox, _) => drop(mailbox.system(SystemMsg::Unwatch(watcher))),
             Backend::External(target) => target.unwatch(watcher),

@@ -63,6 +63,16 @@ impl<A: Actor> Envelope<A> {
         self.0.into_parts()
     }
 
+    /// Whether anyone waits for the reply (a transport sends none back otherwise).
+    pub fn is_reply_wanted(&self) -> bool {
+        self.0.is_reply_wanted()
+    }
+
+    /// Drops the message (after a transport encoded it) and keeps its reply destination.
+    pub fn into_reply(self) -> ErasedReply {
+        self.0.into_reply()
+    }
+
     /// Tells the reply destination that the message will never be handled, and hands the message
     /// back as `Box<dyn Any>` (downcast it to get the original value).
     pub fn reject(self, error: ReplyError) -> Box<dyn Any + Send> {
@@ -93,6 +103,8 @@ trait Erased<A: Actor>: Send {
     fn message(&self) -> &(dyn Any + Send);
     fn type_name(&self) -> &'static str;
     fn into_parts(self: Box<Self>) -> (Box<dyn Any + Send>, ErasedReply);
+    fn is_reply_wanted(&self) -> bool;
+    fn into_reply(self: Box<Self>) -> ErasedReply;
     fn reject(self: Box<Self>, error: ReplyError) -> Box<dyn Any + Send>;
 }
 
@@ -149,6 +161,14 @@ where
     fn into_parts(self: Box<Self>) -> (Box<dyn Any + Send>, ErasedReply) {
         let Typed { msg, reply } = *self;
         (Box::new(msg), ErasedReply(Box::new(reply)))
+    }
+
+    fn is_reply_wanted(&self) -> bool {
+        self.reply.is_wanted()
+    }
+
+    fn into_reply(self: Box<Self>) -> ErasedReply {
+        ErasedReply(Box::new(self.reply))
     }
 
     fn reject(self: Box<Self>, error: ReplyError) -> Box<dyn Any + Send> {

@@ -2,9 +2,13 @@
 
 mod capacity;
 
-use std::sync::Arc;
+use std::collections::VecDeque;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::task::Poll;
 
-use tokio::sync::{Notify, mpsc};
+use futures_util::task::AtomicWaker;
+use tokio::sync::Notify;
 
 use crate::supervision::{Decision, Failure};
 use crate::watch::TerminationSink;
@@ -74,21 +78,41 @@ pub(crate) enum SystemMsg<A: Actor> {
     Supervise(Decision),
 }
 
+/// What the actor takes next.
+pub(crate) enum Next<A: Actor> {
+    System(SystemMsg<A>),
+    User(Envelope<A>),
+}
+
 /// The sending side shared by every local `ActorRef` to one actor.
+///
+/// Both lanes sit behind one short lock; empty queues allocate nothing, so an idle actor's
+/// mailbox is a few hundred bytes. The actor takes the whole user queue in one swap (one lock
+/// per batch, not per message), and a flag tells it cheaply whether a system message waits.
 pub(crate) struct Mailbox<A: Actor> {
     pub(crate) id: ActorId,
     pub(crate) path: Arc<str>,
-    user: mpsc::UnboundedSender<Envelope<A>>,
-    system: mpsc::UnboundedSender<SystemMsg<A>>,
-    pub(crate) capacity: Capacity,
+    queues: Mutex<Queues<A>>,
+    system_pending: AtomicBool,
+    /// User messages the actor has taken into its batch but not yet handled.
+    in_batch: AtomicUsize,
+    waker: AtomicWaker,
+    /// Only bounded mailboxes count reservations (see `capacity`).
+    bound: Option<Capacity>,
     pub(crate) overflow: Overflow,
     space: Notify,
 }
 
+struct Queues<A: Actor> {
+    user: VecDeque<Envelope<A>>,
+    system: VecDeque<SystemMsg<A>>,
+    closed: bool,
+}
+
 /// The receiving side, owned by the actor's task.
 pub(crate) struct MailboxReceiver<A: Actor> {
-    pub(crate) user: mpsc::UnboundedReceiver<Envelope<A>>,
-    pub(crate) system: mpsc::UnboundedReceiver<SystemMsg<A>>,
+    mailbox: Arc<Mailbox<A>>,
+    batch: VecDeque<Envelope<A>>,
 }
 
 /// Why a local enqueue failed; the envelope comes back.
@@ -103,35 +127,56 @@ impl<A: Actor> Mailbox<A> {
         path: Arc<str>,
         config: MailboxConfig,
     ) -> (Arc<Self>, MailboxReceiver<A>) {
-        let (user_tx, user_rx) = mpsc::unbounded_channel();
-        let (system_tx, system_rx) = mpsc::unbounded_channel();
         let mailbox = Arc::new(Self {
             id,
             path,
-            user: user_tx,
-            system: system_tx,
-            capacity: Capacity::new(config.capacity),
+            queues: Mutex::new(Queues {
+                user: VecDeque::new(),
+                system: VecDeque::new(),
+                closed: false,
+            }),
+            system_pending: AtomicBool::new(false),
+            in_batch: AtomicUsize::new(0),
+            waker: AtomicWaker::new(),
+            bound: config.capacity.map(|limit| Capacity::new(Some(limit))),
             overflow: config.overflow,
             space: Notify::new(),
         });
         (
-            mailbox,
+            mailbox.clone(),
             MailboxReceiver {
-                user: user_rx,
-                system: system_rx,
+                mailbox,
+                batch: VecDeque::new(),
             },
         )
     }
 
+    fn lock(&self) -> MutexGuard<'_, Queues<A>> {
+        self.queues
+            .lock()
+            .expect("mailbox lock is never poisoned: no user code runs under it")
+    }
+
     /// Enqueues on the user lane without waiting.
     pub(crate) fn enqueue(&self, envelope: Envelope<A>) -> Result<(), EnqueueError<A>> {
-        if !self.capacity.try_reserve() {
-            return Err(EnqueueError::Full(envelope));
+        if let Some(bound) = &self.bound {
+            if !bound.try_reserve() {
+                return Err(EnqueueError::Full(envelope));
+            }
         }
-        self.user.send(envelope).map_err(|returned| {
-            self.capacity.release();
-            EnqueueError::Stopped(returned.0)
-        })
+        {
+            let mut queues = self.lock();
+            if queues.closed {
+                drop(queues);
+                if let Some(bound) = &self.bound {
+                    bound.release();
+                }
+                return Err(EnqueueError::Stopped(envelope));
+            }
+            queues.user.push_back(envelope);
+        }
+        self.waker.wake();
+        Ok(())
     }
 
     /// Enqueues on the user lane, waiting for room in a full bounded mailbox.
@@ -147,7 +192,7 @@ impl<A: Actor> Mailbox<A> {
             match self.enqueue(envelope) {
                 Err(EnqueueError::Full(back)) => {
                     envelope = back;
-                    if self.user.is_closed() {
+                    if self.is_closed() {
                         return Err(EnqueueError::Stopped(envelope));
                     }
                     room.await;
@@ -159,23 +204,137 @@ impl<A: Actor> Mailbox<A> {
 
     /// Enqueues on the system lane; `Err` hands the message back when the actor has stopped.
     pub(crate) fn system(&self, msg: SystemMsg<A>) -> Result<(), SystemMsg<A>> {
-        self.system.send(msg).map_err(|e| e.0)
-    }
-
-    /// Called by the actor's task after taking a user message off the queue.
-    pub(crate) fn dequeued(&self) {
-        self.capacity.release();
-        if self.overflow == Overflow::Backpressure {
-            self.space.notify_one();
+        {
+            let mut queues = self.lock();
+            if queues.closed {
+                return Err(msg);
+            }
+            queues.system.push_back(msg);
+            self.system_pending.store(true, Ordering::Release);
         }
+        self.waker.wake();
+        Ok(())
     }
 
-    /// Wakes every waiting sender (the actor stopped; they will see `Stopped`).
-    pub(crate) fn wake_all_senders(&self) {
-        self.space.notify_waiters();
+    /// User messages waiting (queued, or taken into the actor's batch and not yet handled).
+    pub(crate) fn len(&self) -> usize {
+        self.lock().user.len() + self.in_batch.load(Ordering::Relaxed)
+    }
+
+    /// The bound, if the mailbox is bounded.
+    pub(crate) fn limit(&self) -> Option<usize> {
+        self.bound.as_ref().and_then(Capacity::limit)
     }
 
     pub(crate) fn is_closed(&self) -> bool {
-        self.user.is_closed()
+        self.lock().closed
+    }
+}
+
+impl<A: Actor> MailboxReceiver<A> {
+    /// The next message without waiting: system messages first, then the user batch.
+    pub(crate) fn try_next(&mut self) -> Option<Next<A>> {
+        if let Some(msg) = self.try_system_if_pending() {
+            return Some(Next::System(msg));
+        }
+        let mailbox = &*self.mailbox;
+        if self.batch.is_empty() {
+            let mut queues = mailbox.lock();
+            if let Some(msg) = queues.system.pop_front() {
+                mailbox
+                    .system_pending
+                    .store(!queues.system.is_empty(), Ordering::Release);
+                return Some(Next::System(msg));
+            }
+            std::mem::swap(&mut queues.user, &mut self.batch);
+            drop(queues);
+            mailbox.in_batch.store(self.batch.len(), Ordering::Relaxed);
+        }
+        let envelope = self.batch.pop_front()?;
+        self.taken();
+        Some(Next::User(envelope))
+    }
+
+    /// The next message, waiting for one.
+    pub(crate) async fn next(&mut self) -> Next<A> {
+        std::future::poll_fn(|cx| {
+            if let Some(next) = self.try_next() {
+                return Poll::Ready(next);
+            }
+            self.mailbox.waker.register(cx.waker());
+            match self.try_next() {
+                Some(next) => Poll::Ready(next),
+                None => Poll::Pending,
+            }
+        })
+        .await
+    }
+
+    /// A system message, if the cheap flag says one waits.
+    pub(crate) fn try_system_if_pending(&mut self) -> Option<SystemMsg<A>> {
+        if self.mailbox.system_pending.load(Ordering::Acquire) {
+            self.try_system()
+        } else {
+            None
+        }
+    }
+
+    /// The next system message without waiting.
+    pub(crate) fn try_system(&mut self) -> Option<SystemMsg<A>> {
+        let mut queues = self.mailbox.lock();
+        let msg = queues.system.pop_front();
+        self.mailbox
+            .system_pending
+            .store(!queues.system.is_empty(), Ordering::Release);
+        msg
+    }
+
+    /// The next system message, waiting for one (user messages stay queued).
+    pub(crate) async fn next_system(&mut self) -> SystemMsg<A> {
+        std::future::poll_fn(|cx| {
+            if let Some(msg) = self.try_system() {
+                return Poll::Ready(msg);
+            }
+            self.mailbox.waker.register(cx.waker());
+            match self.try_system() {
+                Some(msg) => Poll::Ready(msg),
+                None => Poll::Pending,
+            }
+        })
+        .await
+    }
+
+    fn taken(&self) {
+        let mailbox = &*self.mailbox;
+        mailbox.in_batch.store(self.batch.len(), Ordering::Relaxed);
+        if let Some(bound) = &mailbox.bound {
+            bound.release();
+            if mailbox.overflow == Overflow::Backpressure {
+                mailbox.space.notify_one();
+            }
+        }
+    }
+
+    /// Closes the mailbox (later sends fail with `Stopped`) and hands back everything left.
+    pub(crate) fn close(&mut self) -> (Vec<Envelope<A>>, Vec<SystemMsg<A>>) {
+        let mailbox = &*self.mailbox;
+        let (user, system) = {
+            let mut queues = mailbox.lock();
+            queues.closed = true;
+            (
+                std::mem::take(&mut queues.user),
+                std::mem::take(&mut queues.system),
+            )
+        };
+        let mut left: Vec<Envelope<A>> = self.batch.drain(..).collect();
+        left.extend(user);
+        if let Some(bound) = &mailbox.bound {
+            for _ in &left {
+                bound.release();
+            }
+        }
+        mailbox.in_batch.store(0, Ordering::Relaxed);
+        mailbox.space.notify_waiters();
+        (left, system.into())
     }
 }

@@ -9,7 +9,7 @@ use futures_util::FutureExt;
 
 use crate::dead_letters::DeadLetterReason;
 use crate::envelope::ReplyError;
-use crate::mailbox::{Mailbox, MailboxReceiver, SystemMsg};
+use crate::mailbox::{Mailbox, MailboxReceiver, Next, SystemMsg};
 use crate::props::Source;
 use crate::supervision::{Decision, Failure, Scope};
 use crate::{Actor, ActorResult, Context, Envelope, Terminated};
@@ -21,11 +21,6 @@ pub(crate) struct Cell<A: Actor> {
     pub(crate) receiver: MailboxReceiver<A>,
     pub(crate) mailbox: Arc<Mailbox<A>>,
     pub(crate) registered: bool,
-}
-
-enum Next<A: Actor> {
-    System(SystemMsg<A>),
-    User(Envelope<A>),
 }
 
 /// Runs the actor until it stops.
@@ -53,24 +48,15 @@ pub(crate) async fn run<A: Actor>(cell: Cell<A>) {
         if ctx.stopping {
             break;
         }
-        let next = if let Ok(msg) = receiver.system.try_recv() {
+        let next = if let Some(msg) = receiver.try_system_if_pending() {
             Next::System(msg)
         } else if let Some(envelope) = ctx.unstashed.pop_front() {
             Next::User(envelope)
-        } else if let Ok(envelope) = receiver.user.try_recv() {
-            mailbox.dequeued();
-            Next::User(envelope)
+        } else if let Some(next) = receiver.try_next() {
+            next
         } else {
             handled = 0;
-            tokio::select! {
-                biased;
-                Some(msg) = receiver.system.recv() => Next::System(msg),
-                Some(envelope) = receiver.user.recv() => {
-                    mailbox.dequeued();
-                    Next::User(envelope)
-                }
-                else => break,
-            }
+            receiver.next().await
         };
         match next {
             Next::System(msg) => {
@@ -167,21 +153,21 @@ async fn await_decision<A: Actor>(
     ctx.parent.child_failed(ctx.id(), failure);
     let mut deferred = Vec::new();
     let decision = loop {
-        match receiver.system.recv().await {
-            Some(SystemMsg::Supervise(decision)) => break decision,
-            Some(SystemMsg::Stop) | None => break Decision::Stop,
-            Some(SystemMsg::Watch(watcher)) => {
+        match receiver.next_system().await {
+            SystemMsg::Supervise(decision) => break decision,
+            SystemMsg::Stop => break Decision::Stop,
+            SystemMsg::Watch(watcher) => {
                 ctx.watchers.insert(watcher.watcher(), watcher);
             }
-            Some(SystemMsg::Unwatch(watcher)) => {
+            SystemMsg::Unwatch(watcher) => {
                 ctx.watchers.remove(&watcher);
             }
-            Some(SystemMsg::ChildStopped(child)) => {
+            SystemMsg::ChildStopped(child) => {
                 ctx.children.remove(&child);
             }
             // A suspended actor handles nothing else; these wait until it resumes.
-            Some(SystemMsg::Priority(envelope)) => deferred.push(envelope),
-            Some(SystemMsg::ChildFailed { child, failure }) => {
+            SystemMsg::Priority(envelope) => deferred.push(envelope),
+            SystemMsg::ChildFailed { child, failure } => {
                 if let Some(entry) = ctx.children.get(&child) {
                     // Its parent is itself suspended: the child stops, as its parent would be
                     // restarted or stopped (and its children with it) anyway.
@@ -218,16 +204,16 @@ async fn apply<A: Actor>(
                 loop {
                     tokio::select! {
                         () = &mut sleep => break,
-                        msg = receiver.system.recv() => match msg {
-                            Some(SystemMsg::Stop) | None => {
+                        msg = receiver.next_system() => match msg {
+                            SystemMsg::Stop => {
                                 ctx.stopping = true;
                                 return None;
                             }
-                            Some(SystemMsg::Watch(w)) => { ctx.watchers.insert(w.watcher(), w); }
-                            Some(SystemMsg::Unwatch(w)) => { ctx.watchers.remove(&w); }
-                            Some(SystemMsg::ChildStopped(child)) => { ctx.children.remove(&child); }
-                            Some(SystemMsg::Priority(envelope)) => ctx.unstashed.push_back(envelope),
-                            Some(SystemMsg::ChildFailed { .. } | SystemMsg::Supervise(_)) => {}
+                            SystemMsg::Watch(w) => { ctx.watchers.insert(w.watcher(), w); }
+                            SystemMsg::Unwatch(w) => { ctx.watchers.remove(&w); }
+                            SystemMsg::ChildStopped(child) => { ctx.children.remove(&child); }
+                            SystemMsg::Priority(envelope) => ctx.unstashed.push_back(envelope),
+                            SystemMsg::ChildFailed { .. } | SystemMsg::Supervise(_) => {}
                         },
                     }
                 }
@@ -248,25 +234,24 @@ async fn stop_children<A: Actor>(ctx: &mut Context<A>, receiver: &mut MailboxRec
         child.control.stop();
     }
     while !ctx.children.is_empty() {
-        match receiver.system.recv().await {
-            Some(SystemMsg::ChildStopped(child)) => {
+        match receiver.next_system().await {
+            SystemMsg::ChildStopped(child) => {
                 ctx.children.remove(&child);
             }
-            Some(SystemMsg::Watch(w)) => {
+            SystemMsg::Watch(w) => {
                 ctx.watchers.insert(w.watcher(), w);
             }
-            Some(SystemMsg::Unwatch(w)) => {
+            SystemMsg::Unwatch(w) => {
                 ctx.watchers.remove(&w);
             }
-            Some(SystemMsg::Stop) => ctx.stopping = true,
-            Some(SystemMsg::Priority(envelope)) => ctx.unstashed.push_back(envelope),
-            Some(SystemMsg::ChildFailed { child, .. }) => {
+            SystemMsg::Stop => ctx.stopping = true,
+            SystemMsg::Priority(envelope) => ctx.unstashed.push_back(envelope),
+            SystemMsg::ChildFailed { child, .. } => {
                 if let Some(entry) = ctx.children.get(&child) {
                     entry.control.supervise(Decision::Stop);
                 }
             }
-            Some(SystemMsg::Supervise(_)) => {}
-            None => break,
+            SystemMsg::Supervise(_) => {}
         }
     }
 }
@@ -284,9 +269,7 @@ async fn stop<A: Actor>(
     ctx.cancel_all_timers();
     drop(actor);
 
-    receiver.user.close();
-    receiver.system.close();
-    mailbox.wake_all_senders();
+    let (queued, system) = receiver.close();
     let dead = ctx.system().dead_letters().clone();
     let path = mailbox.path.clone();
     let bury = |envelope: Envelope<A>| {
@@ -296,11 +279,10 @@ async fn stop<A: Actor>(
     for envelope in ctx.drain_stash() {
         bury(envelope);
     }
-    while let Ok(envelope) = receiver.user.try_recv() {
-        mailbox.dequeued();
+    for envelope in queued {
         bury(envelope);
     }
-    while let Ok(msg) = receiver.system.try_recv() {
+    for msg in system {
         match msg {
             SystemMsg::Watch(watcher) => {
                 ctx.watchers.insert(watcher.watcher(), watcher);
