@@ -1,0 +1,1176 @@
+//! `rally-bench compare`: Rally and its peers side by side on one scenario.
+//!
+//! Runs Rally (this executable, `<scenario> --json`) and each selected peer harness of
+//! `bench/peers/` alternately, `A B C A B C …`, so that drift on this shared machine spreads over
+//! all of them; parses each run's JSON report (the contract of `shared/BENCHMARKS.md`); and prints,
+//! per row, the median msgs/s with its min–max over the runs and the ratio Rally/peer (median over
+//! median). It also writes a chart, `target/rally-bench/<scenario>.svg`.
+//!
+//! Rows of different frameworks are matched by what they measure, not by their label text: the
+//! payload size (`payload_bytes`), else the offered rate (`rate`), else the client or pair count
+//! with the messages in flight (`clients`, `in_flight`, and `mode` when it is not `tell`), else
+//! the label. A framework that reports several rows for one key (Rally's local scenarios on the
+//! multi-thread and the current-thread runtime) shows as one series per `runtime` field.
+//!
+//! A peer whose toolchain is missing is skipped with a one-line reason; a peer that fails to build
+//! or run is reported and makes the command fail after the rest has been printed.
+
+use std::collections::BTreeMap;
+use std::io::Read;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use anyhow::{Context as _, anyhow, bail};
+use serde::Serialize;
+use serde_json::{Map, Value};
+
+use crate::report::{Machine, Report, Row};
+
+/// `rally-bench compare` flags.
+#[derive(Debug, clap::Args)]
+pub struct CompareArgs {
+    /// The scenario to compare (e.g. remote-ping-pong, local-ping-pong, max-throughput, latency).
+    scenario: String,
+    /// Runs of each framework, alternating; at least 3 unless --quick (which does 1).
+    #[arg(long, default_value_t = 3)]
+    runs: usize,
+    /// Peers to run, comma-separated (default: every peer that has the scenario). Known:
+    /// protoactor-go, pekko, actix, ractor-mt, ractor-ct, kameo-mt, kameo-ct.
+    #[arg(long, value_delimiter = ',')]
+    peers: Vec<String>,
+    /// Print one JSON object instead of the tables.
+    #[arg(long)]
+    json: bool,
+    /// Pass --quick to every run and run each framework once: a smoke test, not a measurement.
+    #[arg(long)]
+    quick: bool,
+}
+
+/// Runs the comparison described by `args`.
+///
+/// # Errors
+///
+/// When the scenario is unknown to every framework, or when Rally or a selected peer fails to
+/// build or run (after printing whatever was measured).
+pub fn run(args: &CompareArgs) -> anyhow::Result<()> {
+    let root = repo_root()?;
+    let runs = if args.quick { 1 } else { args.runs.max(3) };
+    let mut frameworks = vec![Framework::rally()?];
+    let mut statuses = vec![];
+    for peer in select_peers(&args.scenario, &args.peers)? {
+        match peer {
+            Selected::Run(peer) => match peer.prepare(&root) {
+                Ok(Prepared::Ready(framework)) => frameworks.push(framework),
+                Ok(Prepared::Skipped(reason)) => {
+                    eprintln!("compare: skipping {}: {reason}", peer.name);
+                    statuses.push(Status::skipped(peer.name, reason));
+                }
+                Err(err) => {
+                    eprintln!("compare: {} failed to build: {err:#}", peer.name);
+                    statuses.push(Status::failed(peer.name, format!("build: {err:#}")));
+                }
+            },
+            Selected::Skip(name, reason) => {
+                eprintln!("compare: skipping {name}: {reason}");
+                statuses.push(Status::skipped(&name, reason));
+            }
+        }
+    }
+
+    let mut reports: Vec<Vec<Report>> = vec![Vec::new(); frameworks.len()];
+    let mut errors: Vec<Option<String>> = vec![None; frameworks.len()];
+    for round in 0..runs {
+        for (i, framework) in frameworks.iter().enumerate() {
+            if errors[i].is_some() {
+                continue;
+            }
+            eprintln!("compare: {} run {}/{runs}", framework.name, round + 1);
+            match framework.run(&args.scenario, args.quick) {
+                Ok(report) => reports[i].push(report),
+                Err(err) => {
+                    eprintln!("compare: {} failed: {err:#}", framework.name);
+                    errors[i] = Some(format!("{err:#}"));
+                }
+            }
+        }
+    }
+    for (i, framework) in frameworks.iter().enumerate() {
+        statuses.push(match &errors[i] {
+            Some(err) => Status::failed(&framework.name, err.clone()),
+            None => Status::ok(&framework.name, reports[i].len(), reports[i].first()),
+        });
+    }
+
+    let all: Vec<Report> = reports.into_iter().flatten().collect();
+    let table = Comparison::build(&all);
+    let chart = chart_path(&root, &args.scenario);
+    let chart_written = match draw_chart(&table, &args.scenario, &chart) {
+        Ok(()) => Some(chart),
+        Err(err) => {
+            eprintln!("compare: chart not written: {err:#}");
+            None
+        }
+    };
+
+    if args.json {
+        let out = CompareOutput {
+            scenario: &args.scenario,
+            machine: Machine::current(),
+            runs,
+            quick: args.quick,
+            frameworks: &statuses,
+            series: &table.series,
+            rows: table.json_rows(),
+            chart: chart_written.as_ref().map(|p| p.display().to_string()),
+        };
+        println!(
+            "{}",
+            serde_json::to_string(&out).context("serializing the comparison")?
+        );
+    } else {
+        print!("{}", table.text(&args.scenario, runs, &statuses));
+        if let Some(path) = &chart_written {
+            println!("chart: {}", path.display());
+        }
+    }
+
+    let failed: Vec<&str> = statuses
+        .iter()
+        .filter(|s| s.status == "failed")
+        .map(|s| s.name.as_str())
+        .collect();
+    if !failed.is_empty() {
+        bail!("failed: {}", failed.join(", "));
+    }
+    Ok(())
+}
+
+// ---------------------------------------------------------------------------------------------
+// Frameworks: Rally and the peer harnesses.
+
+/// Bounds one benchmark run of any framework; a full remote-ping-pong takes about a minute.
+const RUN_LIMIT: Duration = Duration::from_secs(20 * 60);
+
+/// Bounds one run with --quick.
+const QUICK_RUN_LIMIT: Duration = Duration::from_secs(3 * 60);
+
+/// Bounds a peer's build (the first one downloads its dependencies).
+const BUILD_LIMIT: Duration = Duration::from_secs(20 * 60);
+
+/// A peer harness under `bench/peers/`.
+struct Peer {
+    name: &'static str,
+    /// Folder under `bench/peers/`.
+    dir: &'static str,
+    /// Commands that must be on PATH to build and run it.
+    toolchain: &'static [&'static str],
+    /// The artifact, relative to `dir`; built when missing.
+    artifact: &'static str,
+    /// The build command, run in `dir`.
+    build: &'static [&'static str],
+    /// The program and its leading arguments; `<scenario> --json [--quick]` follow.
+    command: fn(&Path) -> (PathBuf, Vec<String>),
+    scenarios: &'static [&'static str],
+}
+
+const ALL_REMOTE: &[&str] = &[
+    "remote-ping-pong",
+    "max-throughput",
+    "latency",
+    "local-ping-pong",
+];
+const LOCAL_ONLY: &[&str] = &["local-ping-pong"];
+const RUST_BUILD: &[&str] = &["cargo", "build", "--release", "--locked"];
+const RUST_BIN: &str = "target/release/rust-peers";
+
+fn rust_peer(artifact: &Path, framework: &str) -> (PathBuf, Vec<String>) {
+    (
+        artifact.to_owned(),
+        vec!["--framework".to_owned(), framework.to_owned()],
+    )
+}
+
+/// Every known peer, in the order they are run and shown.
+const PEERS: &[Peer] = &[
+    Peer {
+        name: "protoactor-go",
+        dir: "protoactor-go",
+        toolchain: &["go"],
+        artifact: "bin/protoactor-bench",
+        build: &["go", "build", "-o", "bin/protoactor-bench", "."],
+        command: |artifact| (artifact.to_owned(), vec![]),
+        scenarios: ALL_REMOTE,
+    },
+    Peer {
+        name: "pekko",
+        dir: "pekko",
+        toolchain: &["mvn", "java"],
+        artifact: "target/pekko-bench.jar",
+        build: &["mvn", "-q", "-B", "package"],
+        command: |artifact| {
+            (
+                PathBuf::from("java"),
+                vec!["-jar".to_owned(), artifact.display().to_string()],
+            )
+        },
+        scenarios: ALL_REMOTE,
+    },
+    Peer {
+        name: "actix",
+        dir: "rust",
+        toolchain: &["cargo"],
+        artifact: RUST_BIN,
+        build: RUST_BUILD,
+        command: |a| rust_peer(a, "actix"),
+        scenarios: LOCAL_ONLY,
+    },
+    Peer {
+        name: "ractor-mt",
+        dir: "rust",
+        toolchain: &["cargo"],
+        artifact: RUST_BIN,
+        build: RUST_BUILD,
+        command: |a| rust_peer(a, "ractor-mt"),
+        scenarios: LOCAL_ONLY,
+    },
+    Peer {
+        name: "ractor-ct",
+        dir: "rust",
+        toolchain: &["cargo"],
+        artifact: RUST_BIN,
+        build: RUST_BUILD,
+        command: |a| rust_peer(a, "ractor-ct"),
+        scenarios: LOCAL_ONLY,
+    },
+    Peer {
+        name: "kameo-mt",
+        dir: "rust",
+        toolchain: &["cargo"],
+        artifact: RUST_BIN,
+        build: RUST_BUILD,
+        command: |a| rust_peer(a, "kameo-mt"),
+        scenarios: LOCAL_ONLY,
+    },
+    Peer {
+        name: "kameo-ct",
+        dir: "rust",
+        toolchain: &["cargo"],
+        artifact: RUST_BIN,
+        build: RUST_BUILD,
+        command: |a| rust_peer(a, "kameo-ct"),
+        scenarios: LOCAL_ONLY,
+    },
+];
+
+enum Selected {
+    Run(&'static Peer),
+    Skip(String, String),
+}
+
+/// The peers to run: the named ones (unknown names are an error; ones without the scenario are
+/// skipped), or by default every peer that has the scenario.
+fn select_peers(scenario: &str, names: &[String]) -> anyhow::Result<Vec<Selected>> {
+    if names.is_empty() {
+        return Ok(PEERS
+            .iter()
+            .filter(|p| p.scenarios.contains(&scenario))
+            .map(Selected::Run)
+            .collect());
+    }
+    let mut out = Vec::new();
+    for name in names.iter().map(|n| n.trim()).filter(|n| !n.is_empty()) {
+        let peer = PEERS.iter().find(|p| p.name == name).ok_or_else(|| {
+            anyhow!(
+                "unknown peer {name:?}; known: {}",
+                PEERS.iter().map(|p| p.name).collect::<Vec<_>>().join(", ")
+            )
+        })?;
+        if peer.scenarios.contains(&scenario) {
+            out.push(Selected::Run(peer));
+        } else {
+            out.push(Selected::Skip(
+                name.to_owned(),
+                format!("its harness has no {scenario} scenario"),
+            ));
+        }
+    }
+    Ok(out)
+}
+
+enum Prepared {
+    Ready(Framework),
+    Skipped(String),
+}
+
+impl Peer {
+    /// Checks the toolchain and builds the artifact if it is missing.
+    fn prepare(&self, root: &Path) -> anyhow::Result<Prepared> {
+        if let Some(missing) = self.toolchain.iter().find(|tool| !on_path(tool)) {
+            return Ok(Prepared::Skipped(format!("no `{missing}` on PATH")));
+        }
+        let dir = root.join("bench/peers").join(self.dir);
+        let artifact = dir.join(self.artifact);
+        if !artifact.exists() {
+            eprintln!(
+                "compare: building {} ({} in {})",
+                self.name,
+                self.build.join(" "),
+                dir.display()
+            );
+            let mut cmd = Command::new(self.build[0]);
+            cmd.args(&self.build[1..]).current_dir(&dir);
+            // The Rust peers are a workspace of their own: their build goes to their own target
+            // folder even when this process runs under a CARGO_TARGET_DIR.
+            cmd.env("CARGO_TARGET_DIR", dir.join("target"));
+            let out = run_bounded(cmd, BUILD_LIMIT)?;
+            if !out.success {
+                bail!(
+                    "`{}` failed:\n{}",
+                    self.build.join(" "),
+                    tail(&out.stderr, 20)
+                );
+            }
+            if !artifact.exists() {
+                bail!(
+                    "`{}` succeeded but {} is missing",
+                    self.build.join(" "),
+                    artifact.display()
+                );
+            }
+        }
+        let (program, prefix) = (self.command)(&artifact);
+        Ok(Prepared::Ready(Framework {
+            name: self.name.to_owned(),
+            program,
+            prefix,
+            dir: Some(dir),
+        }))
+    }
+}
+
+/// Something that can run a scenario and print a report.
+struct Framework {
+    name: String,
+    program: PathBuf,
+    prefix: Vec<String>,
+    dir: Option<PathBuf>,
+}
+
+impl Framework {
+    /// Rally: this very executable.
+    fn rally() -> anyhow::Result<Self> {
+        let program = std::env::current_exe().context("locating the rally-bench executable")?;
+        Ok(Self {
+            name: "rally".to_owned(),
+            program,
+            prefix: vec![],
+            dir: None,
+        })
+    }
+
+    fn run(&self, scenario: &str, quick: bool) -> anyhow::Result<Report> {
+        let mut cmd = Command::new(&self.program);
+        cmd.args(&self.prefix).arg(scenario).arg("--json");
+        if quick {
+            cmd.arg("--quick");
+        }
+        if let Some(dir) = &self.dir {
+            cmd.current_dir(dir);
+        }
+        let out = run_bounded(cmd, if quick { QUICK_RUN_LIMIT } else { RUN_LIMIT })?;
+        if !out.success {
+            bail!("exited with {}:\n{}", out.status, tail(&out.stderr, 20));
+        }
+        parse_report(&out.stdout)
+            .with_context(|| format!("reading its report (stderr:\n{})", tail(&out.stderr, 10)))
+    }
+}
+
+struct Output {
+    success: bool,
+    status: String,
+    stdout: String,
+    stderr: String,
+}
+
+/// Runs `cmd` with its output captured, killing it if it takes longer than `limit`.
+fn run_bounded(mut cmd: Command, limit: Duration) -> anyhow::Result<Output> {
+    cmd.stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    let mut child = cmd
+        .spawn()
+        .with_context(|| format!("starting {:?}", cmd.get_program()))?;
+    let mut stdout = child.stdout.take().context("stdout is piped")?;
+    let mut stderr = child.stderr.take().context("stderr is piped")?;
+    let out_reader = std::thread::spawn(move || {
+        let mut s = String::new();
+        let _ = stdout.read_to_string(&mut s);
+        s
+    });
+    let err_reader = std::thread::spawn(move || {
+        let mut s = String::new();
+        let _ = stderr.read_to_string(&mut s);
+        s
+    });
+    let start = Instant::now();
+    let status = loop {
+        if let Some(status) = child.try_wait().context("waiting for a child")? {
+            break status;
+        }
+        if start.elapsed() > limit {
+            let _ = child.kill();
+            let _ = child.wait();
+            bail!(
+                "{:?} did not finish within {limit:?}; killed",
+                cmd.get_program()
+            );
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    let stdout = out_reader.join().unwrap_or_default();
+    let stderr = err_reader.join().unwrap_or_default();
+    Ok(Output {
+        success: status.success(),
+        status: status.to_string(),
+        stdout,
+        stderr,
+    })
+}
+
+fn on_path(tool: &str) -> bool {
+    std::env::var_os("PATH")
+        .is_some_and(|paths| std::env::split_paths(&paths).any(|dir| dir.join(tool).is_file()))
+}
+
+fn tail(text: &str, lines: usize) -> String {
+    let all: Vec<&str> = text.lines().collect();
+    all[all.len().saturating_sub(lines)..].join("\n")
+}
+
+/// The repository root: the nearest ancestor of the working directory that holds
+/// `bench/peers`, else the one this crate was built from.
+fn repo_root() -> anyhow::Result<PathBuf> {
+    let cwd = std::env::current_dir().context("reading the working directory")?;
+    if let Some(found) = cwd.ancestors().find(|dir| dir.join("bench/peers").is_dir()) {
+        return Ok(found.to_owned());
+    }
+    let built_from = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .map(Path::to_owned);
+    match built_from {
+        Some(dir) if dir.join("bench/peers").is_dir() => Ok(dir),
+        _ => bail!(
+            "cannot find bench/peers above {} (run compare inside the Rally repository)",
+            cwd.display()
+        ),
+    }
+}
+
+/// `$CARGO_TARGET_DIR/rally-bench/<scenario>.svg`, or under the workspace's `target/`.
+fn chart_path(root: &Path, scenario: &str) -> PathBuf {
+    let target =
+        std::env::var_os("CARGO_TARGET_DIR").map_or_else(|| root.join("target"), PathBuf::from);
+    let target = if target.is_relative() {
+        root.join(target)
+    } else {
+        target
+    };
+    target.join("rally-bench").join(format!("{scenario}.svg"))
+}
+
+/// Parses a harness's stdout: one JSON object, on the last line that holds one (a harness that
+/// lets a library print a line before its report still parses).
+fn parse_report(stdout: &str) -> anyhow::Result<Report> {
+    let line = stdout
+        .lines()
+        .rev()
+        .map(str::trim)
+        .find(|l| l.starts_with('{'))
+        .ok_or_else(|| anyhow!("no JSON object on stdout ({} bytes)", stdout.len()))?;
+    let report: Report =
+        serde_json::from_str(line).context("not a report in the shared JSON format")?;
+    if report.rows.is_empty() {
+        bail!("the report has no rows");
+    }
+    Ok(report)
+}
+
+// ---------------------------------------------------------------------------------------------
+// Statistics and row matching (pure).
+
+/// Median, min and max of one row's msgs/s over the runs.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+struct Summary {
+    median: f64,
+    min: f64,
+    max: f64,
+}
+
+/// Summarises `values`; `None` when there are none. The median of an even count is the mean of
+/// the middle two.
+fn summarize(values: &[f64]) -> Option<Summary> {
+    let mut sorted: Vec<f64> = values.iter().copied().filter(|v| v.is_finite()).collect();
+    if sorted.is_empty() {
+        return None;
+    }
+    sorted.sort_by(f64::total_cmp);
+    let n = sorted.len();
+    let median = if n % 2 == 1 {
+        sorted[n / 2]
+    } else {
+        (sorted[n / 2 - 1] + sorted[n / 2]) / 2.0
+    };
+    Some(Summary {
+        median,
+        min: sorted[0],
+        max: sorted[n - 1],
+    })
+}
+
+/// Rally over peer, median over median; `None` when either is missing or the peer's is zero.
+fn ratio(rally: Option<f64>, peer: Option<f64>) -> Option<f64> {
+    match (rally, peer) {
+        (Some(r), Some(p)) if p > 0.0 => Some(r / p),
+        _ => None,
+    }
+}
+
+/// What a row measures, so rows of different frameworks can be matched.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Serialize)]
+enum RowKey {
+    /// max-throughput: the payload size.
+    Payload(u64),
+    /// latency: the offered rate.
+    Rate(u64),
+    /// Ping-pong shapes: clients or pairs, messages in flight, and a mode other than `tell`.
+    Clients {
+        clients: u64,
+        in_flight: Option<u64>,
+        mode: Option<String>,
+    },
+    /// Anything else: the label itself.
+    Label(String),
+}
+
+fn extra_u64(row: &Row, key: &str) -> Option<u64> {
+    row.extra
+        .get(key)
+        .and_then(|v| v.as_u64().or_else(|| v.as_f64().map(|f| f.round() as u64)))
+}
+
+fn row_key(row: &Row) -> RowKey {
+    if let Some(bytes) = extra_u64(row, "payload_bytes") {
+        return RowKey::Payload(bytes);
+    }
+    if let Some(rate) = extra_u64(row, "rate") {
+        return RowKey::Rate(rate);
+    }
+    if let Some(clients) = row.clients {
+        let mode = row
+            .extra
+            .get("mode")
+            .and_then(Value::as_str)
+            .filter(|m| *m != "tell")
+            .map(str::to_owned);
+        return RowKey::Clients {
+            clients,
+            in_flight: extra_u64(row, "in_flight"),
+            mode,
+        };
+    }
+    RowKey::Label(row.label.clone())
+}
+
+impl RowKey {
+    /// A label that reads the same for every framework.
+    fn label(&self) -> String {
+        match self {
+            Self::Payload(bytes) => format!("{bytes} B"),
+            Self::Rate(rate) => format!("{rate} msg/s"),
+            Self::Clients {
+                clients,
+                in_flight: None,
+                mode,
+            } => {
+                format!(
+                    "{clients} client{}{}",
+                    if *clients == 1 { "" } else { "s" },
+                    mode_suffix(mode)
+                )
+            }
+            Self::Clients {
+                clients,
+                in_flight: Some(f),
+                mode,
+            } => {
+                format!(
+                    "{clients} pair{}, {f} in flight{}",
+                    if *clients == 1 { "" } else { "s" },
+                    mode_suffix(mode)
+                )
+            }
+            Self::Label(label) => label.clone(),
+        }
+    }
+
+    /// The x value of the chart when every key is a client count.
+    fn clients(&self) -> Option<u64> {
+        match self {
+            Self::Clients {
+                clients,
+                in_flight: None,
+                mode: None,
+            } => Some(*clients),
+            _ => None,
+        }
+    }
+}
+
+fn mode_suffix(mode: &Option<String>) -> String {
+    mode.as_ref()
+        .map_or_else(String::new, |m| format!(" ({m})"))
+}
+
+/// The series a row belongs to: its framework, plus its `runtime` field where it has one (Rally's
+/// local scenarios report the multi-thread and the current-thread runtime as separate rows).
+fn series_name(report: &Report, row: &Row) -> String {
+    match row.extra.get("runtime").and_then(Value::as_str) {
+        Some(runtime) if !runtime.contains(' ') => format!("{} {runtime}", report.framework),
+        _ => report.framework.clone(),
+    }
+}
+
+/// All runs of all frameworks, by row key and series.
+struct Comparison {
+    /// Keys in order of first appearance (Rally's first, as its reports come first).
+    keys: Vec<RowKey>,
+    /// Series in order of first appearance.
+    series: Vec<String>,
+    /// msgs/s values per (key index, series index), one per run.
+    values: BTreeMap<(usize, usize), Vec<f64>>,
+}
+
+impl Comparison {
+    fn build(reports: &[Report]) -> Self {
+        let mut table = Self {
+            keys: vec![],
+            series: vec![],
+            values: BTreeMap::new(),
+        };
+        for report in reports {
+            for row in &report.rows {
+                let Some(rate) = row.msgs_per_sec else {
+                    continue;
+                };
+                let key = row_key(row);
+                let k = index_of(&mut table.keys, key);
+                let s = index_of(&mut table.series, series_name(report, row));
+                table.values.entry((k, s)).or_default().push(rate);
+            }
+        }
+        table
+    }
+
+    fn summary(&self, key: usize, series: usize) -> Option<Summary> {
+        self.values.get(&(key, series)).and_then(|v| summarize(v))
+    }
+
+    fn is_rally(&self, series: usize) -> bool {
+        self.series[series] == "rally" || self.series[series].starts_with("rally ")
+    }
+
+    /// (Rally series, peer series, ratio) for every pair with a value on `key`.
+    fn ratios(&self, key: usize) -> Vec<(usize, usize, f64)> {
+        let mut out = vec![];
+        for r in (0..self.series.len()).filter(|&s| self.is_rally(s)) {
+            for p in (0..self.series.len()).filter(|&s| !self.is_rally(s)) {
+                let rally = self.summary(key, r).map(|s| s.median);
+                let peer = self.summary(key, p).map(|s| s.median);
+                if let Some(x) = ratio(rally, peer) {
+                    out.push((r, p, x));
+                }
+            }
+        }
+        out
+    }
+
+    fn json_rows(&self) -> Vec<Value> {
+        (0..self.keys.len())
+            .map(|k| {
+                let mut results = Map::new();
+                for (s, name) in self.series.iter().enumerate() {
+                    if let (Some(summary), Some(values)) = (self.summary(k, s), self.values.get(&(k, s))) {
+                        results.insert(
+                            name.clone(),
+                            serde_json::json!({"median": summary.median, "min": summary.min, "max": summary.max, "values": values}),
+                        );
+                    }
+                }
+                let mut ratios = Map::new();
+                for (r, p, x) in self.ratios(k) {
+                    ratios.insert(format!("{}/{}", self.series[r], self.series[p]), x.into());
+                }
+                serde_json::json!({"label": self.keys[k].label(), "key": self.keys[k], "msgs_per_sec": results, "ratios": ratios})
+            })
+            .collect()
+    }
+
+    fn text(&self, scenario: &str, runs: usize, statuses: &[Status]) -> String {
+        let machine = Machine::current();
+        let mut out = format!(
+            "# compare {scenario} on {} cores, {}: {runs} run(s) of each framework, alternating\n",
+            machine.cores, machine.cpu
+        );
+        for status in statuses.iter().filter(|s| s.status != "ok") {
+            // One line each: the reason's last non-empty line (the error itself, for a failure).
+            let reason = status.reason.as_deref().unwrap_or("");
+            let last = reason
+                .lines()
+                .rev()
+                .find(|l| !l.trim().is_empty())
+                .unwrap_or("");
+            out.push_str(&format!(
+                "# {}: {} ({})\n",
+                status.name,
+                status.status,
+                last.trim()
+            ));
+        }
+        out.push_str("# msgs/s: median (min-max); ratio = Rally median / peer median\n");
+        let width = self
+            .series
+            .iter()
+            .map(String::len)
+            .max()
+            .unwrap_or(5)
+            .max(9);
+        for k in 0..self.keys.len() {
+            out.push_str(&format!("\n{}\n", self.keys[k].label()));
+            let ratios = self.ratios(k);
+            for s in 0..self.series.len() {
+                let Some(summary) = self.summary(k, s) else {
+                    continue;
+                };
+                out.push_str(&format!(
+                    "  {:width$}  {:>8}  ({} - {})",
+                    self.series[s],
+                    si(summary.median),
+                    si(summary.min),
+                    si(summary.max)
+                ));
+                let mine: Vec<String> = ratios
+                    .iter()
+                    .filter(|(_, p, _)| *p == s)
+                    .map(|(r, _, x)| format!("{}/{} {x:.2}x", self.series[*r], self.series[s]))
+                    .collect();
+                if !mine.is_empty() {
+                    out.push_str(&format!("  {}", mine.join(", ")));
+                }
+                out.push('\n');
+            }
+        }
+        out
+    }
+}
+
+fn index_of<T: PartialEq>(items: &mut Vec<T>, item: T) -> usize {
+    if let Some(i) = items.iter().position(|x| *x == item) {
+        return i;
+    }
+    items.push(item);
+    items.len() - 1
+}
+
+/// 1234567.0 -> "1.23M".
+fn si(v: f64) -> String {
+    if v >= 1e6 {
+        format!("{:.2}M", v / 1e6)
+    } else if v >= 1e3 {
+        format!("{:.0}k", v / 1e3)
+    } else {
+        format!("{v:.0}")
+    }
+}
+
+/// One framework's outcome, for the JSON output and the table header.
+#[derive(Debug, Clone, Serialize)]
+struct Status {
+    name: String,
+    /// "ok", "skipped" or "failed".
+    status: &'static str,
+    runs: usize,
+    reason: Option<String>,
+    /// The first run's params, so the comparison states what each side ran.
+    params: Option<Map<String, Value>>,
+}
+
+impl Status {
+    fn ok(name: &str, runs: usize, first: Option<&Report>) -> Self {
+        Self {
+            name: name.to_owned(),
+            status: "ok",
+            runs,
+            reason: None,
+            params: first.map(|r| r.params.clone()),
+        }
+    }
+
+    fn skipped(name: &str, reason: String) -> Self {
+        Self {
+            name: name.to_owned(),
+            status: "skipped",
+            runs: 0,
+            reason: Some(reason),
+            params: None,
+        }
+    }
+
+    fn failed(name: &str, reason: String) -> Self {
+        Self {
+            name: name.to_owned(),
+            status: "failed",
+            runs: 0,
+            reason: Some(reason),
+            params: None,
+        }
+    }
+}
+
+#[derive(Serialize)]
+struct CompareOutput<'a> {
+    scenario: &'a str,
+    machine: Machine,
+    runs: usize,
+    quick: bool,
+    frameworks: &'a [Status],
+    series: &'a [String],
+    rows: Vec<Value>,
+    chart: Option<String>,
+}
+
+// ---------------------------------------------------------------------------------------------
+// The chart.
+
+fn draw_chart(table: &Comparison, scenario: &str, path: &Path) -> anyhow::Result<()> {
+    use plotters::prelude::*;
+
+    if table.keys.is_empty() {
+        bail!("nothing to draw");
+    }
+    if let Some(dir) = path.parent() {
+        std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+    }
+    // x: the client count when every row is one (remote-ping-pong), else the row's position.
+    let by_clients: Option<Vec<f64>> = table
+        .keys
+        .iter()
+        .map(|k| k.clients().map(|c| c as f64))
+        .collect();
+    let xs: Vec<f64> = by_clients
+        .clone()
+        .unwrap_or_else(|| (0..table.keys.len()).map(|i| i as f64).collect());
+    let x_max = xs.iter().copied().fold(0.0, f64::max);
+    let y_max = table
+        .values
+        .values()
+        .flatten()
+        .copied()
+        .fold(0.0, f64::max)
+        .max(1.0)
+        * 1.1;
+    let labels: Vec<String> = table.keys.iter().map(RowKey::label).collect();
+
+    let root = SVGBackend::new(path, (1000, 560)).into_drawing_area();
+    root.fill(&WHITE).map_err(|e| anyhow!("{e:?}"))?;
+    let mut chart = ChartBuilder::on(&root)
+        .caption(
+            format!("{scenario}: msgs/s, median of runs"),
+            ("sans-serif", 20),
+        )
+        .margin(15)
+        .x_label_area_size(50)
+        .y_label_area_size(80)
+        .build_cartesian_2d(-0.5..x_max + 0.5, 0.0..y_max)
+        .map_err(|e| anyhow!("{e:?}"))?;
+    let x_formatter = |x: &f64| -> String {
+        if by_clients.is_some() {
+            format!("{x:.0}")
+        } else {
+            let i = x.round();
+            if (x - i).abs() < 1e-6 && i >= 0.0 {
+                labels.get(i as usize).cloned().unwrap_or_default()
+            } else {
+                String::new()
+            }
+        }
+    };
+    let y_formatter = |y: &f64| si(*y);
+    chart
+        .configure_mesh()
+        .x_desc(if by_clients.is_some() {
+            "clients"
+        } else {
+            "row"
+        })
+        .y_desc("msgs/s")
+        .x_labels(if by_clients.is_some() {
+            10
+        } else {
+            table.keys.len() * 2 + 1
+        })
+        .x_label_formatter(&x_formatter)
+        .y_label_formatter(&y_formatter)
+        .draw()
+        .map_err(|e| anyhow!("{e:?}"))?;
+    for (s, name) in table.series.iter().enumerate() {
+        let color = Palette99::pick(s).to_rgba();
+        let points: Vec<(f64, f64)> = (0..table.keys.len())
+            .filter_map(|k| table.summary(k, s).map(|sum| (xs[k], sum.median)))
+            .collect();
+        chart
+            .draw_series(LineSeries::new(points.clone(), color.stroke_width(2)))
+            .map_err(|e| anyhow!("{e:?}"))?
+            .label(name.clone())
+            .legend(move |(x, y)| {
+                PathElement::new(vec![(x, y), (x + 20, y)], color.stroke_width(2))
+            });
+        chart
+            .draw_series(points.iter().map(|&p| Circle::new(p, 3, color.filled())))
+            .map_err(|e| anyhow!("{e:?}"))?;
+    }
+    chart
+        .configure_series_labels()
+        .background_style(WHITE.mix(0.8))
+        .border_style(BLACK)
+        .position(SeriesLabelPosition::UpperLeft)
+        .draw()
+        .map_err(|e| anyhow!("{e:?}"))?;
+    root.present().map_err(|e| anyhow!("{e:?}"))?;
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn report(framework: &str, rows: Vec<Row>) -> Report {
+        Report {
+            scenario: "remote-ping-pong".to_owned(),
+            framework: framework.to_owned(),
+            machine: Machine {
+                cores: 2,
+                cpu: "test".to_owned(),
+            },
+            params: Map::new(),
+            rows,
+        }
+    }
+
+    fn rate_row(label: &str, clients: u64, rate: f64) -> Row {
+        let mut row = Row::new(label).clients(clients);
+        row.msgs_per_sec = Some(rate);
+        row
+    }
+
+    #[test]
+    fn summarize_gives_median_min_max() {
+        let s = summarize(&[3.0, 1.0, 2.0]).expect("three values");
+        assert_eq!(
+            s,
+            Summary {
+                median: 2.0,
+                min: 1.0,
+                max: 3.0
+            }
+        );
+        let even = summarize(&[4.0, 1.0, 3.0, 2.0]).expect("four values");
+        assert_eq!(even.median, 2.5);
+        assert_eq!(summarize(&[]), None);
+        assert_eq!(summarize(&[f64::NAN]), None);
+    }
+
+    #[test]
+    fn ratio_is_rally_over_peer_and_none_when_missing() {
+        assert_eq!(ratio(Some(3.0), Some(1.5)), Some(2.0));
+        assert_eq!(ratio(None, Some(1.0)), None);
+        assert_eq!(ratio(Some(1.0), None), None);
+        assert_eq!(ratio(Some(1.0), Some(0.0)), None);
+    }
+
+    #[test]
+    fn rows_match_by_what_they_measure_not_by_label() {
+        // Rally says "1 clients", the Go harness "1 client": the same row.
+        assert_eq!(
+            row_key(&Row::new("1 clients").clients(1)),
+            row_key(&Row::new("1 client").clients(1))
+        );
+        // max-throughput: Rally has no client count, peers say 1; the payload decides.
+        let rally = Row::new("100 B").with("payload_bytes", 100);
+        let peer = Row::new("100 B").clients(1).with("payload_bytes", 100);
+        assert_eq!(row_key(&rally), RowKey::Payload(100));
+        assert_eq!(row_key(&rally), row_key(&peer));
+        assert_eq!(
+            row_key(&Row::new("x").clients(1).with("rate", 1000)),
+            RowKey::Rate(1000)
+        );
+        // local-ping-pong: pairs and in-flight; "tell" is the default mode, "ask" is not.
+        let a = Row::new("1 pair(s), 50 in flight, mt")
+            .clients(1)
+            .with("in_flight", 50)
+            .with("runtime", "mt");
+        let b = Row::new("1 pair, 50 in flight")
+            .clients(1)
+            .with("in_flight", 50)
+            .with("mode", "tell");
+        assert_eq!(row_key(&a), row_key(&b));
+        let ask = Row::new("1 pair, ask")
+            .clients(1)
+            .with("in_flight", 1)
+            .with("mode", "ask");
+        assert_ne!(
+            row_key(&ask),
+            row_key(
+                &Row::new("1 pair, 1 in flight")
+                    .clients(1)
+                    .with("in_flight", 1)
+            )
+        );
+        assert_eq!(
+            row_key(&Row::new("1 -> 1")),
+            RowKey::Label("1 -> 1".to_owned())
+        );
+        assert_eq!(row_key(&b).label(), "1 pair, 50 in flight");
+        assert_eq!(
+            row_key(&Row::new("5 clients").clients(5)).label(),
+            "5 clients"
+        );
+    }
+
+    #[test]
+    fn comparison_aggregates_runs_and_computes_ratios() {
+        let reports = vec![
+            report(
+                "rally",
+                vec![
+                    rate_row("1 clients", 1, 300.0),
+                    rate_row("5 clients", 5, 900.0),
+                ],
+            ),
+            report("pekko", vec![rate_row("1 client", 1, 100.0)]),
+            report(
+                "rally",
+                vec![
+                    rate_row("1 clients", 1, 500.0),
+                    rate_row("5 clients", 5, 1000.0),
+                ],
+            ),
+            report("pekko", vec![rate_row("1 client", 1, 200.0)]),
+            report("rally", vec![rate_row("1 clients", 1, 400.0)]),
+            report("pekko", vec![rate_row("1 client", 1, 150.0)]),
+        ];
+        let table = Comparison::build(&reports);
+        assert_eq!(table.series, vec!["rally".to_owned(), "pekko".to_owned()]);
+        assert_eq!(table.keys.len(), 2);
+        assert_eq!(
+            table.summary(0, 0),
+            Some(Summary {
+                median: 400.0,
+                min: 300.0,
+                max: 500.0
+            })
+        );
+        assert_eq!(
+            table.summary(0, 1),
+            Some(Summary {
+                median: 150.0,
+                min: 100.0,
+                max: 200.0
+            })
+        );
+        let ratios = table.ratios(0);
+        assert_eq!(ratios.len(), 1);
+        assert!((ratios[0].2 - 400.0 / 150.0).abs() < 1e-9);
+        // 5 clients: Rally only, no ratio.
+        assert!(table.ratios(1).is_empty());
+        let rows = table.json_rows();
+        assert_eq!(rows[0]["label"], "1 client");
+        assert_eq!(rows[0]["msgs_per_sec"]["pekko"]["median"], 150.0);
+        assert!(rows[0]["ratios"]["rally/pekko"].as_f64().is_some());
+        let text = table.text("remote-ping-pong", 3, &[]);
+        assert!(text.contains("rally/pekko 2.67x"), "{text}");
+    }
+
+    #[test]
+    fn runtime_field_splits_series() {
+        let mut mt = Row::new("1 pair(s), 1 in flight, mt")
+            .clients(1)
+            .with("in_flight", 1)
+            .with("runtime", "mt");
+        mt.msgs_per_sec = Some(2.0);
+        let mut ct = Row::new("1 pair(s), 1 in flight, ct")
+            .clients(1)
+            .with("in_flight", 1)
+            .with("runtime", "ct");
+        ct.msgs_per_sec = Some(4.0);
+        let mut peer = Row::new("1 pair, 1 in flight")
+            .clients(1)
+            .with("in_flight", 1);
+        peer.msgs_per_sec = Some(1.0);
+        let table =
+            Comparison::build(&[report("rally", vec![mt, ct]), report("actix", vec![peer])]);
+        assert_eq!(
+            table.series,
+            vec![
+                "rally mt".to_owned(),
+                "rally ct".to_owned(),
+                "actix".to_owned()
+            ]
+        );
+        assert_eq!(table.keys.len(), 1);
+        let ratios: Vec<f64> = table.ratios(0).iter().map(|r| r.2).collect();
+        assert_eq!(ratios, vec![2.0, 4.0]);
+    }
+
+    #[test]
+    fn parse_report_reads_the_shared_format_and_skips_noise() {
+        let go = r#"{"scenario":"remote-ping-pong","framework":"protoactor-go","machine":{"cores":2,"cpu":"AMD EPYC"},"params":{"processes":2},"rows":[{"clients":1,"elapsed_ms":262.1,"label":"1 client","msgs_per_sec":763010.5,"p50_us":null,"p99_us":null,"total_msgs":200000}]}"#;
+        let report = parse_report(&format!("some library banner\n{go}\n")).expect("a valid report");
+        assert_eq!(report.framework, "protoactor-go");
+        assert_eq!(report.rows[0].clients, Some(1));
+        assert_eq!(report.rows[0].msgs_per_sec, Some(763010.5));
+        // Extra fields land in `extra` and still match.
+        let java = r#"{"scenario":"max-throughput","framework":"pekko","machine":{"cores":2,"cpu":"x"},"params":{},"rows":[{"label":"100 B","clients":1,"total_msgs":1000,"elapsed_ms":1.0,"msgs_per_sec":1.0E6,"p50_us":null,"p99_us":null,"payload_bytes":100,"mb_per_sec":100.0}]}"#;
+        let report = parse_report(java).expect("a valid report");
+        assert_eq!(row_key(&report.rows[0]), RowKey::Payload(100));
+        assert!(parse_report("").is_err());
+        assert!(parse_report("{\"not\": \"a report\"}").is_err());
+        assert!(parse_report(r#"{"scenario":"s","framework":"f","machine":{"cores":1,"cpu":"c"},"params":{},"rows":[]}"#).is_err());
+    }
+
+    #[test]
+    fn peers_selection() {
+        let all = select_peers("remote-ping-pong", &[]).expect("default selection");
+        let names: Vec<&str> = all
+            .iter()
+            .map(|s| match s {
+                Selected::Run(p) => p.name,
+                Selected::Skip(..) => "skip",
+            })
+            .collect();
+        assert_eq!(names, vec!["protoactor-go", "pekko"]);
+        let local = select_peers("local-ping-pong", &[]).expect("default selection");
+        assert_eq!(local.len(), PEERS.len());
+        let named = select_peers("remote-ping-pong", &["actix".to_owned()]).expect("known peer");
+        assert!(matches!(&named[0], Selected::Skip(name, _) if name == "actix"));
+        assert!(select_peers("remote-ping-pong", &["nope".to_owned()]).is_err());
+    }
+
+    #[test]
+    fn si_formats_rates() {
+        assert_eq!(si(1_234_567.0), "1.23M");
+        assert_eq!(si(285_000.0), "285k");
+        assert_eq!(si(999.0), "999");
+    }
+}
