@@ -55,6 +55,7 @@ impl Capacity {
     }
 
     /// Messages queued now.
+    #[cfg(test)]
     pub(crate) fn len(&self) -> usize {
         self.len.load(Ordering::Relaxed)
     }

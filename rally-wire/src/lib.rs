@@ -1,0 +1,55 @@
+//! Rally's wire protocol, with no I/O and no clock.
+//!
+//! Everything here works on byte slices and `BytesMut` buffers and takes time as an argument,
+//! in the manner of `quinn-proto`: framing, the envelope frames of the data phase, the
+//! per-connection compression tables, the authenticated handshake state machines and the
+//! phi-accrual failure detector. `rally-remote` drives it over sockets; tests and fuzzers drive
+//! it directly. The byte layout is specified in `docs/wire-protocol.md`.
+//!
+//! # Example
+//!
+//! ```
+//! use bytes::BytesMut;
+//! use rally_wire::{FrameKind, encode_heartbeat, decode_heartbeat, split_frame};
+//!
+//! let mut out = BytesMut::new();
+//! encode_heartbeat(&mut out, 42);
+//! let (kind, body, used) = split_frame(&out, 1024).unwrap().unwrap();
+//! assert_eq!((kind, decode_heartbeat(body).unwrap(), used), (FrameKind::Heartbeat, 42, out.len()));
+//! ```
+//!
+//! # Modules
+//!
+//! - ids: [`NodeAddress`], [`Incarnation`], [`UniqueAddress`], [`Lane`]
+//! - framing: [`split_frame`], [`begin_frame`]/[`finish_frame`], the preface
+//! - envelope frames: messages, replies, definitions, heartbeats, system messages
+//! - tables: [`OutboundTable`], [`InboundTable`]
+//! - handshake: [`ClientHandshake`], [`ServerHandshake`]
+//! - failure detection: [`PhiAccrualDetector`]
+
+mod codec;
+mod envelope;
+mod failure_detector;
+mod frame;
+mod handshake;
+mod ids;
+mod tables;
+
+pub use codec::{DecodeError, Reader, put_str, put_varint};
+pub use envelope::{
+    MAX_MANIFEST_LEN, MAX_RECIPIENT_LEN, MessageHeader, ReplyHeader, ReplyStatus, SystemMessage,
+    decode_define_manifest, decode_define_recipient, decode_heartbeat, decode_message,
+    decode_reply, decode_system, encode_define_manifest, encode_define_recipient, encode_heartbeat,
+    encode_leave, encode_system, write_message_header, write_reply_header,
+};
+pub use failure_detector::{PhiAccrualConfig, PhiAccrualDetector};
+pub use frame::{
+    FRAME_HEADER_LEN, FrameError, FrameKind, FrameMark, FrameTooLargeError, MAGIC, PREFACE_LEN,
+    PrefaceError, VERSION, begin_frame, check_preface, encode_preface, finish_frame, split_frame,
+};
+pub use handshake::{
+    ClientHandshake, HandshakeConfig, HandshakeError, HandshakeEvent, PeerInfo, RejectReason,
+    ServerHandshake,
+};
+pub use ids::{AddressParseError, Incarnation, Lane, NodeAddress, UniqueAddress};
+pub use tables::{InboundTable, OutboundTable, TableError};
