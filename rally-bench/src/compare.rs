@@ -36,7 +36,8 @@ pub struct CompareArgs {
     #[arg(long, default_value_t = 3)]
     runs: usize,
     /// Peers to run, comma-separated (default: every peer that has the scenario). Known:
-    /// protoactor-go, pekko, actix, ractor-mt, ractor-ct, kameo-mt, kameo-ct.
+    /// protoactor-go, pekko, pekko-aeron (only when named), actix, ractor-mt, ractor-ct, kameo-mt,
+    /// kameo-ct.
     #[arg(long, value_delimiter = ',')]
     peers: Vec<String>,
     /// Print one JSON object instead of the tables.
@@ -172,6 +173,8 @@ struct Peer {
     /// The program and its leading arguments; `<scenario> --json [--quick]` follow.
     command: fn(&Path) -> (PathBuf, Vec<String>),
     scenarios: &'static [&'static str],
+    /// Whether it runs when --peers is not given.
+    by_default: bool,
 }
 
 const ALL_REMOTE: &[&str] = &[
@@ -181,6 +184,7 @@ const ALL_REMOTE: &[&str] = &[
     "local-ping-pong",
 ];
 const LOCAL_ONLY: &[&str] = &["local-ping-pong"];
+const REMOTE_ONLY: &[&str] = &["remote-ping-pong", "max-throughput", "latency"];
 const RUST_BUILD: &[&str] = &["cargo", "build", "--release", "--locked"];
 const RUST_BIN: &str = "target/release/rust-peers";
 
@@ -201,6 +205,7 @@ const PEERS: &[Peer] = &[
         build: &["go", "build", "-o", "bin/protoactor-bench", "."],
         command: |artifact| (artifact.to_owned(), vec![]),
         scenarios: ALL_REMOTE,
+        by_default: true,
     },
     Peer {
         name: "pekko",
@@ -215,6 +220,21 @@ const PEERS: &[Peer] = &[
             )
         },
         scenarios: ALL_REMOTE,
+        by_default: true,
+    },
+    Peer {
+        name: "pekko-aeron",
+        dir: "pekko",
+        toolchain: &["mvn", "java"],
+        artifact: "target/pekko-bench.jar",
+        build: &["mvn", "-q", "-B", "package"],
+        command: |artifact| {
+            let jar = artifact.display().to_string();
+            (PathBuf::from("java"), ["-jar", &jar, "--transport", "aeron-udp"].map(str::to_owned).to_vec())
+        },
+        scenarios: REMOTE_ONLY,
+        // Two embedded Aeron media drivers spin on the same 2 cores as the actors: opt-in only.
+        by_default: false,
     },
     Peer {
         name: "actix",
@@ -224,6 +244,7 @@ const PEERS: &[Peer] = &[
         build: RUST_BUILD,
         command: |a| rust_peer(a, "actix"),
         scenarios: LOCAL_ONLY,
+        by_default: true,
     },
     Peer {
         name: "ractor-mt",
@@ -233,6 +254,7 @@ const PEERS: &[Peer] = &[
         build: RUST_BUILD,
         command: |a| rust_peer(a, "ractor-mt"),
         scenarios: LOCAL_ONLY,
+        by_default: true,
     },
     Peer {
         name: "ractor-ct",
@@ -242,6 +264,7 @@ const PEERS: &[Peer] = &[
         build: RUST_BUILD,
         command: |a| rust_peer(a, "ractor-ct"),
         scenarios: LOCAL_ONLY,
+        by_default: true,
     },
     Peer {
         name: "kameo-mt",
@@ -251,6 +274,7 @@ const PEERS: &[Peer] = &[
         build: RUST_BUILD,
         command: |a| rust_peer(a, "kameo-mt"),
         scenarios: LOCAL_ONLY,
+        by_default: true,
     },
     Peer {
         name: "kameo-ct",
@@ -260,6 +284,7 @@ const PEERS: &[Peer] = &[
         build: RUST_BUILD,
         command: |a| rust_peer(a, "kameo-ct"),
         scenarios: LOCAL_ONLY,
+        by_default: true,
     },
 ];
 
@@ -274,7 +299,7 @@ fn select_peers(scenario: &str, names: &[String]) -> anyhow::Result<Vec<Selected
     if names.is_empty() {
         return Ok(PEERS
             .iter()
-            .filter(|p| p.scenarios.contains(&scenario))
+            .filter(|p| p.by_default && p.scenarios.contains(&scenario))
             .map(Selected::Run)
             .collect());
     }
@@ -1161,7 +1186,9 @@ mod tests {
             .collect();
         assert_eq!(names, vec!["protoactor-go", "pekko"]);
         let local = select_peers("local-ping-pong", &[]).expect("default selection");
-        assert_eq!(local.len(), PEERS.len());
+        assert_eq!(local.len(), 7);
+        let aeron = select_peers("latency", &["pekko-aeron".to_owned()]).expect("known peer");
+        assert!(matches!(&aeron[0], Selected::Run(p) if p.name == "pekko-aeron"));
         let named = select_peers("remote-ping-pong", &["actix".to_owned()]).expect("known peer");
         assert!(matches!(&named[0], Selected::Skip(name, _) if name == "actix"));
         assert!(select_peers("remote-ping-pong", &["nope".to_owned()]).is_err());

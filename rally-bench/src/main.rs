@@ -6,7 +6,7 @@ mod scenarios;
 
 use clap::{Parser, Subcommand};
 
-use scenarios::local;
+use scenarios::{local, raw_echo, remote};
 
 /// Rally's benchmark scenarios.
 #[derive(Debug, Parser)]
@@ -26,6 +26,20 @@ enum Scenario {
     Spawn(local::SpawnArgs),
     /// `ask` round-trip latency on the multi-threaded and the current-thread runtime.
     AskLatency(local::AskArgs),
+    /// The Akka.NET RemotePingPong between two nodes (the main benchmark).
+    RemotePingPong(remote::PingPongArgs),
+    /// One-way flood of 100 B, 1 KiB and 10 KiB messages to another node.
+    MaxThroughput(remote::MaxThroughputArgs),
+    /// Round trips at fixed offered rates, from the intended send time.
+    Latency(remote::LatencyArgs),
+    /// The limit: the same frames echoed over one TCP connection with no actors.
+    RawEcho(raw_echo::RawEchoArgs),
+    /// Internal: node B of the remote scenarios, in a child process.
+    #[command(hide = true)]
+    RemoteEchoNode,
+    /// Internal: the raw echo server, in a child process.
+    #[command(hide = true)]
+    RawEchoServer,
 }
 
 fn main() -> anyhow::Result<()> {
@@ -35,5 +49,11 @@ fn main() -> anyhow::Result<()> {
         Scenario::LocalThroughput(args) => local::throughput(&args),
         Scenario::Spawn(args) => local::spawn(&args),
         Scenario::AskLatency(args) => local::ask_latency(&args),
+        Scenario::RemotePingPong(args) => remote::ping_pong(&args),
+        Scenario::MaxThroughput(args) => remote::max_throughput(&args),
+        Scenario::Latency(args) => remote::latency(&args),
+        Scenario::RawEcho(args) => raw_echo::raw_echo(&args),
+        Scenario::RemoteEchoNode => remote::echo_node_main(),
+        Scenario::RawEchoServer => raw_echo::server_main(),
     }
 }

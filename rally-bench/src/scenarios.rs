@@ -2,3 +2,5 @@
 
 pub mod common;
 pub mod local;
+pub mod raw_echo;
+pub mod remote;

@@ -1,2 +1,73 @@
-//! Rally (being assembled).
-pub use rally_actor::*;
+//! Rally: a distributed actor runtime for Rust.
+//!
+//! Actors own their state and talk only by messages, in one process or across machines. An
+//! [`ActorRef<A>`] is the same type whether the actor is local or on another node; `tell`
+//! never blocks, `ask` returns the typed reply or a typed error within a timeout.
+//!
+//! # Example
+//!
+//! ```
+//! use std::time::Duration;
+//! use rally::prelude::*;
+//!
+//! struct Greeter;
+//! impl Actor for Greeter {}
+//!
+//! struct Greet(String);
+//! impl Message for Greet {
+//!     type Reply = String;
+//! }
+//!
+//! impl Handler<Greet> for Greeter {
+//!     async fn handle(&mut self, msg: Greet, _ctx: &mut Context<Self>) -> ActorResult<String> {
+//!         Ok(format!("Hello {}", msg.0))
+//!     }
+//! }
+//!
+//! # #[tokio::main] async fn main() {
+//! let system = ActorSystem::new("example");
+//! let greeter = system.spawn(Greeter).unwrap();
+//! let reply = greeter.ask(Greet("Rally".into()), Duration::from_secs(1)).await;
+//! assert_eq!(reply.unwrap(), "Hello Rally");
+//! system.shutdown().await.unwrap();
+//! # }
+//! ```
+//!
+//! # Crate tour
+//!
+//! | crate | what | here as |
+//! |---|---|---|
+//! | `rally-actor` | local runtime: actors, refs, mailboxes, supervision, watch, timers | the root |
+//! | `rally-remote` | nodes, remote refs, batching transport | [`remote`] (feature `remote`) |
+//! | `rally-wire` | the wire protocol, no I/O | used by `rally-remote` |
+//! | `rally-test` | probes and paused time for tests | a dev-dependency of yours |
+//!
+//! # Features
+//!
+//! | feature | default | adds |
+//! |---|---|---|
+//! | `remote` | yes | [`remote`]: [`remote::RemoteNode`] and friends |
+
+pub use rally_actor::{
+    Actor, ActorError, ActorId, ActorRef, ActorResult, ActorSystem, AskError, Backoff, Context,
+    DEFAULT_THROUGHPUT, DeadLetter, DeadLetterReason, DeadLetters, DeliveryError, Directive,
+    Dispatcher, Envelope, ErasedReply, EventStream, ExternalTarget, Failure, Handler, LookupError,
+    MailboxConfig, Message, Overflow, Props, Recipient, ReplyError, ReplySink, ReplyTo, Scope,
+    SendError, ShutdownError, SpawnError, SupervisorStrategy, SystemConfig, Terminated,
+    TerminationSink, TimerId, Undelivered, WeakActorRef,
+};
+
+/// Actors on other nodes: [`RemoteNode`](remote::RemoteNode), registration of remote message
+/// types, transports.
+#[cfg(feature = "remote")]
+pub mod remote {
+    pub use rally_remote::*;
+}
+
+/// The names most actor code needs.
+pub mod prelude {
+    pub use rally_actor::prelude::*;
+
+    #[cfg(feature = "remote")]
+    pub use rally_remote::{MessageTable, RemoteActor, RemoteMessage, RemoteNode};
+}

@@ -1,0 +1,190 @@
+//! `raw-echo`: the limit. The same framed bytes as remote-ping-pong, pipelined over one loopback
+//! TCP connection by a minimal program with no actors, batching writes the same way (everything
+//! that is ready goes out in one write). Rally's remote-ping-pong divided by this is how close
+//! it gets to what the machine can do.
+
+use std::process::Stdio;
+use std::time::{Duration, Instant};
+
+use anyhow::{Context as _, bail};
+use clap::Args;
+use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
+use tokio::net::{TcpListener, TcpStream};
+use tokio::process::Command;
+
+use super::common::{CommonArgs, multi_thread_runtime, on_worker};
+use super::remote::NodeArgs;
+use crate::report::{Report, Row};
+
+/// One steady-state message frame as Rally writes it for a `Ping`: length, kind, recipient id,
+/// manifest id, a three-byte request id, a two-byte payload.
+const FRAME: [u8; 13] = [9, 0, 0, 0, 0x10, 1, 1, 0x81, 0x80, 0x01, 0xd0, 0x0f, 0];
+const FRAME_LEN: usize = FRAME.len();
+
+/// `raw-echo` flags.
+#[derive(Debug, Args)]
+pub struct RawEchoArgs {
+    #[command(flatten)]
+    common: CommonArgs,
+    #[command(flatten)]
+    node: NodeArgs,
+    /// Round trips per client (the window is 50 per client, as in remote-ping-pong).
+    #[arg(long, default_value_t = 100_000)]
+    round_trips: u64,
+    /// Client counts, comma separated: in flight = clients × 50 on one connection.
+    #[arg(long, value_delimiter = ',', default_value = "1,5,10,15,20,25,30")]
+    clients: Vec<u64>,
+}
+
+/// Echoes every complete frame back, batching whatever one read brought into one write.
+async fn serve(listener: TcpListener) -> anyhow::Result<()> {
+    loop {
+        let (mut stream, _) = listener.accept().await?;
+        stream.set_nodelay(true)?;
+        tokio::spawn(async move {
+            let mut buf = vec![0u8; 256 * 1024];
+            let mut filled = 0;
+            loop {
+                let n = match stream.read(&mut buf[filled..]).await {
+                    Ok(0) | Err(_) => return,
+                    Ok(n) => n,
+                };
+                filled += n;
+                let whole = filled / FRAME_LEN * FRAME_LEN;
+                if whole > 0 {
+                    if stream.write_all(&buf[..whole]).await.is_err() {
+                        return;
+                    }
+                    buf.copy_within(whole..filled, 0);
+                    filled -= whole;
+                }
+            }
+        });
+    }
+}
+
+/// `raw-echo-server`: listens, prints `LISTENING <port>`, serves until stdin closes.
+pub fn server_main() -> anyhow::Result<()> {
+    let runtime = multi_thread_runtime();
+    runtime.block_on(async {
+        let listener = TcpListener::bind("127.0.0.1:0").await?;
+        println!("LISTENING {}", listener.local_addr()?.port());
+        tokio::spawn(serve(listener));
+        let mut lines = BufReader::new(tokio::io::stdin()).lines();
+        while lines.next_line().await?.is_some() {}
+        Ok(())
+    })
+}
+
+/// Keeps `window` frames in flight until `total` have come back; returns the elapsed time.
+async fn pipeline(port: u16, window: u64, total: u64) -> anyhow::Result<Duration> {
+    let stream = TcpStream::connect(("127.0.0.1", port)).await?;
+    stream.set_nodelay(true)?;
+    let (mut reader, mut writer) = stream.into_split();
+    let credits = std::sync::Arc::new(tokio::sync::Semaphore::new(0));
+    let start = Instant::now();
+    let sender = {
+        let credits = credits.clone();
+        tokio::spawn(async move {
+            let mut out = Vec::with_capacity(FRAME_LEN * window as usize);
+            let mut sent = 0u64;
+            let mut allowed = window.min(total);
+            while sent < total {
+                out.clear();
+                for _ in 0..allowed {
+                    out.extend_from_slice(&FRAME);
+                }
+                writer.write_all(&out).await?;
+                sent += allowed;
+                if sent >= total {
+                    break;
+                }
+                // Wait for at least one reply, then send as many as came back (batched).
+                let first = credits.acquire().await?;
+                first.forget();
+                let mut more = 1u64;
+                while let Ok(permit) = credits.try_acquire() {
+                    permit.forget();
+                    more += 1;
+                }
+                allowed = more.min(total - sent);
+            }
+            anyhow::Ok(())
+        })
+    };
+    let mut buf = vec![0u8; 256 * 1024];
+    let mut received = 0u64;
+    let mut partial = 0usize;
+    while received < total {
+        let n = reader.read(&mut buf).await?;
+        if n == 0 {
+            bail!("the echo server closed the connection");
+        }
+        let bytes = partial + n;
+        let frames = bytes / FRAME_LEN;
+        partial = bytes % FRAME_LEN;
+        received += frames as u64;
+        credits.add_permits(frames);
+    }
+    let elapsed = start.elapsed();
+    sender.await??;
+    Ok(elapsed)
+}
+
+/// Runs `raw-echo`.
+pub fn raw_echo(args: &RawEchoArgs) -> anyhow::Result<()> {
+    let (round_trips, clients) = if args.common.quick {
+        (5_000, vec![1, 5])
+    } else {
+        (args.round_trips, args.clients.clone())
+    };
+    let processes = args.node.processes;
+    let runtime = multi_thread_runtime();
+    let rows = on_worker(&runtime, async move {
+        let (port, _child) = if processes == 1 {
+            let listener = TcpListener::bind("127.0.0.1:0").await?;
+            let port = listener.local_addr()?.port();
+            tokio::spawn(serve(listener));
+            (port, None)
+        } else {
+            let exe = std::env::current_exe()?;
+            let mut child = Command::new(exe)
+                .arg("raw-echo-server")
+                .stdin(Stdio::piped())
+                .stdout(Stdio::piped())
+                .kill_on_drop(true)
+                .spawn()
+                .context("starting the raw echo server")?;
+            let mut lines = BufReader::new(child.stdout.take().context("child stdout")?).lines();
+            let line = lines
+                .next_line()
+                .await?
+                .context("the server exited before listening")?;
+            let port: u16 = line
+                .strip_prefix("LISTENING ")
+                .context("unexpected server line")?
+                .parse()?;
+            (port, Some(child))
+        };
+        pipeline(port, 50, 10_000).await?;
+        let mut rows = Vec::new();
+        for c in clients {
+            let elapsed = pipeline(port, c * 50, c * round_trips).await?;
+            rows.push(
+                Row::new(format!("{c} clients"))
+                    .clients(c)
+                    .throughput(c * round_trips * 2, elapsed)
+                    .with("in_flight", c * 50),
+            );
+        }
+        anyhow::Ok(rows)
+    })?;
+    let mut report = Report::new("raw-echo");
+    report
+        .param("frame_bytes", FRAME_LEN as u64)
+        .param("processes", processes)
+        .param("connections", 1);
+    report.rows = rows;
+    report.print(args.common.json);
+    Ok(())
+}

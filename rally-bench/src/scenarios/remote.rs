@@ -1,0 +1,580 @@
+//! Remote scenarios (BENCHMARKS.md §1–3): ping-pong, one-way throughput, latency at a fixed
+//! rate. Node B (the echo side) runs in a child process by default (`--processes 2`), or in
+//! this process (`--processes 1`, as the Akka.NET original).
+
+use std::process::Stdio;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use anyhow::{Context as _, bail};
+use clap::Args;
+use hdrhistogram::Histogram;
+use rally::remote::{
+    MessageTable, NodeAddress, RemoteActor, RemoteConfig, RemoteMessage, RemoteNode,
+};
+use rally::{Actor, ActorRef, ActorResult, ActorSystem, Context, Handler, Message, Recipient};
+use serde::{Deserialize, Serialize};
+use tokio::io::{AsyncBufReadExt, BufReader};
+use tokio::process::{Child, Command};
+use tokio::sync::oneshot;
+
+use super::common::{CommonArgs, micros, multi_thread_runtime, on_worker};
+use crate::report::{Report, Row};
+
+/// The secret both benchmark nodes share.
+const SECRET: &[u8] = b"rally-bench";
+/// Echo actors node B exposes (the largest client count of remote-ping-pong).
+const ECHOES: usize = 30;
+
+/// Where node B runs.
+#[derive(Debug, Clone, Args)]
+pub struct NodeArgs {
+    /// 2: node B in a child process (default); 1: both nodes in this process.
+    #[arg(long, default_value_t = 2)]
+    pub processes: u8,
+}
+
+/// The benchmark message: a tiny payload, as the original's short string.
+#[derive(Debug, Clone, Copy, Serialize, Deserialize)]
+pub struct Ping(pub u64);
+impl Message for Ping {
+    type Reply = Pong;
+}
+impl RemoteMessage for Ping {
+    const MANIFEST: &'static str = "bench.Ping";
+}
+
+/// The echo's reply.
+#[derive(Debug, Clone, Copy, Serialize, Deserialize)]
+pub struct Pong(pub u64);
+impl Message for Pong {
+    type Reply = ();
+}
+
+/// A payload of a chosen size, for the one-way flood.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Blob(#[serde(with = "serde_bytes_compat")] pub Vec<u8>);
+impl Message for Blob {
+    type Reply = ();
+}
+impl RemoteMessage for Blob {
+    const MANIFEST: &'static str = "bench.Blob";
+}
+
+/// Asks the sink how many blobs it has seen (the flood's acknowledgement window).
+#[derive(Debug, Clone, Copy, Serialize, Deserialize)]
+pub struct Count;
+impl Message for Count {
+    type Reply = u64;
+}
+impl RemoteMessage for Count {
+    const MANIFEST: &'static str = "bench.Count";
+}
+
+mod serde_bytes_compat {
+    //! Vec<u8> as one length-prefixed byte string (postcard writes it as such either way).
+    use serde::{Deserialize, Deserializer, Serializer};
+
+    pub fn serialize<S: Serializer>(bytes: &[u8], s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_bytes(bytes)
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Vec<u8>, D::Error> {
+        <Vec<u8>>::deserialize(d)
+    }
+}
+
+/// Replies to every `Ping` with a `Pong`; counts `Blob`s.
+#[derive(Default)]
+pub struct Echo {
+    blobs: u64,
+}
+impl Actor for Echo {}
+impl Handler<Ping> for Echo {
+    async fn handle(&mut self, ping: Ping, _ctx: &mut Context<Self>) -> ActorResult<Pong> {
+        Ok(Pong(ping.0))
+    }
+}
+impl Handler<Blob> for Echo {
+    async fn handle(&mut self, _: Blob, _ctx: &mut Context<Self>) -> ActorResult<()> {
+        self.blobs += 1;
+        Ok(())
+    }
+}
+impl Handler<Count> for Echo {
+    async fn handle(&mut self, _: Count, _ctx: &mut Context<Self>) -> ActorResult<u64> {
+        Ok(self.blobs)
+    }
+}
+impl RemoteActor for Echo {
+    fn messages(table: &mut MessageTable<Self>) {
+        table.add::<Ping>().add::<Blob>().add::<Count>();
+    }
+}
+
+/// Node B: an actor system exposing `echo-0` … `echo-29`.
+pub async fn start_echo_node(host: &str, port: u16) -> anyhow::Result<(ActorSystem, RemoteNode)> {
+    let system = ActorSystem::new("echo");
+    let node = RemoteNode::start(
+        &system,
+        RemoteConfig::new(host, port).with_secret(SECRET.to_vec()),
+    )
+    .await?;
+    for i in 0..ECHOES {
+        let echo = system.spawn(Echo::default())?;
+        node.expose(&format!("echo-{i}"), &echo)?;
+    }
+    Ok((system, node))
+}
+
+/// `remote-echo-node`: runs node B until stdin closes; prints `LISTENING <address>` first.
+pub fn echo_node_main() -> anyhow::Result<()> {
+    let runtime = multi_thread_runtime();
+    runtime.block_on(async {
+        let (_system, node) = start_echo_node("127.0.0.1", 0).await?;
+        println!("LISTENING {}", node.address());
+        // Run until the parent closes our stdin (or dies).
+        let mut lines = BufReader::new(tokio::io::stdin()).lines();
+        while lines.next_line().await?.is_some() {}
+        Ok(())
+    })
+}
+
+/// Node B, in a child process or in this one; dropping it stops it.
+pub struct EchoSide {
+    pub address: NodeAddress,
+    _child: Option<Child>,
+    _local: Option<(ActorSystem, RemoteNode)>,
+}
+
+impl EchoSide {
+    /// Starts node B as `args` says.
+    pub async fn start(args: &NodeArgs) -> anyhow::Result<Self> {
+        match args.processes {
+            1 => {
+                let (system, node) = start_echo_node("127.0.0.1", 0).await?;
+                Ok(Self {
+                    address: node.address().clone(),
+                    _child: None,
+                    _local: Some((system, node)),
+                })
+            }
+            2 => {
+                let exe = std::env::current_exe().context("finding this executable")?;
+                let mut child = Command::new(exe)
+                    .arg("remote-echo-node")
+                    .stdin(Stdio::piped())
+                    .stdout(Stdio::piped())
+                    .kill_on_drop(true)
+                    .spawn()
+                    .context("starting the echo node process")?;
+                let stdout = child.stdout.take().context("child stdout")?;
+                let mut lines = BufReader::new(stdout).lines();
+                let line = tokio::time::timeout(Duration::from_secs(20), lines.next_line())
+                    .await
+                    .context("the echo node did not start within 20 s")??
+                    .context("the echo node exited before listening")?;
+                let Some(address) = line.strip_prefix("LISTENING ") else {
+                    bail!("unexpected line from the echo node: {line}")
+                };
+                Ok(Self {
+                    address: address.parse().map_err(|e| anyhow::anyhow!("{e:?}"))?,
+                    _child: Some(child),
+                    _local: None,
+                })
+            }
+            other => bail!("--processes must be 1 or 2, not {other}"),
+        }
+    }
+}
+
+/// Node A.
+async fn start_client_node() -> anyhow::Result<(ActorSystem, RemoteNode)> {
+    let system = ActorSystem::new("bench");
+    let node = RemoteNode::start(
+        &system,
+        RemoteConfig::new("127.0.0.1", 0).with_secret(SECRET.to_vec()),
+    )
+    .await?;
+    Ok((system, node))
+}
+
+/// `remote-ping-pong` flags.
+#[derive(Debug, Args)]
+pub struct PingPongArgs {
+    #[command(flatten)]
+    common: CommonArgs,
+    #[command(flatten)]
+    node: NodeArgs,
+    /// Round trips per client.
+    #[arg(long, default_value_t = 100_000)]
+    round_trips: u64,
+    /// Messages in flight per client.
+    #[arg(long, default_value_t = 50)]
+    in_flight: u64,
+    /// Client counts, comma separated.
+    #[arg(long, value_delimiter = ',', default_value = "1,5,10,15,20,25,30")]
+    clients: Vec<usize>,
+}
+
+/// Keeps `in_flight` pings outstanding to its echo until it has `remaining` replies.
+struct Client {
+    echo: ActorRef<Echo>,
+    me: Option<Recipient<Pong>>,
+    to_send: u64,
+    to_receive: u64,
+    done: Option<oneshot::Sender<()>>,
+}
+struct Go(u64);
+impl Message for Go {
+    type Reply = ();
+}
+impl Actor for Client {}
+impl Handler<Go> for Client {
+    async fn handle(&mut self, go: Go, ctx: &mut Context<Self>) -> ActorResult<()> {
+        let me = ctx.myself().recipient::<Pong>();
+        for _ in 0..go.0.min(self.to_send) {
+            self.echo.request(Ping(self.to_send), &me)?;
+            self.to_send -= 1;
+        }
+        self.me = Some(me);
+        Ok(())
+    }
+}
+impl Handler<Pong> for Client {
+    async fn handle(&mut self, _: Pong, _ctx: &mut Context<Self>) -> ActorResult<()> {
+        self.to_receive -= 1;
+        if self.to_send > 0 {
+            let me = self
+                .me
+                .as_ref()
+                .expect("Go sets the recipient before any Pong");
+            self.echo.request(Ping(self.to_send), me)?;
+            self.to_send -= 1;
+        } else if self.to_receive == 0 {
+            if let Some(done) = self.done.take() {
+                let _ = done.send(());
+            }
+        }
+        Ok(())
+    }
+}
+
+async fn ping_pong_round(
+    system: &ActorSystem,
+    node: &RemoteNode,
+    echo_at: &NodeAddress,
+    clients: usize,
+    round_trips: u64,
+    in_flight: u64,
+) -> anyhow::Result<Duration> {
+    let mut actors = Vec::new();
+    let mut waits = Vec::new();
+    for i in 0..clients {
+        let echo = node.lookup::<Echo>(echo_at, &format!("echo-{i}"));
+        let (done, wait) = oneshot::channel();
+        actors.push(system.spawn(Client {
+            echo,
+            me: None,
+            to_send: round_trips,
+            to_receive: round_trips,
+            done: Some(done),
+        })?);
+        waits.push(wait);
+    }
+    let start = Instant::now();
+    for actor in &actors {
+        actor
+            .tell(Go(in_flight))
+            .map_err(|e| anyhow::anyhow!("{e}"))?;
+    }
+    for wait in waits {
+        tokio::time::timeout(Duration::from_secs(120), wait)
+            .await
+            .context("a client did not finish within 120 s")??;
+    }
+    let elapsed = start.elapsed();
+    for actor in actors {
+        actor.stop();
+    }
+    Ok(elapsed)
+}
+
+/// Runs `remote-ping-pong`.
+pub fn ping_pong(args: &PingPongArgs) -> anyhow::Result<()> {
+    let (round_trips, clients) = if args.common.quick {
+        (5_000, vec![1, 5])
+    } else {
+        (args.round_trips, args.clients.clone())
+    };
+    let in_flight = args.in_flight;
+    let node_args = args.node.clone();
+    let runtime = multi_thread_runtime();
+    let rows = on_worker(&runtime, async move {
+        let echo_side = EchoSide::start(&node_args).await?;
+        let (system, node) = start_client_node().await?;
+        // Warm up: connections, handshakes, tables, allocator.
+        ping_pong_round(
+            &system,
+            &node,
+            &echo_side.address,
+            2,
+            round_trips.min(20_000),
+            in_flight,
+        )
+        .await?;
+        let mut rows = Vec::new();
+        for &n in &clients {
+            let before = node.stats();
+            let elapsed = ping_pong_round(
+                &system,
+                &node,
+                &echo_side.address,
+                n,
+                round_trips,
+                in_flight,
+            )
+            .await?;
+            let after = node.stats();
+            let sent = after.messages_sent - before.messages_sent;
+            let writes = (after.writes - before.writes).max(1);
+            let bytes = after.bytes_written - before.bytes_written;
+            rows.push(
+                Row::new(format!("{n} clients"))
+                    .clients(n as u64)
+                    .throughput(n as u64 * round_trips * 2, elapsed)
+                    .with("msgs_per_write", sent as f64 / writes as f64)
+                    .with("bytes_per_msg", bytes as f64 / sent.max(1) as f64),
+            );
+        }
+        node.leave(Duration::from_secs(1)).await;
+        anyhow::Ok(rows)
+    })?;
+    let mut report = Report::new("remote-ping-pong");
+    report
+        .param("round_trips_per_client", round_trips)
+        .param("in_flight_per_client", in_flight)
+        .param("processes", args.node.processes)
+        .param("transport", "tcp loopback");
+    report.rows = rows;
+    if args.common.json {
+        report.print(true);
+    } else {
+        println!("Num clients, Total [msg], Msgs/sec, Total [ms]");
+        for row in &report.rows {
+            println!(
+                "{}, {}, {:.0}, {:.0}",
+                row.clients.unwrap_or(0),
+                row.total_msgs.unwrap_or(0),
+                row.msgs_per_sec.unwrap_or(0.0),
+                row.elapsed_ms.unwrap_or(0.0)
+            );
+        }
+        eprint!("{}", report.table());
+    }
+    Ok(())
+}
+
+/// `max-throughput` flags.
+#[derive(Debug, Args)]
+pub struct MaxThroughputArgs {
+    #[command(flatten)]
+    common: CommonArgs,
+    #[command(flatten)]
+    node: NodeArgs,
+    /// Messages per payload size.
+    #[arg(long, default_value_t = 2_000_000)]
+    messages: u64,
+    /// Messages per burst.
+    #[arg(long, default_value_t = 1_000)]
+    burst: u64,
+    /// Bursts that may be unacknowledged.
+    #[arg(long, default_value_t = 3)]
+    window: u64,
+}
+
+fn cpu_seconds() -> f64 {
+    let Ok(stat) = std::fs::read_to_string("/proc/self/stat") else {
+        return 0.0;
+    };
+    let fields: Vec<&str> = stat
+        .rsplit(')')
+        .next()
+        .unwrap_or("")
+        .split_whitespace()
+        .collect();
+    let ticks: f64 = fields
+        .get(11)
+        .and_then(|u| u.parse::<f64>().ok())
+        .unwrap_or(0.0)
+        + fields
+            .get(12)
+            .and_then(|s| s.parse::<f64>().ok())
+            .unwrap_or(0.0);
+    ticks / 100.0
+}
+
+/// Runs `max-throughput`.
+pub fn max_throughput(args: &MaxThroughputArgs) -> anyhow::Result<()> {
+    let node_args = args.node.clone();
+    let (burst, window) = (args.burst, args.window);
+    let sizes = [100usize, 1024, 10 * 1024];
+    let messages = if args.common.quick {
+        50_000
+    } else {
+        args.messages
+    };
+    let runtime = multi_thread_runtime();
+    let rows = on_worker(&runtime, async move {
+        let echo_side = EchoSide::start(&node_args).await?;
+        let (_system, node) = start_client_node().await?;
+        let mut rows = Vec::new();
+        for (i, size) in sizes.into_iter().enumerate() {
+            let sink = node.lookup::<Echo>(&echo_side.address, &format!("echo-{i}"));
+            // Large payloads take fewer messages so each row runs for similar time.
+            let n = (messages * 100 / size as u64)
+                .max(burst * window * 4)
+                .min(messages);
+            let payload = vec![7u8; size];
+            let cpu_before = cpu_seconds();
+            let start = Instant::now();
+            let mut sent = 0u64;
+            let base = sink.ask(Count, Duration::from_secs(10)).await?;
+            while sent < n {
+                for _ in 0..burst.min(n - sent) {
+                    sink.send(Blob(payload.clone()))
+                        .await
+                        .map_err(|e| anyhow::anyhow!("{e}"))?;
+                    sent += 1;
+                }
+                // Keep at most `window` bursts unacknowledged: a Count ask is answered after
+                // every blob before it (per-pair ordering).
+                if sent >= burst * window && sent % (burst * window) < burst {
+                    let seen = sink.ask(Count, Duration::from_secs(30)).await? - base;
+                    if seen + burst * window < sent {
+                        bail!("acknowledgement lag: {seen} of {sent}");
+                    }
+                }
+            }
+            let received = loop {
+                let seen = sink.ask(Count, Duration::from_secs(30)).await? - base;
+                if seen >= n {
+                    break seen;
+                }
+                tokio::time::sleep(Duration::from_millis(1)).await;
+            };
+            let elapsed = start.elapsed();
+            let cpu = cpu_seconds() - cpu_before;
+            let mb = (received as f64 * size as f64) / elapsed.as_secs_f64() / 1e6;
+            rows.push(
+                Row::new(format!("{size} B"))
+                    .throughput(received, elapsed)
+                    .with("payload_bytes", size as u64)
+                    .with("mb_per_sec", mb)
+                    .with("sender_cpu_s", cpu),
+            );
+        }
+        node.leave(Duration::from_secs(1)).await;
+        anyhow::Ok(rows)
+    })?;
+    let mut report = Report::new("max-throughput");
+    report
+        .param("burst", burst)
+        .param("window_bursts", window)
+        .param("processes", args.node.processes);
+    report.rows = rows;
+    report.print(args.common.json);
+    Ok(())
+}
+
+/// `latency` flags.
+#[derive(Debug, Args)]
+pub struct LatencyArgs {
+    #[command(flatten)]
+    common: CommonArgs,
+    #[command(flatten)]
+    node: NodeArgs,
+    /// Offered rates in messages per second.
+    #[arg(long, value_delimiter = ',', default_value = "100,1000,10000,100000")]
+    rates: Vec<u64>,
+    /// Seconds per rate.
+    #[arg(long, default_value_t = 5)]
+    seconds: u64,
+}
+
+/// Runs `latency`: a paced sender, each round trip timed from its intended send time.
+pub fn latency(args: &LatencyArgs) -> anyhow::Result<()> {
+    let node_args = args.node.clone();
+    let (rates, seconds) = if args.common.quick {
+        (vec![1_000], 1)
+    } else {
+        (args.rates.clone(), args.seconds)
+    };
+    let runtime = multi_thread_runtime();
+    let rows = on_worker(&runtime, async move {
+        let echo_side = EchoSide::start(&node_args).await?;
+        let (_system, node) = start_client_node().await?;
+        let echo = node.lookup::<Echo>(&echo_side.address, "echo-0");
+        echo.ask(Ping(0), Duration::from_secs(10)).await?;
+        let mut rows = Vec::new();
+        for rate in rates {
+            let histogram = Arc::new(std::sync::Mutex::new(
+                Histogram::<u64>::new(3).expect("3 digits is valid"),
+            ));
+            let total = rate * seconds;
+            let interval = Duration::from_secs_f64(1.0 / rate as f64);
+            let start = Instant::now();
+            let mut pending = Vec::with_capacity(total as usize);
+            for i in 0..total {
+                let intended = start + interval.mul_f64(i as f64);
+                let now = Instant::now();
+                if intended > now {
+                    let wait = intended - now;
+                    if wait > Duration::from_micros(200) {
+                        tokio::time::sleep(wait - Duration::from_micros(100)).await;
+                    }
+                    while Instant::now() < intended {
+                        std::hint::spin_loop();
+                    }
+                }
+                let echo = echo.clone();
+                let histogram = histogram.clone();
+                pending.push(tokio::spawn(async move {
+                    echo.ask(Ping(i), Duration::from_secs(10))
+                        .await
+                        .expect("echo replies");
+                    let took = intended.elapsed();
+                    histogram
+                        .lock()
+                        .expect("no panics under the lock")
+                        .record(took.as_nanos() as u64)
+                        .expect("values fit");
+                }));
+            }
+            for task in pending {
+                task.await?;
+            }
+            let h = histogram.lock().expect("no panics under the lock").clone();
+            let us = |q: f64| micros(Duration::from_nanos(h.value_at_quantile(q)));
+            let mut row = Row::new(format!("{rate} msg/s"))
+                .throughput(total, start.elapsed())
+                .with("rate", rate)
+                .with("p90_us", us(0.9))
+                .with("p999_us", us(0.999))
+                .with("max_us", micros(Duration::from_nanos(h.max())));
+            row.p50_us = Some(us(0.5));
+            row.p99_us = Some(us(0.99));
+            rows.push(row);
+        }
+        node.leave(Duration::from_secs(1)).await;
+        anyhow::Ok(rows)
+    })?;
+    let mut report = Report::new("latency");
+    report
+        .param("seconds_per_rate", seconds)
+        .param("processes", args.node.processes)
+        .param("measured_from", "intended send time");
+    report.rows = rows;
+    report.print(args.common.json);
+    Ok(())
+}

@@ -1,0 +1,90 @@
+//! Remoting settings, each defaulted, with the reason for the default.
+
+use std::time::Duration;
+
+use rally_wire::PhiAccrualConfig;
+
+/// Largest frame (one message) by default: big enough for a 10 MB message on the large lane,
+/// small enough that one peer cannot make us buffer more than this for a single frame.
+pub const DEFAULT_MAX_FRAME_BYTES: u32 = 16 * 1024 * 1024;
+/// Bound on bytes queued per outbound lane: at ~100 B a message this is ~80k messages, enough
+/// to ride out a hiccup of the peer, and bounded so a dead peer cannot exhaust memory.
+pub const DEFAULT_OUTBOUND_LANE_BYTES: usize = 8 * 1024 * 1024;
+/// Ordinary lanes per association: one per core on a small machine keeps decoding parallel
+/// without multiplying connections.
+pub const DEFAULT_ORDINARY_LANES: u8 = 1;
+/// Heartbeat period on the control lane (Akka's remote watch uses 1 s as well).
+pub const DEFAULT_HEARTBEAT_INTERVAL: Duration = Duration::from_secs(1);
+/// How long a handshake may take before the connection is dropped: a silent or slow peer
+/// must not hold a connection slot.
+pub const DEFAULT_HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(5);
+/// Longest wait between reconnection attempts (the wait doubles from 100 ms up to this).
+pub const DEFAULT_MAX_RECONNECT_BACKOFF: Duration = Duration::from_secs(5);
+/// A connection with no complete frame for this long after a partial one is closed (a peer
+/// that sends half a frame then goes silent).
+pub const DEFAULT_IDLE_PARTIAL_FRAME_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// Settings of a [`RemoteNode`](crate::RemoteNode).
+///
+/// # Example
+///
+/// ```
+/// use rally_remote::RemoteConfig;
+///
+/// let config = RemoteConfig::new("127.0.0.1", 0).with_secret(b"cluster secret".to_vec());
+/// assert_eq!(config.port, 0);
+/// ```
+#[derive(Debug, Clone)]
+pub struct RemoteConfig {
+    /// Host to listen on and to advertise.
+    pub host: String,
+    /// Port to listen on (0 picks a free one).
+    pub port: u16,
+    /// Shared secret that authenticates nodes (HMAC challenge/response; never sent).
+    pub secret: Vec<u8>,
+    /// Largest frame accepted or sent.
+    pub max_frame_bytes: u32,
+    /// Bound on queued bytes per outbound lane; the overflow goes to dead letters.
+    pub outbound_lane_bytes: usize,
+    /// Number of ordinary lanes per peer (messages are spread by recipient).
+    pub ordinary_lanes: u8,
+    /// Recipient names whose messages travel on the large-message lane.
+    pub large_message_destinations: Vec<String>,
+    /// Heartbeat period.
+    pub heartbeat_interval: Duration,
+    /// Failure detector settings.
+    pub failure_detector: PhiAccrualConfig,
+    /// Handshake deadline.
+    pub handshake_timeout: Duration,
+    /// Longest reconnection backoff.
+    pub max_reconnect_backoff: Duration,
+    /// Close a connection stuck on a partial frame for this long.
+    pub partial_frame_timeout: Duration,
+}
+
+impl RemoteConfig {
+    /// Defaults, listening on `host:port`, with an empty secret (set one with
+    /// [`with_secret`](Self::with_secret) for anything but a test).
+    pub fn new(host: impl Into<String>, port: u16) -> Self {
+        Self {
+            host: host.into(),
+            port,
+            secret: Vec::new(),
+            max_frame_bytes: DEFAULT_MAX_FRAME_BYTES,
+            outbound_lane_bytes: DEFAULT_OUTBOUND_LANE_BYTES,
+            ordinary_lanes: DEFAULT_ORDINARY_LANES,
+            large_message_destinations: Vec::new(),
+            heartbeat_interval: DEFAULT_HEARTBEAT_INTERVAL,
+            failure_detector: PhiAccrualConfig::default(),
+            handshake_timeout: DEFAULT_HANDSHAKE_TIMEOUT,
+            max_reconnect_backoff: DEFAULT_MAX_RECONNECT_BACKOFF,
+            partial_frame_timeout: DEFAULT_IDLE_PARTIAL_FRAME_TIMEOUT,
+        }
+    }
+
+    /// Sets the shared cluster secret.
+    pub fn with_secret(mut self, secret: Vec<u8>) -> Self {
+        self.secret = secret;
+        self
+    }
+}

@@ -1,0 +1,111 @@
+//! Driving the sans-IO handshake of `rally-wire` over a stream, with a deadline.
+
+use std::time::Duration;
+
+use bytes::{Buf, BytesMut};
+use rally_wire::{
+    ClientHandshake, FrameError, HandshakeConfig, HandshakeError, HandshakeEvent, Lane,
+    NodeAddress, PREFACE_LEN, PeerInfo, ServerHandshake, split_frame,
+};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+use crate::transport::BoxStream;
+
+/// Why a connection did not get past its handshake.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum ConnectError {
+    /// The stream failed.
+    #[error("i/o: {0}")]
+    Io(#[from] std::io::Error),
+    /// The deadline passed.
+    #[error("the handshake did not finish within {0:?}")]
+    Timeout(Duration),
+    /// The peer closed the stream.
+    #[error("the peer closed the connection during the handshake")]
+    Closed,
+    /// The handshake failed (bad secret, wrong address, refused incarnation, bad bytes).
+    #[error("handshake: {0}")]
+    Handshake(#[from] HandshakeError),
+    /// A frame was malformed.
+    #[error("frame: {0}")]
+    Frame(#[from] FrameError),
+}
+
+/// Runs the client side; returns who answered.
+pub(crate) async fn client(
+    stream: &mut BoxStream,
+    config: HandshakeConfig,
+    to: NodeAddress,
+    lane: Lane,
+    deadline: Duration,
+) -> Result<PeerInfo, ConnectError> {
+    let max = config.max_frame_len;
+    let run = async {
+        let mut handshake = ClientHandshake::new(config, to, lane, rand::random());
+        let mut out = BytesMut::new();
+        handshake.start(&mut out);
+        stream.write_all(&out).await?;
+        out.clear();
+        let mut buf = BytesMut::with_capacity(1024);
+        loop {
+            while let Some((kind, body, used)) = split_frame(&buf, max)? {
+                let event = handshake.on_frame(kind, body, &mut out);
+                buf.advance(used);
+                if !out.is_empty() {
+                    stream.write_all(&out).await?;
+                    out.clear();
+                }
+                if let HandshakeEvent::Done(peer) = event? {
+                    return Ok(peer);
+                }
+            }
+            if stream.read_buf(&mut buf).await? == 0 {
+                return Err(ConnectError::Closed);
+            }
+        }
+    };
+    tokio::time::timeout(deadline, run)
+        .await
+        .map_err(|_| ConnectError::Timeout(deadline))?
+}
+
+/// Runs the server side; returns the authenticated peer and any bytes read past the handshake.
+pub(crate) async fn server(
+    stream: &mut BoxStream,
+    mut handshake: ServerHandshake,
+    max: u32,
+    deadline: Duration,
+) -> Result<(PeerInfo, BytesMut), ConnectError> {
+    let run = async {
+        let mut out = BytesMut::new();
+        let mut preface = [0u8; PREFACE_LEN];
+        stream.read_exact(&mut preface).await?;
+        let checked = handshake.on_preface(&preface, &mut out);
+        if !out.is_empty() {
+            stream.write_all(&out).await?;
+            out.clear();
+        }
+        checked?;
+        let mut buf = BytesMut::with_capacity(64 * 1024);
+        loop {
+            while let Some((kind, body, used)) = split_frame(&buf, max)? {
+                let event = handshake.on_frame(kind, body, &mut out);
+                buf.advance(used);
+                if !out.is_empty() {
+                    stream.write_all(&out).await?;
+                    out.clear();
+                }
+                if let HandshakeEvent::Done(peer) = event? {
+                    return Ok((peer, buf));
+                }
+            }
+            if stream.read_buf(&mut buf).await? == 0 {
+                return Err(ConnectError::Closed);
+            }
+        }
+    };
+    tokio::time::timeout(deadline, run)
+        .await
+        .map_err(|_| ConnectError::Timeout(deadline))?
+}

@@ -1,0 +1,39 @@
+//! Rally remoting: actors on other nodes, reached through ordinary `ActorRef`s.
+//!
+//! A [`RemoteNode`] makes an actor system reachable over TCP. Actors are exposed under a name
+//! ([`RemoteNode::expose`]) and looked up from other nodes ([`RemoteNode::lookup`]); the
+//! resulting `ActorRef<A>` is used exactly like a local one: `tell`, `ask`, `request`, watch.
+//!
+//! Only message types registered for an actor type ([`RemoteActor`], [`RemoteMessage`]) cross
+//! the wire, under stable manifests; anything else is refused at the sender or dropped and
+//! counted at the receiver. Nodes authenticate each other with a shared secret.
+//!
+//! Writes batch themselves: each lane has one writer that sends everything queued in one
+//! system call, with no timer and no threshold (see `outbound`). The wire format is in
+//! `docs/wire-protocol.md`; delivery guarantees in `docs/runtime-semantics.md`.
+//!
+//! # Modules
+//!
+//! - [`RemoteNode`], [`RemoteConfig`], [`RemoteStats`]: the node and its settings and figures
+//! - [`RemoteActor`], [`RemoteMessage`], [`MessageTable`]: what may cross the wire
+//! - [`transport`]: TCP and in-memory streams behind one trait
+
+mod association;
+mod codec;
+mod config;
+mod connection;
+mod inbound;
+mod node;
+mod outbound;
+mod registry;
+mod remote_ref;
+mod stats;
+pub mod transport;
+
+pub use config::RemoteConfig;
+pub use connection::ConnectError;
+pub use node::{ExposeError, RemoteNode, StartError};
+pub use outbound::PushError;
+pub use rally_wire::{Incarnation, NodeAddress, UniqueAddress};
+pub use registry::{InboundError, MessageTable, RemoteActor, RemoteMessage};
+pub use stats::RemoteStats;

@@ -1,0 +1,523 @@
+//! A node: this actor system made reachable from others.
+
+use std::any::{Any, TypeId};
+use std::collections::{HashMap, HashSet};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, RwLock, Weak};
+use std::time::{Duration, Instant};
+
+use rally_actor::{ActorId, ActorRef, ActorSystem, DeadLetterReason};
+use rally_wire::{HandshakeConfig, Incarnation, NodeAddress, UniqueAddress};
+use tokio::sync::watch;
+
+use crate::association::Association;
+use crate::connection;
+use crate::inbound;
+use crate::outbound::backoff;
+use crate::registry::{Exposed, ExposedActor, MessageTable, RemoteActor};
+use crate::remote_ref::RemoteRef;
+use crate::transport::{TcpTransport, Transport};
+use crate::{RemoteConfig, RemoteStats};
+
+/// Why a node could not start.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum StartError {
+    /// Binding the listener failed.
+    #[error("cannot listen on {address}: {source}")]
+    Bind {
+        /// `host:port` asked for.
+        address: String,
+        /// The I/O error.
+        source: std::io::Error,
+    },
+}
+
+/// Why an actor could not be exposed.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum ExposeError {
+    /// Another actor is exposed under this name.
+    #[error("an actor is already exposed as {0:?}")]
+    NameTaken(String),
+}
+
+/// This actor system, reachable from other nodes.
+///
+/// # Example
+///
+/// ```no_run
+/// use rally_actor::{Actor, ActorResult, ActorSystem, Context, Handler, Message};
+/// use rally_remote::{MessageTable, RemoteActor, RemoteConfig, RemoteMessage, RemoteNode};
+/// use serde::{Deserialize, Serialize};
+///
+/// #[derive(Serialize, Deserialize)]
+/// struct Hello(String);
+/// impl Message for Hello { type Reply = String; }
+/// impl RemoteMessage for Hello { const MANIFEST: &'static str = "example.Hello"; }
+///
+/// struct Greeter;
+/// impl Actor for Greeter {}
+/// impl Handler<Hello> for Greeter {
+///     async fn handle(&mut self, msg: Hello, _: &mut Context<Self>) -> ActorResult<String> {
+///         Ok(format!("Hello {}", msg.0))
+///     }
+/// }
+/// impl RemoteActor for Greeter {
+///     fn messages(table: &mut MessageTable<Self>) { table.add::<Hello>(); }
+/// }
+///
+/// # #[tokio::main] async fn main() {
+/// let system_b = ActorSystem::new("b");
+/// let node_b = RemoteNode::start(&system_b, RemoteConfig::new("127.0.0.1", 0)).await.unwrap();
+/// node_b.expose("greeter", &system_b.spawn(Greeter).unwrap()).unwrap();
+///
+/// let system_a = ActorSystem::new("a");
+/// let node_a = RemoteNode::start(&system_a, RemoteConfig::new("127.0.0.1", 0)).await.unwrap();
+/// let greeter = node_a.lookup::<Greeter>(node_b.address(), "greeter");
+/// let reply = greeter.ask(Hello("rally".into()), std::time::Duration::from_secs(5)).await;
+/// assert_eq!(reply.unwrap(), "Hello rally");
+/// # }
+/// ```
+#[derive(Clone)]
+pub struct RemoteNode {
+    inner: Arc<NodeInner>,
+    _alive: Arc<watch::Sender<bool>>,
+}
+
+pub(crate) struct NodeInner {
+    pub(crate) system: ActorSystem,
+    pub(crate) config: RemoteConfig,
+    pub(crate) local: UniqueAddress,
+    transport: Arc<dyn Transport>,
+    exposed: RwLock<HashMap<String, ExposedEntry>>,
+    associations: Mutex<HashMap<NodeAddress, Arc<Association>>>,
+    quarantined: Arc<Mutex<HashSet<(NodeAddress, Incarnation)>>>,
+    tables: Mutex<HashMap<TypeId, Arc<dyn Any + Send + Sync>>>,
+    remote_ids: Mutex<HashMap<String, ActorId>>,
+    pub(crate) counters: Counters,
+    shutdown: watch::Receiver<bool>,
+}
+
+struct ExposedEntry {
+    exposed: Arc<dyn Exposed>,
+    actor: Box<dyn Any + Send + Sync>,
+}
+
+/// Counters behind [`RemoteStats`].
+#[derive(Debug, Default)]
+pub(crate) struct Counters {
+    pub(crate) unknown_manifest: AtomicU64,
+    pub(crate) decode_failed: AtomicU64,
+    pub(crate) unknown_recipient: AtomicU64,
+    pub(crate) undelivered: AtomicU64,
+    pub(crate) protocol_errors: AtomicU64,
+    pub(crate) handshake_failures: AtomicU64,
+    pub(crate) frames_in: AtomicU64,
+    pub(crate) bytes_in: AtomicU64,
+    pub(crate) reads: AtomicU64,
+}
+
+impl RemoteNode {
+    /// Starts listening on the configured address over TCP.
+    ///
+    /// # Errors
+    ///
+    /// [`StartError::Bind`] if the address cannot be bound.
+    pub async fn start(system: &ActorSystem, config: RemoteConfig) -> Result<Self, StartError> {
+        Self::start_with(system, config, Arc::new(TcpTransport)).await
+    }
+
+    /// Starts on a given transport (for example [`MemoryTransport`](crate::transport::MemoryTransport)
+    /// in tests).
+    ///
+    /// # Errors
+    ///
+    /// [`StartError::Bind`] if the address cannot be bound.
+    pub async fn start_with(
+        system: &ActorSystem,
+        config: RemoteConfig,
+        transport: Arc<dyn Transport>,
+    ) -> Result<Self, StartError> {
+        let mut listener = transport
+            .bind(&config.host, config.port)
+            .await
+            .map_err(|source| StartError::Bind {
+                address: format!("{}:{}", config.host, config.port),
+                source,
+            })?;
+        let (host, port) = listener.local_addr().map_err(|source| StartError::Bind {
+            address: format!("{}:{}", config.host, config.port),
+            source,
+        })?;
+        let local = UniqueAddress {
+            address: NodeAddress {
+                system: system.name().to_owned(),
+                host,
+                port,
+            },
+            incarnation: Incarnation(rand::random()),
+        };
+        let (alive, shutdown) = watch::channel(false);
+        let inner = Arc::new(NodeInner {
+            system: system.clone(),
+            config,
+            local,
+            transport,
+            exposed: RwLock::new(HashMap::new()),
+            associations: Mutex::new(HashMap::new()),
+            quarantined: Arc::new(Mutex::new(HashSet::new())),
+            tables: Mutex::new(HashMap::new()),
+            remote_ids: Mutex::new(HashMap::new()),
+            counters: Counters::default(),
+            shutdown,
+        });
+        tracing::info!(address = %inner.local.address, "remote node listening");
+        let weak = Arc::downgrade(&inner);
+        let mut stop = inner.shutdown.clone();
+        tokio::spawn(async move {
+            loop {
+                let accepted = tokio::select! {
+                    accepted = listener.accept() => accepted,
+                    _ = stop.changed() => return,
+                };
+                let Some(node) = weak.upgrade() else { return };
+                match accepted {
+                    Ok((stream, peer)) => {
+                        tokio::spawn(inbound::serve(node, stream, peer));
+                    }
+                    Err(error) => {
+                        tracing::warn!(%error, "accept failed");
+                        tokio::time::sleep(Duration::from_millis(50)).await;
+                    }
+                }
+            }
+        });
+        tokio::spawn(heartbeats(Arc::downgrade(&inner), inner.shutdown.clone()));
+        Ok(Self {
+            inner,
+            _alive: Arc::new(alive),
+        })
+    }
+
+    /// This node's address, `rally://system@host:port`.
+    pub fn address(&self) -> &NodeAddress {
+        &self.inner.local.address
+    }
+
+    /// This node's address with its incarnation (new on every start).
+    pub fn unique_address(&self) -> &UniqueAddress {
+        &self.inner.local
+    }
+
+    /// Makes a local actor reachable from other nodes under `name`.
+    ///
+    /// # Errors
+    ///
+    /// [`ExposeError::NameTaken`] if the name is in use.
+    pub fn expose<A: RemoteActor>(
+        &self,
+        name: &str,
+        actor: &ActorRef<A>,
+    ) -> Result<(), ExposeError> {
+        let mut exposed = self
+            .inner
+            .exposed
+            .write()
+            .expect("exposed lock is never poisoned");
+        if exposed.contains_key(name) {
+            return Err(ExposeError::NameTaken(name.to_owned()));
+        }
+        let entry = ExposedEntry {
+            exposed: Arc::new(ExposedActor {
+                actor: actor.clone(),
+                table: self.inner.table::<A>(),
+            }),
+            actor: Box::new(actor.clone()),
+        };
+        exposed.insert(name.to_owned(), entry);
+        Ok(())
+    }
+
+    /// A ref to the actor exposed as `name` on `node`. No round trip: messages to a name the
+    /// node does not expose are dropped there and counted (an `ask` gets an error reply).
+    /// On this node's own address it returns the local actor.
+    pub fn lookup<A: RemoteActor>(&self, node: &NodeAddress, name: &str) -> ActorRef<A> {
+        if *node == self.inner.local.address {
+            let exposed = self
+                .inner
+                .exposed
+                .read()
+                .expect("exposed lock is never poisoned");
+            if let Some(actor) = exposed
+                .get(name)
+                .and_then(|e| e.actor.downcast_ref::<ActorRef<A>>())
+            {
+                return actor.clone();
+            }
+        }
+        let association = self.inner.association(node);
+        let large = self
+            .inner
+            .config
+            .large_message_destinations
+            .iter()
+            .any(|n| n == name);
+        let lane = association.lane_for(name, large);
+        let (id, path) = self.inner.remote_identity(node, name);
+        ActorRef::external(Arc::new(RemoteRef {
+            id,
+            path,
+            name: name.to_owned(),
+            association,
+            lane,
+            table: self.inner.table::<A>(),
+            dead_letters: self.inner.system.dead_letters().clone(),
+        }))
+    }
+
+    /// A snapshot of the node's counters.
+    pub fn stats(&self) -> RemoteStats {
+        self.inner.stats()
+    }
+
+    /// Leaves gracefully: tells every peer, flushes what is queued (waiting at most `timeout`),
+    /// then stops accepting and connecting.
+    pub async fn leave(&self, timeout: Duration) {
+        let associations: Vec<Arc<Association>> =
+            self.inner.lock_associations().values().cloned().collect();
+        for association in &associations {
+            let _ = association.control().push_leave();
+            for lane in &association.lanes {
+                lane.close();
+            }
+        }
+        let deadline = Instant::now() + timeout;
+        while Instant::now() < deadline
+            && !associations
+                .iter()
+                .all(|a| a.lanes.iter().all(|l| l.is_drained()))
+        {
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        let _ = self._alive.send(true);
+    }
+}
+
+impl NodeInner {
+    fn lock_associations(
+        &self,
+    ) -> std::sync::MutexGuard<'_, HashMap<NodeAddress, Arc<Association>>> {
+        self.associations
+            .lock()
+            .expect("association lock is never poisoned: no user code runs under it")
+    }
+
+    /// The association to `node`, created (with its lane writers) on first use.
+    pub(crate) fn association(self: &Arc<Self>, node: &NodeAddress) -> Arc<Association> {
+        let mut associations = self.lock_associations();
+        if let Some(existing) = associations.get(node) {
+            return existing.clone();
+        }
+        let association = Arc::new(Association::new(
+            node.clone(),
+            self.config.ordinary_lanes,
+            self.config.max_frame_bytes,
+            self.config.outbound_lane_bytes,
+            self.config.failure_detector.clone(),
+        ));
+        associations.insert(node.clone(), association.clone());
+        for index in 0..association.lanes.len() {
+            tokio::spawn(run_lane(Arc::downgrade(self), association.clone(), index));
+        }
+        association
+    }
+
+    /// A stable id and path for the remote actor `name` on `node`.
+    pub(crate) fn remote_identity(&self, node: &NodeAddress, name: &str) -> (ActorId, Arc<str>) {
+        let path: Arc<str> = format!("{node}/{name}").into();
+        let mut ids = self.remote_ids.lock().expect("id lock is never poisoned");
+        let id = *ids
+            .entry(path.to_string())
+            .or_insert_with(|| self.system.next_id());
+        (id, path)
+    }
+
+    pub(crate) fn exposed(&self, name: &str) -> Option<Arc<dyn Exposed>> {
+        self.exposed
+            .read()
+            .expect("exposed lock is never poisoned")
+            .get(name)
+            .map(|e| e.exposed.clone())
+    }
+
+    fn table<A: RemoteActor>(&self) -> Arc<MessageTable<A>> {
+        let mut tables = self.tables.lock().expect("table lock is never poisoned");
+        let entry = tables
+            .entry(TypeId::of::<A>())
+            .or_insert_with(|| Arc::new(Arc::new(MessageTable::<A>::of())));
+        entry
+            .downcast_ref::<Arc<MessageTable<A>>>()
+            .expect("the cache maps A's TypeId to A's table")
+            .clone()
+    }
+
+    pub(crate) fn handshake_config(&self) -> HandshakeConfig {
+        HandshakeConfig {
+            local: self.local.clone(),
+            secret: self.config.secret.clone(),
+            max_frame_len: self.config.max_frame_bytes,
+        }
+    }
+
+    pub(crate) fn quarantine_set(&self) -> Arc<Mutex<HashSet<(NodeAddress, Incarnation)>>> {
+        self.quarantined.clone()
+    }
+
+    /// A peer broke the protocol after authenticating: refuse this incarnation from now on.
+    pub(crate) fn quarantine(&self, peer: &UniqueAddress, reason: &str) {
+        tracing::warn!(peer = %peer.address, incarnation = %peer.incarnation, reason, "peer quarantined");
+        self.quarantined
+            .lock()
+            .expect("quarantine lock is never poisoned")
+            .insert((peer.address.clone(), peer.incarnation));
+        if let Some(association) = self.lock_associations().get(&peer.address) {
+            self.declare_down(association, reason);
+        }
+    }
+
+    /// Learnt the incarnation of a peer; a new one means the old process is gone.
+    pub(crate) fn observe(&self, association: &Association, peer: &UniqueAddress) {
+        if association.observe_incarnation(peer.incarnation) {
+            self.declare_down(association, "restarted with a new incarnation");
+            association.revive();
+        }
+    }
+
+    pub(crate) fn declare_down(&self, association: &Association, reason: &str) {
+        association.declare_down(reason, |name| {
+            self.remote_identity(&association.remote, name)
+        });
+    }
+
+    fn stats(&self) -> RemoteStats {
+        let associations = self.lock_associations();
+        let lane_sum = |f: fn(&crate::outbound::LaneStats) -> &AtomicU64| -> u64 {
+            associations
+                .values()
+                .flat_map(|a| a.lanes.iter())
+                .map(|l| f(&l.stats).load(Ordering::Relaxed))
+                .sum()
+        };
+        let c = &self.counters;
+        RemoteStats {
+            associations: associations.len(),
+            messages_sent: lane_sum(|s| &s.messages),
+            writes: lane_sum(|s| &s.writes),
+            bytes_written: lane_sum(|s| &s.bytes),
+            outbound_dropped: lane_sum(|s| &s.dropped),
+            pending_requests: associations.values().map(|a| a.pending_requests()).sum(),
+            frames_received: c.frames_in.load(Ordering::Relaxed),
+            bytes_read: c.bytes_in.load(Ordering::Relaxed),
+            reads: c.reads.load(Ordering::Relaxed),
+            unknown_manifest: c.unknown_manifest.load(Ordering::Relaxed),
+            decode_failed: c.decode_failed.load(Ordering::Relaxed),
+            unknown_recipient: c.unknown_recipient.load(Ordering::Relaxed),
+            undelivered: c.undelivered.load(Ordering::Relaxed),
+            protocol_errors: c.protocol_errors.load(Ordering::Relaxed),
+            handshake_failures: c.handshake_failures.load(Ordering::Relaxed),
+        }
+    }
+}
+
+/// Owns one outbound lane's connection: connect, handshake, write until it fails, reconnect
+/// with backoff. Ends when the lane is closed and flushed, or the node is gone.
+async fn run_lane(node: Weak<NodeInner>, association: Arc<Association>, index: usize) {
+    let lane = association.lanes[index].clone();
+    let mut attempt = 0u32;
+    loop {
+        let Some(inner) = node.upgrade() else { return };
+        if *inner.shutdown.borrow() {
+            return;
+        }
+        let remote = &association.remote;
+        let config = inner.handshake_config();
+        let (timeout, max_backoff) = (
+            inner.config.handshake_timeout,
+            inner.config.max_reconnect_backoff,
+        );
+        let transport = inner.transport.clone();
+        let dead = inner.system.dead_letters().clone();
+        let mut shutdown = inner.shutdown.clone();
+        let node_for_observe = inner.clone();
+        drop(inner);
+        let outcome = async {
+            let mut stream = transport.connect(&remote.host, remote.port).await?;
+            let peer =
+                connection::client(&mut stream, config, remote.clone(), lane.lane, timeout).await?;
+            node_for_observe.observe(&association, &peer.peer);
+            drop(node_for_observe);
+            Ok::<_, connection::ConnectError>(stream)
+        }
+        .await;
+        match outcome {
+            Ok(mut stream) => {
+                attempt = 0;
+                let written = tokio::select! {
+                    written = lane.write_to(&mut stream) => written,
+                    _ = shutdown.changed() => return,
+                };
+                match written {
+                    Ok(()) => return,
+                    Err(error) => {
+                        tracing::debug!(peer = %remote, lane = ?lane.lane, %error, "connection lost")
+                    }
+                }
+            }
+            Err(error) => {
+                tracing::debug!(peer = %remote, lane = ?lane.lane, %error, "connect failed")
+            }
+        }
+        let dropped = lane.reset_after_disconnect();
+        let path: Arc<str> = remote.to_string().into();
+        for _ in 0..dropped {
+            dead.record(
+                &path,
+                "(queued for a lost connection)",
+                DeadLetterReason::Unreachable,
+            );
+        }
+        tokio::select! {
+            () = tokio::time::sleep(backoff(attempt, max_backoff)) => {}
+            _ = shutdown.changed() => return,
+        }
+        attempt += 1;
+    }
+}
+
+/// Sends heartbeats on every association's control lane and checks the failure detectors.
+async fn heartbeats(node: Weak<NodeInner>, mut shutdown: watch::Receiver<bool>) {
+    let period = match node.upgrade() {
+        Some(inner) => inner.config.heartbeat_interval,
+        None => return,
+    };
+    let mut ticks = tokio::time::interval(period);
+    let mut sequence = 0u64;
+    loop {
+        tokio::select! {
+            _ = ticks.tick() => {}
+            _ = shutdown.changed() => return,
+        }
+        let Some(inner) = node.upgrade() else { return };
+        sequence += 1;
+        let associations: Vec<Arc<Association>> =
+            inner.lock_associations().values().cloned().collect();
+        let now = Instant::now();
+        for association in associations {
+            let _ = association.control().push_heartbeat(sequence);
+            if association.suspect(now) {
+                inner.declare_down(&association, "failure detector: no heartbeat");
+            }
+        }
+    }
+}

@@ -1,0 +1,252 @@
+//! Which message types may cross the network, under which stable names, to which actors.
+//!
+//! Only registered types are ever decoded: a frame naming an unknown manifest is dropped and
+//! counted, never turned into a value.
+
+use std::any::{Any, TypeId};
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use bytes::BytesMut;
+use rally_actor::{Actor, ActorRef, Envelope, ErasedReply, Handler, Message, ReplyError, ReplyTo};
+
+use serde::Serialize;
+use serde::de::DeserializeOwned;
+
+use crate::codec;
+use crate::outbound::ReplyRoute;
+
+/// A message that can be sent to an actor on another node.
+///
+/// The manifest is the message's stable name on the wire: keep it when you rename the type.
+///
+/// # Example
+///
+/// ```
+/// use rally_actor::Message;
+/// use rally_remote::RemoteMessage;
+/// use serde::{Deserialize, Serialize};
+///
+/// #[derive(Serialize, Deserialize)]
+/// struct Ping(String);
+/// impl Message for Ping { type Reply = String; }
+/// impl RemoteMessage for Ping { const MANIFEST: &'static str = "example.Ping"; }
+/// ```
+pub trait RemoteMessage:
+    Message<Reply: Serialize + DeserializeOwned> + Serialize + DeserializeOwned
+{
+    /// The stable name of this type on the wire.
+    const MANIFEST: &'static str;
+}
+
+/// An actor type that can be reached from other nodes: it lists the messages it accepts.
+///
+/// # Example
+///
+/// ```
+/// use rally_actor::{Actor, ActorResult, Context, Handler, Message};
+/// use rally_remote::{MessageTable, RemoteActor, RemoteMessage};
+/// use serde::{Deserialize, Serialize};
+///
+/// #[derive(Serialize, Deserialize)]
+/// struct Ping;
+/// impl Message for Ping { type Reply = (); }
+/// impl RemoteMessage for Ping { const MANIFEST: &'static str = "example.Ping"; }
+///
+/// struct Echo;
+/// impl Actor for Echo {}
+/// impl Handler<Ping> for Echo {
+///     async fn handle(&mut self, _: Ping, _: &mut Context<Self>) -> ActorResult<()> { Ok(()) }
+/// }
+/// impl RemoteActor for Echo {
+///     fn messages(table: &mut MessageTable<Self>) {
+///         table.add::<Ping>();
+///     }
+/// }
+/// ```
+pub trait RemoteActor: Actor {
+    /// Adds every message type this actor accepts from other nodes.
+    fn messages(table: &mut MessageTable<Self>);
+}
+
+/// Why a payload could not be decoded or delivered.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum InboundError {
+    /// The manifest is not registered for the target actor.
+    #[error("manifest {0:?} is not registered for this actor")]
+    UnknownManifest(String),
+    /// The payload is not a valid encoding of the registered type.
+    #[error("payload of {manifest:?} failed to decode: {reason}")]
+    Decode {
+        /// The manifest of the payload.
+        manifest: String,
+        /// The decoder's complaint.
+        reason: String,
+    },
+    /// The actor has stopped or its mailbox refused the message.
+    #[error("the actor did not take the message: {0}")]
+    Undelivered(String),
+}
+
+type EncodeFn = fn(&(dyn Any + Send), &mut BytesMut) -> Result<(), postcard::Error>;
+type DecodeReplyFn = fn(&[u8]) -> Result<Box<dyn Any + Send>, postcard::Error>;
+type DeliverFn<A> = fn(&[u8], &ActorRef<A>, Option<ReplyRoute>) -> Result<(), InboundError>;
+
+/// How to encode one message type and decode its reply (the sending side).
+pub(crate) struct Outgoing {
+    pub(crate) manifest: &'static str,
+    pub(crate) encode: EncodeFn,
+    pub(crate) decode_reply: DecodeReplyFn,
+}
+
+/// The messages an actor type accepts from other nodes; built by [`RemoteActor::messages`].
+pub struct MessageTable<A: Actor> {
+    outgoing: HashMap<TypeId, Outgoing>,
+    incoming: HashMap<&'static str, DeliverFn<A>>,
+}
+
+impl<A: Actor> MessageTable<A> {
+    /// The table of `A`, from its [`RemoteActor`] implementation.
+    pub(crate) fn of() -> Self
+    where
+        A: RemoteActor,
+    {
+        let mut table = Self {
+            outgoing: HashMap::new(),
+            incoming: HashMap::new(),
+        };
+        A::messages(&mut table);
+        table
+    }
+
+    /// Registers `M` under its manifest.
+    ///
+    /// # Panics
+    ///
+    /// If two message types of this actor share one manifest (a programming error that would
+    /// make the wire ambiguous).
+    pub fn add<M>(&mut self) -> &mut Self
+    where
+        M: RemoteMessage,
+        A: Handler<M>,
+    {
+        let previous = self.incoming.insert(M::MANIFEST, deliver::<A, M>);
+        assert!(
+            previous.is_none(),
+            "manifest {:?} registered twice for one actor type",
+            M::MANIFEST
+        );
+        self.outgoing.insert(
+            TypeId::of::<M>(),
+            Outgoing {
+                manifest: M::MANIFEST,
+                encode: encode::<M>,
+                decode_reply: decode_reply::<M>,
+            },
+        );
+        self
+    }
+
+    pub(crate) fn outgoing(&self, type_id: TypeId) -> Option<&Outgoing> {
+        self.outgoing.get(&type_id)
+    }
+}
+
+fn encode<M: RemoteMessage>(
+    msg: &(dyn Any + Send),
+    out: &mut BytesMut,
+) -> Result<(), postcard::Error> {
+    let msg = msg
+        .downcast_ref::<M>()
+        .expect("the table maps M's TypeId to M's encoder");
+    codec::encode_into(msg, out)
+}
+
+fn decode_reply<M: RemoteMessage>(payload: &[u8]) -> Result<Box<dyn Any + Send>, postcard::Error> {
+    Ok(Box::new(postcard::from_bytes::<M::Reply>(payload)?))
+}
+
+fn deliver<A, M>(
+    payload: &[u8],
+    target: &ActorRef<A>,
+    reply: Option<ReplyRoute>,
+) -> Result<(), InboundError>
+where
+    A: Handler<M>,
+    M: RemoteMessage,
+{
+    let msg: M = postcard::from_bytes(payload).map_err(|e| InboundError::Decode {
+        manifest: M::MANIFEST.to_owned(),
+        reason: e.to_string(),
+    })?;
+    let typed_reply = match reply {
+        Some(route) => {
+            ReplyTo::callback(move |result: Result<M::Reply, ReplyError>| route.send(result))
+        }
+        None => ReplyTo::ignore(),
+    };
+    target
+        .deliver(Envelope::new(msg, typed_reply))
+        .map_err(|e| InboundError::Undelivered(format!("{:?}", e.reason)))
+}
+
+/// A local actor reachable from other nodes, with its type erased.
+pub(crate) trait Exposed: Send + Sync + 'static {
+    /// Decodes and delivers one message; the reply (already encoded) goes to `reply`.
+    fn deliver(
+        &self,
+        manifest: &str,
+        payload: &[u8],
+        reply: Option<ReplyRoute>,
+    ) -> Result<(), InboundError>;
+    /// Registers a watcher (see `rally_actor::TerminationSink`).
+    fn watch(&self, watcher: Arc<dyn rally_actor::TerminationSink>);
+    /// Removes a watcher.
+    fn unwatch(&self, watcher: rally_actor::ActorId);
+}
+
+pub(crate) struct ExposedActor<A: Actor> {
+    pub(crate) actor: ActorRef<A>,
+    pub(crate) table: Arc<MessageTable<A>>,
+}
+
+impl<A: Actor> Exposed for ExposedActor<A> {
+    fn deliver(
+        &self,
+        manifest: &str,
+        payload: &[u8],
+        reply: Option<ReplyRoute>,
+    ) -> Result<(), InboundError> {
+        let deliver = self
+            .table
+            .incoming
+            .get(manifest)
+            .ok_or_else(|| InboundError::UnknownManifest(manifest.to_owned()))?;
+        deliver(payload, &self.actor, reply)
+    }
+
+    fn watch(&self, watcher: Arc<dyn rally_actor::TerminationSink>) {
+        self.actor.watch_with(watcher);
+    }
+
+    fn unwatch(&self, watcher: rally_actor::ActorId) {
+        self.actor.unwatch_with(watcher);
+    }
+}
+
+/// The reply of a remote ask, decoded without naming its type.
+pub(crate) struct PendingReply {
+    pub(crate) decode: DecodeReplyFn,
+    pub(crate) reply: ErasedReply,
+}
+
+impl PendingReply {
+    pub(crate) fn complete(self, payload: Result<&[u8], ReplyError>) {
+        let value = payload.and_then(|bytes| {
+            (self.decode)(bytes)
+                .map_err(|e| ReplyError::Undeliverable(format!("reply failed to decode: {e}")))
+        });
+        self.reply.send(value);
+    }
+}

@@ -1,0 +1,47 @@
+//! Figures a node reports about its remoting.
+
+/// A snapshot of a node's remoting counters (totals since start).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct RemoteStats {
+    /// Peers this node has an association with.
+    pub associations: usize,
+    /// Messages queued for sending.
+    pub messages_sent: u64,
+    /// Write system calls issued by the lane writers.
+    pub writes: u64,
+    /// Bytes written.
+    pub bytes_written: u64,
+    /// Messages dropped on the way out (full lane, lost connection).
+    pub outbound_dropped: u64,
+    /// Requests waiting for a reply.
+    pub pending_requests: usize,
+    /// Frames received.
+    pub frames_received: u64,
+    /// Bytes read.
+    pub bytes_read: u64,
+    /// Read system calls that returned data.
+    pub reads: u64,
+    /// Inbound messages dropped: manifest not registered for the target.
+    pub unknown_manifest: u64,
+    /// Inbound messages dropped: payload failed to decode.
+    pub decode_failed: u64,
+    /// Inbound messages dropped: no actor exposed under that name.
+    pub unknown_recipient: u64,
+    /// Inbound messages the target actor did not take (stopped, full).
+    pub undelivered: u64,
+    /// Connections closed for breaking the protocol after authenticating.
+    pub protocol_errors: u64,
+    /// Inbound connections that failed their handshake.
+    pub handshake_failures: u64,
+}
+
+impl RemoteStats {
+    /// Messages per write system call on the way out: the batching factor.
+    pub fn messages_per_write(&self) -> f64 {
+        if self.writes == 0 {
+            0.0
+        } else {
+            self.messages_sent as f64 / self.writes as f64
+        }
+    }
+}

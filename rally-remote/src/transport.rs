@@ -1,0 +1,40 @@
+//! Byte streams between nodes: TCP for real use, in-memory pipes for deterministic tests.
+//!
+//! Every transport sits behind [`Transport`], so the association, reader and writer code is the
+//! same over TCP, TLS or memory.
+
+mod memory;
+mod tcp;
+
+use std::io;
+use std::pin::Pin;
+
+use futures_util::future::BoxFuture;
+use tokio::io::{AsyncRead, AsyncWrite};
+
+pub use memory::MemoryTransport;
+pub use tcp::TcpTransport;
+
+/// A bidirectional byte stream.
+pub trait Stream: AsyncRead + AsyncWrite + Send + Unpin + 'static {}
+impl<T: AsyncRead + AsyncWrite + Send + Unpin + 'static> Stream for T {}
+
+/// A boxed stream, as transports hand them out.
+pub type BoxStream = Pin<Box<dyn Stream>>;
+
+/// Accepts inbound streams.
+pub trait Listener: Send + 'static {
+    /// Waits for the next inbound stream; returns it with a printable peer address.
+    fn accept(&mut self) -> BoxFuture<'_, io::Result<(BoxStream, String)>>;
+    /// The host and port this listener is reachable at.
+    fn local_addr(&self) -> io::Result<(String, u16)>;
+}
+
+/// Opens outbound streams and listeners.
+pub trait Transport: Send + Sync + 'static {
+    /// Connects to `host:port`.
+    fn connect<'a>(&'a self, host: &'a str, port: u16) -> BoxFuture<'a, io::Result<BoxStream>>;
+    /// Listens on `host:port` (port 0 picks a free one).
+    fn bind<'a>(&'a self, host: &'a str, port: u16)
+    -> BoxFuture<'a, io::Result<Box<dyn Listener>>>;
+}
