@@ -1,6 +1,7 @@
 //! `rally-bench`: the scenarios of `shared/BENCHMARKS.md`, each printing a plain table or, with
 //! `--json`, one JSON object in the shared format (see [`report`]).
 
+mod compare;
 mod report;
 mod scenarios;
 
@@ -34,6 +35,8 @@ enum Scenario {
     Latency(remote::LatencyArgs),
     /// The limit: the same frames echoed over one TCP connection with no actors.
     RawEcho(raw_echo::RawEchoArgs),
+    /// Runs a scenario on Rally and on peer frameworks, alternately, and prints ratios.
+    Compare(compare::CompareArgs),
     /// Internal: node B of the remote scenarios, in a child process.
     #[command(hide = true)]
     RemoteEchoNode,
@@ -53,6 +56,7 @@ fn main() -> anyhow::Result<()> {
         Scenario::MaxThroughput(args) => remote::max_throughput(&args),
         Scenario::Latency(args) => remote::latency(&args),
         Scenario::RawEcho(args) => raw_echo::raw_echo(&args),
+        Scenario::Compare(args) => compare::run(&args),
         Scenario::RemoteEchoNode => remote::echo_node_main(),
         Scenario::RawEchoServer => raw_echo::server_main(),
     }
