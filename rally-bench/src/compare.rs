@@ -230,7 +230,12 @@ const PEERS: &[Peer] = &[
         build: &["mvn", "-q", "-B", "package"],
         command: |artifact| {
             let jar = artifact.display().to_string();
-            (PathBuf::from("java"), ["-jar", &jar, "--transport", "aeron-udp"].map(str::to_owned).to_vec())
+            (
+                PathBuf::from("java"),
+                ["-jar", &jar, "--transport", "aeron-udp"]
+                    .map(str::to_owned)
+                    .to_vec(),
+            )
         },
         scenarios: REMOTE_ONLY,
         // Two embedded Aeron media drivers spin on the same 2 cores as the actors: opt-in only.

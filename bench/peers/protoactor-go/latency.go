@@ -25,23 +25,31 @@ type recorder struct {
 	done     chan struct{}
 }
 
+// snapshot asks the recorder for what it has so far (after the drain limit ran out).
+type snapshot struct{}
+
 func (r *recorder) Receive(ctx actor.Context) {
-	if probe, ok := ctx.Message().(*messages.Probe); ok {
+	switch msg := ctx.Message().(type) {
+	case *messages.Probe:
 		now := time.Now()
-		intended := r.start.Add(time.Duration(probe.Seq) * r.interval)
+		intended := r.start.Add(time.Duration(msg.Seq) * r.interval)
 		_ = r.hist.RecordValue(int64(now.Sub(intended) / time.Nanosecond))
 		r.received++
+		r.last = now
 		if r.received == r.want {
-			r.last = now
 			close(r.done)
 		}
+	case snapshot:
+		ctx.Respond(latencyResult{hist: hdrhistogram.Import(r.hist.Export()), elapsed: r.last.Sub(r.start), n: r.want, received: r.received})
 	}
 }
 
+// latencyResult: n probes were sent and received came back; elapsed runs to the last reply.
 type latencyResult struct {
-	hist    *hdrhistogram.Histogram
-	elapsed time.Duration
-	n       int64
+	hist     *hdrhistogram.Histogram
+	elapsed  time.Duration
+	n        int64
+	received int64
 }
 
 // offer sends rate probes per second for dur to echo and records the round trips.
@@ -67,10 +75,16 @@ func offer(system *actor.ActorSystem, echo *actor.PID, rate int, dur time.Durati
 	}
 	select {
 	case <-done:
+		return latencyResult{hist: rec.hist, elapsed: rec.last.Sub(start), n: n, received: n}, nil
 	case <-time.After(drainLimit):
-		return latencyResult{}, fmt.Errorf("at %d msg/s, replies missing %v after the last send", rate, drainLimit)
+		// Replies are missing: the offered rate is past what the pair can carry. Report what
+		// came back and how much was lost.
+		res, err := system.Root.RequestFuture(pid, snapshot{}, 10*time.Second).Result()
+		if err != nil {
+			return latencyResult{}, fmt.Errorf("at %d msg/s, replies missing and the recorder does not answer: %w", rate, err)
+		}
+		return res.(latencyResult), nil
 	}
-	return latencyResult{hist: rec.hist, elapsed: rec.last.Sub(start), n: n}, nil
 }
 
 func latency(args []string) (*report, error) {
@@ -114,18 +128,21 @@ func latency(args []string) (*report, error) {
 	rep.Params["timing"] = "round trip from the intended send time (no coordinated omission); HDR histogram, 3 significant digits"
 	rep.Params["pacing"] = "a goroutine outside the actors sleeps until each intended send time (late wake-ups count against the round trip)"
 	rep.Params["warm_up"] = fmt.Sprintf("10,000 msg/s for %v, untimed", warm)
+	rep.Params["lost"] = fmt.Sprintf("probes with no reply %v after the last send (offered rate past capacity)", drainLimit)
 	for _, rate := range rates {
 		res, err := offer(system, echo, rate, dur)
 		if err != nil {
 			return nil, err
 		}
 		us := func(q float64) float64 { return float64(res.hist.ValueAtQuantile(q)) / 1e3 }
-		r := newRow(fmt.Sprintf("%d msg/s", rate)).clients(1).throughput(res.n*2, res.elapsed)
+		r := newRow(fmt.Sprintf("%d msg/s", rate)).clients(1).throughput(res.received*2, res.elapsed)
 		r.P50us, r.P99us = f64(us(50)), f64(us(99))
 		r.with("rate", rate)
 		r.with("p90_us", us(90))
 		r.with("p999_us", us(99.9))
 		r.with("max_us", float64(res.hist.Max())/1e3)
+		r.with("sent", res.n)
+		r.with("lost", res.n-res.received)
 		rep.Rows = append(rep.Rows, r)
 	}
 	return rep, nil

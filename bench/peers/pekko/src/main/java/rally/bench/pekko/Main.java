@@ -97,19 +97,33 @@ public final class Main {
     }
   }
 
+  /** Parses flags and the scenario, in any order (the first bare word is the scenario). */
   static Args parse(String[] argv) {
-    Args a = new Args(argv[0]);
-    List<String> rest = new ArrayList<>(List.of(argv).subList(1, argv.length));
+    String scenario = null;
+    Args a = null;
+    List<String> rest = List.of(argv);
+    Map<String, String> flags = new HashMap<>();
+    List<String> switches = new ArrayList<>();
     for (int i = 0; i < rest.size(); i++) {
       String s = rest.get(i);
       switch (s) {
-        case "--json" -> a.json = true;
-        case "--quick" -> a.quick = true;
-        case "--processes" -> a.processes = Integer.parseInt(value(rest, ++i, s));
-        case "--transport" -> a.transport = value(rest, ++i, s);
-        case "--clients", "--round-trips", "--seconds", "--scale" -> a.options.put(s.substring(2), value(rest, ++i, s));
-        default -> throw new IllegalArgumentException("unexpected argument " + s);
+        case "--json", "--quick" -> switches.add(s);
+        case "--processes", "--transport", "--clients", "--round-trips", "--seconds", "--scale" ->
+            flags.put(s.substring(2), value(rest, ++i, s));
+        default -> {
+          if (s.startsWith("--") || scenario != null) throw new IllegalArgumentException("unexpected argument " + s);
+          scenario = s;
+        }
       }
+    }
+    if (scenario == null) throw new IllegalArgumentException("no scenario given");
+    a = new Args(scenario);
+    a.json = switches.contains("--json");
+    a.quick = switches.contains("--quick");
+    a.processes = Integer.parseInt(flags.getOrDefault("processes", "2"));
+    a.transport = flags.getOrDefault("transport", "tcp");
+    for (String k : List.of("clients", "round-trips", "seconds", "scale")) {
+      if (flags.containsKey(k)) a.options.put(k, flags.get(k));
     }
     if (!a.transport.equals("tcp") && !a.transport.equals("aeron-udp")) {
       throw new IllegalArgumentException("--transport must be tcp or aeron-udp");
