@@ -163,6 +163,15 @@ async fn ask_loop(round_trips: u64) -> anyhow::Result<Duration> {
     .await
 }
 
+/// `ask` from a thread outside the runtime (`block_on` on the caller's thread): every request
+/// and every reply crosses between that thread and a worker.
+pub fn run_ask_outside(round_trips: u64) -> anyhow::Result<Duration> {
+    let rt = pairs::multi_thread_runtime()?;
+    let elapsed = rt.block_on(ask_loop(round_trips))?;
+    rt.shutdown_background();
+    Ok(elapsed)
+}
+
 pub fn run_ask(multi_thread: bool, round_trips: u64) -> anyhow::Result<Duration> {
     let rt = if multi_thread {
         pairs::multi_thread_runtime()?

@@ -8,8 +8,9 @@
 //! A pair is a pinger and a ponger actor. The pinger sends `in_flight` requests, each carrying the
 //! address to reply to, and answers every reply with the next request until it has had
 //! `round_trips` replies. Total messages count both directions. Rows: 1 pair and one pair per
-//! core, each with 1 and 50 in flight, plus one `ask` row (a task awaits `ask` in a loop, the
-//! frameworks' own request/response call).
+//! core, each with 1 and 50 in flight, plus one `ask` row (a task on the runtime awaits `ask` in a
+//! loop, the frameworks' own request/response call) and, on the multi-thread runtime, the same
+//! loop run from outside the runtime (`block_on`), where each ask crosses threads twice.
 
 mod actix_peer;
 mod kameo_peer;
@@ -96,6 +97,15 @@ impl Flavour {
             Self::RactorCt => ractor_peer::run_pairs(false, pairs, in_flight, round_trips),
             Self::KameoMt => kameo_peer::run_pairs(true, pairs, in_flight, round_trips),
             Self::KameoCt => kameo_peer::run_pairs(false, pairs, in_flight, round_trips),
+        }
+    }
+
+    /// On the multi-thread flavours: the asks made from outside the runtime (`block_on`).
+    fn run_ask_outside(self, round_trips: u64) -> Option<anyhow::Result<Duration>> {
+        match self {
+            Self::RactorMt => Some(ractor_peer::run_ask_outside(round_trips)),
+            Self::KameoMt => Some(kameo_peer::run_ask_outside(round_trips)),
+            _ => None,
         }
     }
 
@@ -243,5 +253,14 @@ fn local_ping_pong(args: &Args) -> anyhow::Result<Report> {
             .with("in_flight", 1)
             .with("mode", "ask"),
     );
+    if let Some(elapsed) = flavour.run_ask_outside(ask) {
+        report.rows.push(
+            Row::new("1 pair, ask from outside the runtime")
+                .clients(1)
+                .throughput(ask * 2, elapsed?)
+                .with("in_flight", 1)
+                .with("mode", "ask-outside"),
+        );
+    }
     Ok(report)
 }
