@@ -32,8 +32,11 @@ use crate::{ActorId, Message, Recipient, SendError};
 /// ```
 #[derive(Clone, Default)]
 pub struct EventStream {
-    subscribers: Arc<RwLock<HashMap<TypeId, Vec<Box<dyn Any + Send + Sync>>>>>,
+    subscribers: Arc<RwLock<Subscribers>>,
 }
+
+/// Per event type, its subscribers (each a `Recipient<E>` of that type).
+type Subscribers = HashMap<TypeId, Vec<Box<dyn Any + Send + Sync>>>;
 
 impl std::fmt::Debug for EventStream {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
