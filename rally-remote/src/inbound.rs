@@ -22,6 +22,8 @@ use crate::transport::BoxStream;
 /// Entries a peer may define per connection table: far above any real use, and a bound on the
 /// memory a peer can make us hold.
 const MAX_TABLE_ENTRIES: u32 = 65_536;
+/// Frames decoded from one read after which the reader yields its thread.
+const YIELD_AFTER_FRAMES: usize = 256;
 /// Bytes to have free before each read: reads are large so one syscall brings many frames.
 const READ_CHUNK: usize = 64 * 1024;
 
@@ -108,13 +110,26 @@ impl Connection {
         let stall = self.node.config.partial_frame_timeout;
         loop {
             let mut consumed = 0;
+            let mut frames = 0usize;
             while let Some((kind, body, used)) = split_frame(&buf[consumed..], max)? {
                 self.on_frame(kind, body)?;
                 consumed += used;
+                frames += 1;
             }
             buf.advance(consumed);
-            if buf.capacity() - buf.len() < READ_CHUNK / 4 {
-                buf.reserve(READ_CHUNK);
+            // tokio's cooperative budget counts reads, not the work done per read: after a
+            // large batch, give the thread to others (heartbeats, actors) before reading more.
+            if frames >= YIELD_AFTER_FRAMES {
+                tokio::task::yield_now().await;
+            }
+            // Room for the rest of a large frame in one step (its length was checked against
+            // the maximum by `split_frame`), else for one more large read.
+            let announced = buf.get(..4).map_or(0, |p| {
+                u32::from_le_bytes(p.try_into().expect("4 bytes")) as usize + 4
+            });
+            let wanted = announced.saturating_sub(buf.len()).max(READ_CHUNK / 4);
+            if buf.capacity() - buf.len() < wanted {
+                buf.reserve(wanted.max(READ_CHUNK));
             }
             let read = if buf.is_empty() {
                 stream.read_buf(&mut buf).await?

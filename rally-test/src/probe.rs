@@ -37,7 +37,10 @@ impl<M: Message<Reply = ()>> Handler<M> for ProbeActor<M> {
     }
 }
 
-struct WatchIt(Box<dyn FnOnce(&mut Context<ProbeActor<Terminated>>) + Send>);
+/// Runs in the probe actor's context (to call `watch` from there).
+type InContext = Box<dyn FnOnce(&mut Context<ProbeActor<Terminated>>) + Send>;
+
+struct WatchIt(InContext);
 
 impl Message for WatchIt {
     type Reply = ();

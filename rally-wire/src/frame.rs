@@ -144,6 +144,9 @@ pub enum FrameError {
     UnknownKind(u8),
 }
 
+/// A complete frame found by [`split_frame`]: its kind, its body, and the bytes it took.
+pub type SplitFrame<'a> = (FrameKind, &'a [u8], usize);
+
 /// Splits the first complete frame off `buf`.
 ///
 /// Returns `Ok(None)` while more bytes are needed, else the kind, the body and how many bytes
@@ -164,10 +167,7 @@ pub enum FrameError {
 /// assert_eq!((kind, body, used), (FrameKind::Heartbeat, &[7u8][..], 6));
 /// assert_eq!(split_frame(&[0xff, 0xff, 0xff, 0xff], 1024), Err(FrameError::TooLarge { len: u32::MAX, max: 1024 }));
 /// ```
-pub fn split_frame(
-    buf: &[u8],
-    max_frame_len: u32,
-) -> Result<Option<(FrameKind, &[u8], usize)>, FrameError> {
+pub fn split_frame(buf: &[u8], max_frame_len: u32) -> Result<Option<SplitFrame<'_>>, FrameError> {
     let Some(prefix) = buf.get(..4) else {
         return Ok(None);
     };

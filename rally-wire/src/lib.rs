@@ -45,7 +45,8 @@ pub use envelope::{
 pub use failure_detector::{PhiAccrualConfig, PhiAccrualDetector};
 pub use frame::{
     FRAME_HEADER_LEN, FrameError, FrameKind, FrameMark, FrameTooLargeError, MAGIC, PREFACE_LEN,
-    PrefaceError, VERSION, begin_frame, check_preface, encode_preface, finish_frame, split_frame,
+    PrefaceError, SplitFrame, VERSION, begin_frame, check_preface, encode_preface, finish_frame,
+    split_frame,
 };
 pub use handshake::{
     ClientHandshake, HandshakeConfig, HandshakeError, HandshakeEvent, PeerInfo, RejectReason,

@@ -29,8 +29,11 @@ const PIPE_BYTES: usize = 256 * 1024;
 /// ```
 #[derive(Debug, Clone, Default)]
 pub struct MemoryTransport {
-    listeners: Arc<Mutex<HashMap<(String, u16), mpsc::UnboundedSender<BoxStream>>>>,
+    listeners: Arc<Mutex<Listeners>>,
 }
+
+/// `host:port` → the accept queue of the listener there.
+type Listeners = HashMap<(String, u16), mpsc::UnboundedSender<BoxStream>>;
 
 impl Transport for MemoryTransport {
     fn connect<'a>(&'a self, host: &'a str, port: u16) -> BoxFuture<'a, io::Result<BoxStream>> {

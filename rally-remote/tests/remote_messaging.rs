@@ -1,0 +1,135 @@
+//! Two nodes in one process over real loopback TCP (and over the in-memory transport): tell,
+//! ask, request, ordering, watch, and what the sender is told about bad sends.
+
+#[path = "support/nodes.rs"]
+mod nodes;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use nodes::{
+    Blob, Check, Echo, Quit, Record, T, Target, Unregistered, client_node, config, target_node,
+    target_node_on,
+};
+use rally_actor::{AskError, SendError, Terminated};
+use rally_remote::transport::MemoryTransport;
+use rally_test::Probe;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tell_ask_and_ordering_across_nodes() {
+    let (_b_system, b) = target_node("b", config()).await;
+    let (_a_system, a) = client_node("a", config()).await;
+    let target = a.lookup::<Target>(b.address(), "target");
+    assert!(!target.is_local());
+    assert_eq!(target.ask(Echo(7), T).await, Ok(7));
+    const N: u64 = 50_000;
+    for i in 1..=N {
+        target.tell(Record(i)).unwrap();
+    }
+    // Check is handled after every Record before it: per-pair ordering.
+    assert_eq!(target.ask(Check, T).await, Ok((N, true)));
+    let stats = a.stats();
+    assert!(
+        stats.writes < stats.messages_sent,
+        "writes were batched: {stats:?}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn lookup_of_this_nodes_own_address_is_local() {
+    let (_system, b) = target_node("b", config()).await;
+    let target = b.lookup::<Target>(b.address(), "target");
+    assert!(target.is_local());
+    assert_eq!(target.ask(Echo(1), T).await, Ok(1));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bad_sends_are_refused_at_the_sender_with_the_message_back() {
+    let mut small = config();
+    small.max_frame_bytes = 64 * 1024;
+    let (_b_system, b) = target_node("b", small.clone()).await;
+    let (_a_system, a) = client_node("a", small).await;
+    let target = a.lookup::<Target>(b.address(), "target");
+    match target.tell(Unregistered) {
+        Err(SendError::Refused(Unregistered, why)) => {
+            assert!(why.contains("not registered"), "{why}")
+        }
+        other => panic!("expected a refusal, got {other:?}"),
+    }
+    match target.tell(Blob(vec![0; 100_000])) {
+        Err(SendError::Refused(Blob(back), why)) => {
+            assert_eq!(back.len(), 100_000);
+            assert!(why.contains("maximum"), "{why}");
+        }
+        other => panic!(
+            "expected a size refusal, got {:?}",
+            other.map_err(|e| e.to_string())
+        ),
+    }
+    // Nothing was put on the wire; the association still works.
+    assert_eq!(target.ask(Blob(vec![1; 1000]), T).await, Ok(1000));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_unknown_name_answers_asks_with_an_error() {
+    let (_b_system, b) = target_node("b", config()).await;
+    let (_a_system, a) = client_node("a", config()).await;
+    let nobody = a.lookup::<Target>(b.address(), "nobody");
+    assert!(matches!(
+        nobody.ask(Echo(1), T).await,
+        Err(AskError::Undeliverable(_))
+    ));
+    nobody.tell(Echo(2)).unwrap();
+    let target = a.lookup::<Target>(b.address(), "target");
+    assert_eq!(target.ask(Echo(3), T).await, Ok(3));
+    assert!(b.stats().unknown_recipient >= 2);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn watching_a_remote_actor_delivers_terminated_when_it_stops() {
+    let (_b_system, b) = target_node("b", config()).await;
+    let (a_system, a) = client_node("a", config()).await;
+    let target = a.lookup::<Target>(b.address(), "target");
+    assert_eq!(target.ask(Echo(1), T).await, Ok(1));
+    let mut probe = Probe::<Terminated>::spawn(&a_system);
+    probe.watch(&target);
+    // Let the watch reach node B before the stop.
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    target.tell(Quit).unwrap();
+    let terminated = probe.expect_msg(T).await.unwrap();
+    assert_eq!(terminated.path, target.path().clone());
+    assert!(matches!(
+        target.ask(Echo(2), T).await,
+        Err(AskError::Stopped | AskError::Undeliverable(_))
+    ));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn graceful_leave_terminates_watchers_at_once() {
+    let (_b_system, b) = target_node("b", config()).await;
+    let (a_system, a) = client_node("a", config()).await;
+    let target = a.lookup::<Target>(b.address(), "target");
+    assert_eq!(target.ask(Echo(1), T).await, Ok(1));
+    let mut probe = Probe::<Terminated>::spawn(&a_system);
+    probe.watch(&target);
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    b.leave(Duration::from_secs(1)).await;
+    probe.expect_msg(Duration::from_secs(2)).await.unwrap();
+}
+
+#[tokio::test]
+async fn the_in_memory_transport_runs_the_same_protocol() {
+    let net = Arc::new(MemoryTransport::default());
+    let mut config_b = config();
+    config_b.host = "b".into();
+    config_b.port = 1;
+    let mut config_a = config();
+    config_a.host = "a".into();
+    config_a.port = 1;
+    let (_b_system, b) = target_node_on("b", config_b, net.clone()).await;
+    let (_a_system, a) = target_node_on("a", config_a, net).await;
+    let target = a.lookup::<Target>(b.address(), "target");
+    for i in 0..100 {
+        assert_eq!(target.ask(Echo(i), T).await, Ok(i));
+    }
+}

@@ -1,0 +1,203 @@
+//! Nodes in separate OS processes: messaging, death watch on SIGKILL within the detector's
+//! bound, reconnection to a restarted peer (new incarnation), and heartbeats staying on time
+//! while the ordinary lane is saturated and a 10 MB message is in flight.
+//!
+//! The peer process is this test binary itself, re-run with `RALLY_TEST_PEER` set, which runs
+//! only `peer_process` (every other test returns at once in that mode).
+
+#[path = "support/nodes.rs"]
+mod nodes;
+
+use std::process::Stdio;
+use std::time::{Duration, Instant};
+
+use nodes::{Blob, Check, Echo, Record, T, Target, client_node, config, target_node};
+use rally_actor::Terminated;
+use rally_remote::NodeAddress;
+use rally_test::Probe;
+use tokio::io::{AsyncBufReadExt, BufReader};
+use tokio::process::{Child, Command};
+
+const PEER_ENV: &str = "RALLY_TEST_PEER";
+
+/// In peer mode: runs a target node (on the port in the variable, 0 = any), prints its address
+/// and incarnation, and serves until killed or until stdin closes.
+#[test]
+fn peer_process() {
+    let Ok(port) = std::env::var(PEER_ENV) else {
+        return;
+    };
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    runtime.block_on(async {
+        let mut config = config();
+        config.port = port.parse().unwrap();
+        config.large_message_destinations = vec!["big".into()];
+        let (system, node) = target_node("peer", config).await;
+        let big = system.spawn(Target::new()).unwrap();
+        node.expose("big", &big).unwrap();
+        println!(
+            "PEER {} {}",
+            node.address(),
+            node.unique_address().incarnation
+        );
+        let mut lines = BufReader::new(tokio::io::stdin()).lines();
+        while let Ok(Some(_)) = lines.next_line().await {}
+    });
+}
+
+struct Peer {
+    child: Child,
+    address: NodeAddress,
+    incarnation: String,
+}
+
+async fn start_peer(port: u16) -> Peer {
+    let mut child = Command::new(std::env::current_exe().unwrap())
+        .args(["--exact", "peer_process", "--nocapture", "--test-threads=1"])
+        .env(PEER_ENV, port.to_string())
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+    let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
+    let line = tokio::time::timeout(T, async {
+        loop {
+            let line = lines
+                .next_line()
+                .await
+                .unwrap()
+                .expect("the peer exited before listening");
+            // libtest prints "test peer_process ... " before the test's own output.
+            if let Some(at) = line.find("PEER ") {
+                return line[at..].to_owned();
+            }
+        }
+    })
+    .await
+    .expect("the peer starts within 10 s");
+    let mut parts = line.split_whitespace().skip(1);
+    let address = parts.next().unwrap().parse().unwrap();
+    let incarnation = parts.next().unwrap().to_owned();
+    Peer {
+        child,
+        address,
+        incarnation,
+    }
+}
+
+fn in_peer_mode() -> bool {
+    std::env::var(PEER_ENV).is_ok()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tell_ask_and_watch_across_processes_and_sigkill_fires_terminated() {
+    if in_peer_mode() {
+        return;
+    }
+    let mut peer = start_peer(0).await;
+    let (a_system, a) = client_node("a", config()).await;
+    let target = a.lookup::<Target>(&peer.address, "target");
+    assert_eq!(target.ask(Echo(5), T).await, Ok(5));
+    for i in 1..=10_000 {
+        target.tell(Record(i)).unwrap();
+    }
+    assert_eq!(target.ask(Check, T).await, Ok((10_000, true)));
+    let mut probe = Probe::<Terminated>::spawn(&a_system);
+    probe.watch(&target);
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    peer.child.start_kill().unwrap(); // SIGKILL: no goodbye
+    let killed = Instant::now();
+    let terminated = probe
+        .expect_msg(Duration::from_secs(10))
+        .await
+        .expect("Terminated after SIGKILL");
+    let took = killed.elapsed();
+    assert_eq!(terminated.path, target.path().clone());
+    // Heartbeats every 100 ms, acceptable pause 600 ms: detection well inside 5 s.
+    assert!(took < Duration::from_secs(5), "detection took {took:?}");
+    eprintln!("SIGKILL detected after {took:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_restarted_peer_is_reached_again_under_a_new_incarnation() {
+    if in_peer_mode() {
+        return;
+    }
+    let mut first = start_peer(0).await;
+    let port = first.address.port;
+    let (a_system, a) = client_node("a", config()).await;
+    let target = a.lookup::<Target>(&first.address, "target");
+    assert_eq!(target.ask(Echo(1), T).await, Ok(1));
+    let mut probe = Probe::<Terminated>::spawn(&a_system);
+    probe.watch(&target);
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    first.child.start_kill().unwrap();
+    first.child.wait().await.unwrap();
+    let second = start_peer(port).await;
+    assert_ne!(
+        second.incarnation, first.incarnation,
+        "a restart is a new incarnation"
+    );
+    // The old incarnation's watchers are told it is gone (detector or the new handshake).
+    probe.expect_msg(Duration::from_secs(10)).await.unwrap();
+    // The same ref reaches the new process once the lanes have reconnected.
+    let deadline = Instant::now() + Duration::from_secs(15);
+    loop {
+        match target.ask(Echo(2), Duration::from_millis(500)).await {
+            Ok(2) => break,
+            other => assert!(Instant::now() < deadline, "never reconnected: {other:?}"),
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn heartbeats_stay_on_time_while_lanes_are_saturated_and_a_10mb_message_is_in_flight() {
+    if in_peer_mode() {
+        return;
+    }
+    let peer = start_peer(0).await;
+    let mut cfg = config();
+    cfg.large_message_destinations = vec!["big".into()];
+    let (a_system, a) = client_node("a", cfg).await;
+    let target = a.lookup::<Target>(&peer.address, "target");
+    let big = a.lookup::<Target>(&peer.address, "big");
+    assert_eq!(target.ask(Echo(1), T).await, Ok(1));
+    let mut probe = Probe::<Terminated>::spawn(&a_system);
+    probe.watch(&target);
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    // Several 10 MB messages on the large lane and a flood on the ordinary lane, for ~3 s: far
+    // longer than the 600 ms pause the detector tolerates. A delayed heartbeat would show up
+    // as a (false) Terminated.
+    let flood_until = Instant::now() + Duration::from_secs(3);
+    let mut big_replies = Vec::new();
+    let mut sent = 0u64;
+    while Instant::now() < flood_until {
+        if big_replies.len() < 5 {
+            let big = big.clone();
+            big_replies.push(tokio::spawn(async move {
+                big.ask(Blob(vec![7; 10 * 1024 * 1024]), Duration::from_secs(30))
+                    .await
+            }));
+        }
+        for _ in 0..2_000 {
+            sent += 1;
+            let _ = target.tell(Record(sent));
+        }
+        tokio::task::yield_now().await;
+    }
+    for reply in big_replies {
+        assert_eq!(reply.await.unwrap(), Ok(10 * 1024 * 1024));
+    }
+    probe
+        .expect_no_msg(Duration::from_millis(500))
+        .await
+        .expect("no false Terminated: heartbeats were on time");
+    let (count, ordered) = target.ask(Check, Duration::from_secs(30)).await.unwrap();
+    assert!(ordered);
+    eprintln!("flooded {sent} records, {count} delivered (the rest dropped by the bounded lane)");
+}
