@@ -71,3 +71,8 @@ pub mod prelude {
     #[cfg(feature = "remote")]
     pub use rally_remote::{MessageTable, RemoteActor, RemoteMessage, RemoteNode};
 }
+
+/// The README's examples, compiled as doc tests so they stay true.
+#[doc = include_str!("../../README.md")]
+#[cfg(doctest)]
+pub struct ReadmeDoctests;
