@@ -902,6 +902,12 @@ fn draw_chart(table: &Comparison, scenario: &str, path: &Path) -> anyhow::Result
         .clone()
         .unwrap_or_else(|| (0..table.keys.len()).map(|i| i as f64).collect());
     let x_max = xs.iter().copied().fold(0.0, f64::max);
+    // Client counts start the axis at 0; row positions get half a slot of margin each side.
+    let x_range = if by_clients.is_some() {
+        0.0..x_max + 1.0
+    } else {
+        -0.5..x_max + 0.5
+    };
     let y_max = table
         .values
         .values()
@@ -922,7 +928,7 @@ fn draw_chart(table: &Comparison, scenario: &str, path: &Path) -> anyhow::Result
         .margin(15)
         .x_label_area_size(50)
         .y_label_area_size(80)
-        .build_cartesian_2d(-0.5..x_max + 0.5, 0.0..y_max)
+        .build_cartesian_2d(x_range, 0.0..y_max)
         .map_err(|e| anyhow!("{e:?}"))?;
     let x_formatter = |x: &f64| -> String {
         if by_clients.is_some() {
