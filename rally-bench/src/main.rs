@@ -39,7 +39,7 @@ enum Scenario {
     Compare(compare::CompareArgs),
     /// Internal: node B of the remote scenarios, in a child process.
     #[command(hide = true)]
-    RemoteEchoNode,
+    RemoteEchoNode(remote::EchoNodeArgs),
     /// Internal: the raw echo server, in a child process.
     #[command(hide = true)]
     RawEchoServer,
@@ -57,7 +57,7 @@ fn main() -> anyhow::Result<()> {
         Scenario::Latency(args) => remote::latency(&args),
         Scenario::RawEcho(args) => raw_echo::raw_echo(&args),
         Scenario::Compare(args) => compare::run(&args),
-        Scenario::RemoteEchoNode => remote::echo_node_main(),
+        Scenario::RemoteEchoNode(args) => remote::echo_node_main(&args),
         Scenario::RawEchoServer => raw_echo::server_main(),
     }
 }

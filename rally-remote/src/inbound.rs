@@ -17,7 +17,7 @@ use crate::connection;
 use crate::node::NodeInner;
 use crate::outbound::ReplyRoute;
 use crate::registry::{Exposed, InboundError};
-use crate::transport::BoxStream;
+use crate::transport::{BoxStream, Incoming};
 
 /// Entries a peer may define per connection table: far above any real use, and a bound on the
 /// memory a peer can make us hold.
@@ -43,7 +43,25 @@ enum InboundFailure {
 }
 
 /// Serves one inbound connection until it closes or misbehaves.
-pub(crate) async fn serve(node: Arc<NodeInner>, mut stream: BoxStream, remote: String) {
+pub(crate) async fn serve(node: Arc<NodeInner>, incoming: Incoming, remote: String) {
+    let deadline = node.config.handshake_timeout;
+    let mut stream = match tokio::time::timeout(deadline, incoming).await {
+        Ok(Ok(stream)) => stream,
+        Ok(Err(error)) => {
+            node.counters
+                .handshake_failures
+                .fetch_add(1, Ordering::Relaxed);
+            tracing::warn!(%remote, %error, "inbound connection setup failed (TLS?); closed");
+            return;
+        }
+        Err(_) => {
+            node.counters
+                .handshake_failures
+                .fetch_add(1, Ordering::Relaxed);
+            tracing::warn!(%remote, "inbound connection setup timed out; closed");
+            return;
+        }
+    };
     let mut handshake = ServerHandshake::new(node.handshake_config(), rand::random());
     let quarantined = node.quarantine_set();
     handshake.set_refused(move |peer| {

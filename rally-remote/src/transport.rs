@@ -5,6 +5,7 @@
 
 mod memory;
 mod tcp;
+mod tls;
 
 use std::io;
 use std::pin::Pin;
@@ -14,6 +15,7 @@ use tokio::io::{AsyncRead, AsyncWrite};
 
 pub use memory::MemoryTransport;
 pub use tcp::TcpTransport;
+pub use tls::{TlsError, TlsTransport};
 
 /// A bidirectional byte stream.
 pub trait Stream: AsyncRead + AsyncWrite + Send + Unpin + 'static {}
@@ -22,10 +24,14 @@ impl<T: AsyncRead + AsyncWrite + Send + Unpin + 'static> Stream for T {}
 /// A boxed stream, as transports hand them out.
 pub type BoxStream = Pin<Box<dyn Stream>>;
 
+/// An accepted connection still to be set up (e.g. its TLS handshake); the node awaits it in
+/// the connection's own task, under the handshake deadline.
+pub type Incoming = BoxFuture<'static, io::Result<BoxStream>>;
+
 /// Accepts inbound streams.
 pub trait Listener: Send + 'static {
-    /// Waits for the next inbound stream; returns it with a printable peer address.
-    fn accept(&mut self) -> BoxFuture<'_, io::Result<(BoxStream, String)>>;
+    /// Waits for the next inbound connection; returns it with a printable peer address.
+    fn accept(&mut self) -> BoxFuture<'_, io::Result<(Incoming, String)>>;
     /// The host and port this listener is reachable at.
     fn local_addr(&self) -> io::Result<(String, u16)>;
 }

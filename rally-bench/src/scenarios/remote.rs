@@ -2,6 +2,7 @@
 //! rate. Node B (the echo side) runs in a child process by default (`--processes 2`), or in
 //! this process (`--processes 1`, as the Akka.NET original).
 
+use std::path::{Path, PathBuf};
 use std::process::Stdio;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -9,6 +10,7 @@ use std::time::{Duration, Instant};
 use anyhow::{Context as _, bail};
 use clap::Args;
 use hdrhistogram::Histogram;
+use rally::remote::transport::{TcpTransport, TlsTransport, Transport};
 use rally::remote::{
     MessageTable, NodeAddress, RemoteActor, RemoteConfig, RemoteMessage, RemoteNode,
 };
@@ -26,12 +28,56 @@ const SECRET: &[u8] = b"rally-bench";
 /// Echo actors node B exposes (the largest client count of remote-ping-pong).
 const ECHOES: usize = 30;
 
-/// Where node B runs.
+/// Where node B runs, and over what.
 #[derive(Debug, Clone, Args)]
 pub struct NodeArgs {
     /// 2: node B in a child process (default); 1: both nodes in this process.
     #[arg(long, default_value_t = 2)]
     pub processes: u8,
+    /// Mutual TLS between the nodes (certificates from a throwaway CA), instead of plain TCP.
+    #[arg(long)]
+    pub tls: bool,
+}
+
+/// `remote-echo-node` flags (internal).
+#[derive(Debug, Args)]
+pub struct EchoNodeArgs {
+    /// Use mutual TLS with `node.crt`, `node.key` and `ca.crt` from this directory.
+    #[arg(long)]
+    tls_dir: Option<PathBuf>,
+}
+
+/// The transport for a node: TCP, or TLS with the PEM files in `dir`.
+fn transport(tls_dir: Option<&Path>) -> anyhow::Result<Arc<dyn Transport>> {
+    Ok(match tls_dir {
+        Some(dir) => Arc::new(TlsTransport::from_files(
+            &dir.join("node.crt"),
+            &dir.join("node.key"),
+            &dir.join("ca.crt"),
+        )?),
+        None => Arc::new(TcpTransport),
+    })
+}
+
+/// Issues a CA and two node certificates into a fresh directory: `<dir>/a` and `<dir>/b`.
+fn throwaway_pki() -> anyhow::Result<PathBuf> {
+    use rcgen::{BasicConstraints, CertificateParams, IsCa, KeyPair};
+    let dir = std::env::temp_dir().join(format!("rally-bench-pki-{}", std::process::id()));
+    let ca_key = KeyPair::generate()?;
+    let mut ca_params = CertificateParams::new(Vec::<String>::new())?;
+    ca_params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+    let ca = ca_params.self_signed(&ca_key)?;
+    for node in ["a", "b"] {
+        let node_dir = dir.join(node);
+        std::fs::create_dir_all(&node_dir)?;
+        let key = KeyPair::generate()?;
+        let cert =
+            CertificateParams::new(vec!["127.0.0.1".to_owned()])?.signed_by(&key, &ca, &ca_key)?;
+        std::fs::write(node_dir.join("node.crt"), cert.pem())?;
+        std::fs::write(node_dir.join("node.key"), key.serialize_pem())?;
+        std::fs::write(node_dir.join("ca.crt"), ca.pem())?;
+    }
+    Ok(dir)
 }
 
 /// The benchmark message: a tiny payload, as the original's short string.
@@ -113,13 +159,14 @@ impl RemoteActor for Echo {
 }
 
 /// Node B: an actor system exposing `echo-0` … `echo-29`.
-pub async fn start_echo_node(host: &str, port: u16) -> anyhow::Result<(ActorSystem, RemoteNode)> {
+pub async fn start_echo_node(
+    host: &str,
+    port: u16,
+    tls_dir: Option<&Path>,
+) -> anyhow::Result<(ActorSystem, RemoteNode)> {
     let system = ActorSystem::new("echo");
-    let node = RemoteNode::start(
-        &system,
-        RemoteConfig::new(host, port).with_secret(SECRET.to_vec()),
-    )
-    .await?;
+    let config = RemoteConfig::new(host, port).with_secret(SECRET.to_vec());
+    let node = RemoteNode::start_with(&system, config, transport(tls_dir)?).await?;
     for i in 0..ECHOES {
         let echo = system.spawn(Echo::default())?;
         node.expose(&format!("echo-{i}"), &echo)?;
@@ -128,10 +175,10 @@ pub async fn start_echo_node(host: &str, port: u16) -> anyhow::Result<(ActorSyst
 }
 
 /// `remote-echo-node`: runs node B until stdin closes; prints `LISTENING <address>` first.
-pub fn echo_node_main() -> anyhow::Result<()> {
+pub fn echo_node_main(args: &EchoNodeArgs) -> anyhow::Result<()> {
     let runtime = multi_thread_runtime();
     runtime.block_on(async {
-        let (_system, node) = start_echo_node("127.0.0.1", 0).await?;
+        let (_system, node) = start_echo_node("127.0.0.1", 0, args.tls_dir.as_deref()).await?;
         println!("LISTENING {}", node.address());
         // Run until the parent closes our stdin (or dies).
         let mut lines = BufReader::new(tokio::io::stdin()).lines();
@@ -143,6 +190,8 @@ pub fn echo_node_main() -> anyhow::Result<()> {
 /// Node B, in a child process or in this one; dropping it stops it.
 pub struct EchoSide {
     pub address: NodeAddress,
+    /// Node A's TLS material, when the run uses TLS.
+    pub client_tls: Option<PathBuf>,
     _child: Option<Child>,
     _local: Option<(ActorSystem, RemoteNode)>,
 }
@@ -150,19 +199,31 @@ pub struct EchoSide {
 impl EchoSide {
     /// Starts node B as `args` says.
     pub async fn start(args: &NodeArgs) -> anyhow::Result<Self> {
+        let pki = if args.tls {
+            Some(throwaway_pki()?)
+        } else {
+            None
+        };
+        let client_tls = pki.as_ref().map(|dir| dir.join("a"));
+        let server_tls = pki.as_ref().map(|dir| dir.join("b"));
         match args.processes {
             1 => {
-                let (system, node) = start_echo_node("127.0.0.1", 0).await?;
+                let (system, node) = start_echo_node("127.0.0.1", 0, server_tls.as_deref()).await?;
                 Ok(Self {
                     address: node.address().clone(),
+                    client_tls,
                     _child: None,
                     _local: Some((system, node)),
                 })
             }
             2 => {
                 let exe = std::env::current_exe().context("finding this executable")?;
-                let mut child = Command::new(exe)
-                    .arg("remote-echo-node")
+                let mut command = Command::new(exe);
+                command.arg("remote-echo-node");
+                if let Some(dir) = &server_tls {
+                    command.arg("--tls-dir").arg(dir);
+                }
+                let mut child = command
                     .stdin(Stdio::piped())
                     .stdout(Stdio::piped())
                     .kill_on_drop(true)
@@ -179,6 +240,7 @@ impl EchoSide {
                 };
                 Ok(Self {
                     address: address.parse().map_err(|e| anyhow::anyhow!("{e:?}"))?,
+                    client_tls,
                     _child: Some(child),
                     _local: None,
                 })
@@ -188,14 +250,12 @@ impl EchoSide {
     }
 }
 
-/// Node A.
-async fn start_client_node() -> anyhow::Result<(ActorSystem, RemoteNode)> {
+/// Node A, with the same transport as node B.
+async fn start_client_node(echo_side: &EchoSide) -> anyhow::Result<(ActorSystem, RemoteNode)> {
     let system = ActorSystem::new("bench");
-    let node = RemoteNode::start(
-        &system,
-        RemoteConfig::new("127.0.0.1", 0).with_secret(SECRET.to_vec()),
-    )
-    .await?;
+    let config = RemoteConfig::new("127.0.0.1", 0).with_secret(SECRET.to_vec());
+    let node = RemoteNode::start_with(&system, config, transport(echo_side.client_tls.as_deref())?)
+        .await?;
     Ok((system, node))
 }
 
@@ -312,7 +372,7 @@ pub fn ping_pong(args: &PingPongArgs) -> anyhow::Result<()> {
     let runtime = multi_thread_runtime();
     let rows = on_worker(&runtime, async move {
         let echo_side = EchoSide::start(&node_args).await?;
-        let (system, node) = start_client_node().await?;
+        let (system, node) = start_client_node(&echo_side).await?;
         // Warm up: connections, handshakes, tables, allocator.
         ping_pong_round(
             &system,
@@ -355,7 +415,14 @@ pub fn ping_pong(args: &PingPongArgs) -> anyhow::Result<()> {
         .param("round_trips_per_client", round_trips)
         .param("in_flight_per_client", in_flight)
         .param("processes", args.node.processes)
-        .param("transport", "tcp loopback");
+        .param(
+            "transport",
+            if args.node.tls {
+                "mutual TLS 1.3 (rustls, ring) over loopback TCP"
+            } else {
+                "tcp loopback"
+            },
+        );
     report.rows = rows;
     if args.common.json {
         report.print(true);
@@ -427,7 +494,7 @@ pub fn max_throughput(args: &MaxThroughputArgs) -> anyhow::Result<()> {
     let runtime = multi_thread_runtime();
     let rows = on_worker(&runtime, async move {
         let echo_side = EchoSide::start(&node_args).await?;
-        let (_system, node) = start_client_node().await?;
+        let (_system, node) = start_client_node(&echo_side).await?;
         let mut rows = Vec::new();
         for (i, size) in sizes.into_iter().enumerate() {
             let sink = node.lookup::<Echo>(&echo_side.address, &format!("echo-{i}"));
@@ -513,7 +580,7 @@ pub fn latency(args: &LatencyArgs) -> anyhow::Result<()> {
     let runtime = multi_thread_runtime();
     let rows = on_worker(&runtime, async move {
         let echo_side = EchoSide::start(&node_args).await?;
-        let (_system, node) = start_client_node().await?;
+        let (_system, node) = start_client_node(&echo_side).await?;
         let echo = node.lookup::<Echo>(&echo_side.address, "echo-0");
         echo.ask(Ping(0), Duration::from_secs(10)).await?;
         let mut rows = Vec::new();

@@ -7,7 +7,7 @@ use std::sync::{Arc, Mutex};
 use futures_util::future::BoxFuture;
 use tokio::sync::mpsc;
 
-use super::{BoxStream, Listener, Transport};
+use super::{BoxStream, Incoming, Listener, Transport};
 
 /// Buffer size of each in-memory pipe.
 const PIPE_BYTES: usize = 256 * 1024;
@@ -24,7 +24,8 @@ const PIPE_BYTES: usize = 256 * 1024;
 /// let net = MemoryTransport::default();
 /// let mut listener = net.bind("node-b", 1).await?;
 /// let _client = net.connect("node-b", 1).await?;
-/// let (_server, _peer) = listener.accept().await?;
+/// let (incoming, _peer) = listener.accept().await?;
+/// let _server = incoming.await?;
 /// # Ok(()) }
 /// ```
 #[derive(Debug, Clone, Default)]
@@ -96,12 +97,13 @@ struct MemoryListener {
 }
 
 impl Listener for MemoryListener {
-    fn accept(&mut self) -> BoxFuture<'_, io::Result<(BoxStream, String)>> {
+    fn accept(&mut self) -> BoxFuture<'_, io::Result<(Incoming, String)>> {
         Box::pin(async move {
             let stream = self.incoming.recv().await.ok_or_else(|| {
                 io::Error::new(io::ErrorKind::BrokenPipe, "memory network dropped")
             })?;
-            Ok((stream, "memory".to_owned()))
+            let ready: Incoming = Box::pin(async move { Ok(stream) });
+            Ok((ready, "memory".to_owned()))
         })
     }
 

@@ -5,7 +5,7 @@ use std::io;
 use futures_util::future::BoxFuture;
 use tokio::net::{TcpListener, TcpStream};
 
-use super::{BoxStream, Listener, Transport};
+use super::{BoxStream, Incoming, Listener, Transport};
 
 /// Plain TCP.
 ///
@@ -53,11 +53,12 @@ struct TcpAcceptor {
 }
 
 impl Listener for TcpAcceptor {
-    fn accept(&mut self) -> BoxFuture<'_, io::Result<(BoxStream, String)>> {
+    fn accept(&mut self) -> BoxFuture<'_, io::Result<(Incoming, String)>> {
         Box::pin(async move {
             let (stream, peer) = self.listener.accept().await?;
             stream.set_nodelay(true)?;
-            Ok((Box::pin(stream) as BoxStream, peer.to_string()))
+            let ready: Incoming = Box::pin(async move { Ok(Box::pin(stream) as BoxStream) });
+            Ok((ready, peer.to_string()))
         })
     }
 
