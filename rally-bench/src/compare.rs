@@ -672,14 +672,41 @@ fn series_name(report: &Report, row: &Row) -> String {
     }
 }
 
+/// What is summarised per row and framework.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+enum Metric {
+    MsgsPerSec,
+    P50,
+    P99,
+}
+
+impl Metric {
+    fn name(self) -> &'static str {
+        match self {
+            Self::MsgsPerSec => "msgs/s",
+            Self::P50 => "p50",
+            Self::P99 => "p99",
+        }
+    }
+}
+
+/// One Rally-over-peer ratio of medians on one row.
+#[derive(Debug, Clone, Copy, PartialEq)]
+struct Ratio {
+    rally: usize,
+    peer: usize,
+    metric: Metric,
+    value: f64,
+}
+
 /// All runs of all frameworks, by row key and series.
 struct Comparison {
     /// Keys in order of first appearance (Rally's first, as its reports come first).
     keys: Vec<RowKey>,
     /// Series in order of first appearance.
     series: Vec<String>,
-    /// msgs/s values per (key index, series index), one per run.
-    values: BTreeMap<(usize, usize), Vec<f64>>,
+    /// Values per (key index, series index, metric), one per run.
+    values: BTreeMap<(usize, usize, Metric), Vec<f64>>,
 }
 
 impl Comparison {
@@ -697,33 +724,73 @@ impl Comparison {
                 let key = row_key(row);
                 let k = index_of(&mut table.keys, key);
                 let s = index_of(&mut table.series, series_name(report, row));
-                table.values.entry((k, s)).or_default().push(rate);
+                table
+                    .values
+                    .entry((k, s, Metric::MsgsPerSec))
+                    .or_default()
+                    .push(rate);
+                for (metric, value) in [(Metric::P50, row.p50_us), (Metric::P99, row.p99_us)] {
+                    if let Some(v) = value {
+                        table.values.entry((k, s, metric)).or_default().push(v);
+                    }
+                }
             }
         }
         table
     }
 
+    /// msgs/s of `series` on row `key`.
     fn summary(&self, key: usize, series: usize) -> Option<Summary> {
-        self.values.get(&(key, series)).and_then(|v| summarize(v))
+        self.metric(key, series, Metric::MsgsPerSec)
+    }
+
+    fn metric(&self, key: usize, series: usize, metric: Metric) -> Option<Summary> {
+        self.values
+            .get(&(key, series, metric))
+            .and_then(|v| summarize(v))
     }
 
     fn is_rally(&self, series: usize) -> bool {
         self.series[series] == "rally" || self.series[series].starts_with("rally ")
     }
 
-    /// (Rally series, peer series, ratio) for every pair with a value on `key`.
-    fn ratios(&self, key: usize) -> Vec<(usize, usize, f64)> {
+    /// Which medians a row's ratio compares: msgs/s, except on a latency row (a fixed offered
+    /// rate), where the rate only says whether the pair kept up and p50 and p99 are the figures.
+    fn ratio_metrics(&self, key: usize) -> &'static [Metric] {
+        match self.keys[key] {
+            RowKey::Rate(_) => &[Metric::P50, Metric::P99],
+            _ => &[Metric::MsgsPerSec],
+        }
+    }
+
+    /// Rally over peer, median over median, for every Rally series and peer series with values.
+    fn ratios(&self, key: usize) -> Vec<Ratio> {
         let mut out = vec![];
-        for r in (0..self.series.len()).filter(|&s| self.is_rally(s)) {
-            for p in (0..self.series.len()).filter(|&s| !self.is_rally(s)) {
-                let rally = self.summary(key, r).map(|s| s.median);
-                let peer = self.summary(key, p).map(|s| s.median);
-                if let Some(x) = ratio(rally, peer) {
-                    out.push((r, p, x));
+        for rally in (0..self.series.len()).filter(|&s| self.is_rally(s)) {
+            for peer in (0..self.series.len()).filter(|&s| !self.is_rally(s)) {
+                for &metric in self.ratio_metrics(key) {
+                    let r = self.metric(key, rally, metric).map(|s| s.median);
+                    let p = self.metric(key, peer, metric).map(|s| s.median);
+                    if let Some(value) = ratio(r, p) {
+                        out.push(Ratio {
+                            rally,
+                            peer,
+                            metric,
+                            value,
+                        });
+                    }
                 }
             }
         }
         out
+    }
+
+    fn ratio_name(&self, r: &Ratio) -> String {
+        let base = format!("{}/{}", self.series[r.rally], self.series[r.peer]);
+        match r.metric {
+            Metric::MsgsPerSec => base,
+            other => format!("{base} {}", other.name()),
+        }
     }
 
     fn json_rows(&self) -> Vec<Value> {
@@ -731,18 +798,30 @@ impl Comparison {
             .map(|k| {
                 let mut results = Map::new();
                 for (s, name) in self.series.iter().enumerate() {
-                    if let (Some(summary), Some(values)) = (self.summary(k, s), self.values.get(&(k, s))) {
-                        results.insert(
-                            name.clone(),
-                            serde_json::json!({"median": summary.median, "min": summary.min, "max": summary.max, "values": values}),
-                        );
+                    let mut entry = Map::new();
+                    for (metric, field) in [
+                        (Metric::MsgsPerSec, "msgs_per_sec"),
+                        (Metric::P50, "p50_us"),
+                        (Metric::P99, "p99_us"),
+                    ] {
+                        if let (Some(summary), Some(values)) =
+                            (self.metric(k, s, metric), self.values.get(&(k, s, metric)))
+                        {
+                            entry.insert(
+                                field.to_owned(),
+                                serde_json::json!({"median": summary.median, "min": summary.min, "max": summary.max, "values": values}),
+                            );
+                        }
+                    }
+                    if !entry.is_empty() {
+                        results.insert(name.clone(), Value::Object(entry));
                     }
                 }
                 let mut ratios = Map::new();
-                for (r, p, x) in self.ratios(k) {
-                    ratios.insert(format!("{}/{}", self.series[r], self.series[p]), x.into());
+                for r in self.ratios(k) {
+                    ratios.insert(self.ratio_name(&r), r.value.into());
                 }
-                serde_json::json!({"label": self.keys[k].label(), "key": self.keys[k], "msgs_per_sec": results, "ratios": ratios})
+                serde_json::json!({"label": self.keys[k].label(), "key": self.keys[k], "results": results, "ratios": ratios})
             })
             .collect()
     }
@@ -769,6 +848,9 @@ impl Comparison {
             ));
         }
         out.push_str("# msgs/s: median (min-max); ratio = Rally median / peer median\n");
+        if self.keys.iter().any(|k| matches!(k, RowKey::Rate(_))) {
+            out.push_str("# latency rows: p50 and p99 medians in us; their ratio below 1 means Rally is faster\n");
+        }
         let width = self
             .series
             .iter()
@@ -790,10 +872,16 @@ impl Comparison {
                     si(summary.min),
                     si(summary.max)
                 ));
+                if let (Some(p50), Some(p99)) = (
+                    self.metric(k, s, Metric::P50),
+                    self.metric(k, s, Metric::P99),
+                ) {
+                    out.push_str(&format!("  p50 {:.0} p99 {:.0}", p50.median, p99.median));
+                }
                 let mine: Vec<String> = ratios
                     .iter()
-                    .filter(|(_, p, _)| *p == s)
-                    .map(|(r, _, x)| format!("{}/{} {x:.2}x", self.series[*r], self.series[s]))
+                    .filter(|r| r.peer == s)
+                    .map(|r| format!("{} {:.2}x", self.ratio_name(r), r.value))
                     .collect();
                 if !mine.is_empty() {
                     out.push_str(&format!("  {}", mine.join(", ")));
@@ -910,8 +998,9 @@ fn draw_chart(table: &Comparison, scenario: &str, path: &Path) -> anyhow::Result
     };
     let y_max = table
         .values
-        .values()
-        .flatten()
+        .iter()
+        .filter(|((_, _, metric), _)| *metric == Metric::MsgsPerSec)
+        .flat_map(|(_, values)| values)
         .copied()
         .fold(0.0, f64::max)
         .max(1.0)
@@ -1127,15 +1216,45 @@ mod tests {
         );
         let ratios = table.ratios(0);
         assert_eq!(ratios.len(), 1);
-        assert!((ratios[0].2 - 400.0 / 150.0).abs() < 1e-9);
+        assert!((ratios[0].value - 400.0 / 150.0).abs() < 1e-9);
         // 5 clients: Rally only, no ratio.
         assert!(table.ratios(1).is_empty());
         let rows = table.json_rows();
         assert_eq!(rows[0]["label"], "1 client");
-        assert_eq!(rows[0]["msgs_per_sec"]["pekko"]["median"], 150.0);
+        assert_eq!(rows[0]["results"]["pekko"]["msgs_per_sec"]["median"], 150.0);
         assert!(rows[0]["ratios"]["rally/pekko"].as_f64().is_some());
         let text = table.text("remote-ping-pong", 3, &[]);
         assert!(text.contains("rally/pekko 2.67x"), "{text}");
+    }
+
+    #[test]
+    fn latency_rows_compare_percentiles_not_rates() {
+        let lat = |rate_count: f64, p50: f64, p99: f64| {
+            let mut row = Row::new("10000 msg/s").clients(1).with("rate", 10_000);
+            row.msgs_per_sec = Some(rate_count);
+            row.p50_us = Some(p50);
+            row.p99_us = Some(p99);
+            row
+        };
+        // Rally counts one message per round trip here, the peer two: the rate ratio would
+        // mislead, so only the percentiles are compared.
+        let table = Comparison::build(&[
+            report("rally", vec![lat(10_000.0, 50.0, 200.0)]),
+            report("pekko", vec![lat(20_000.0, 100.0, 800.0)]),
+        ]);
+        let ratios = table.ratios(0);
+        let by_metric: Vec<(Metric, f64)> = ratios.iter().map(|r| (r.metric, r.value)).collect();
+        assert_eq!(by_metric, vec![(Metric::P50, 0.5), (Metric::P99, 0.25)]);
+        let rows = table.json_rows();
+        assert_eq!(rows[0]["ratios"]["rally/pekko p99"], 0.25);
+        assert!(rows[0]["ratios"].get("rally/pekko").is_none());
+        assert_eq!(rows[0]["results"]["pekko"]["p50_us"]["median"], 100.0);
+        let text = table.text("latency", 1, &[]);
+        assert!(text.contains("p50 100 p99 800"), "{text}");
+        assert!(
+            text.contains("rally/pekko p50 0.50x, rally/pekko p99 0.25x"),
+            "{text}"
+        );
     }
 
     #[test]
@@ -1165,7 +1284,7 @@ mod tests {
             ]
         );
         assert_eq!(table.keys.len(), 1);
-        let ratios: Vec<f64> = table.ratios(0).iter().map(|r| r.2).collect();
+        let ratios: Vec<f64> = table.ratios(0).iter().map(|r| r.value).collect();
         assert_eq!(ratios, vec![2.0, 4.0]);
     }
 
