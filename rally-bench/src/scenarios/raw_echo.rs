@@ -8,11 +8,12 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context as _, bail};
 use clap::Args;
+use hdrhistogram::Histogram;
 use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::process::Command;
 
-use super::common::{CommonArgs, multi_thread_runtime, on_worker};
+use super::common::{CommonArgs, micros, multi_thread_runtime, on_worker};
 use super::remote::NodeArgs;
 use crate::report::{Report, Row};
 
@@ -34,6 +35,64 @@ pub struct RawEchoArgs {
     /// Client counts, comma separated: in flight = clients × 50 on one connection.
     #[arg(long, value_delimiter = ',', default_value = "1,5,10,15,20,25,30")]
     clients: Vec<u64>,
+    /// Latency mode (the `latency` scenario's shape): offered rates in frames per second; each
+    /// round trip is timed from its intended send time.
+    #[arg(long, value_delimiter = ',')]
+    rates: Vec<u64>,
+    /// Seconds per rate in latency mode.
+    #[arg(long, default_value_t = 5)]
+    seconds: u64,
+}
+
+/// Sends frames on a fixed schedule and times each echo from its intended send time (the echo
+/// keeps order, so the i-th reply answers the i-th frame).
+async fn paced(port: u16, rate: u64, seconds: u64) -> anyhow::Result<(Histogram<u64>, Duration)> {
+    let stream = TcpStream::connect(("127.0.0.1", port)).await?;
+    stream.set_nodelay(true)?;
+    let (mut reader, mut writer) = stream.into_split();
+    let total = rate * seconds;
+    let interval = Duration::from_secs_f64(1.0 / rate as f64);
+    let start = Instant::now() + Duration::from_millis(5);
+    let sender = tokio::spawn(async move {
+        for i in 0..total {
+            let intended = start + interval.mul_f64(i as f64);
+            let now = Instant::now();
+            if intended > now {
+                let wait = intended - now;
+                // tokio's timer ticks in milliseconds: sleep until 1.5 ms before, then spin,
+                // so each message leaves on time (lateness would count against us).
+                if wait > Duration::from_micros(2_000) {
+                    tokio::time::sleep(wait - Duration::from_micros(1_500)).await;
+                }
+                while Instant::now() < intended {
+                    std::hint::spin_loop();
+                }
+            }
+            writer.write_all(&FRAME).await?;
+        }
+        anyhow::Ok(())
+    });
+    let mut histogram = Histogram::<u64>::new(3).expect("3 significant digits is valid");
+    let mut buf = vec![0u8; 64 * 1024];
+    let (mut received, mut partial) = (0u64, 0usize);
+    while received < total {
+        let n = reader.read(&mut buf).await?;
+        if n == 0 {
+            bail!("the echo server closed the connection");
+        }
+        let now = Instant::now();
+        let frames = (partial + n) / FRAME_LEN;
+        partial = (partial + n) % FRAME_LEN;
+        for _ in 0..frames {
+            let intended = start + interval.mul_f64(received as f64);
+            histogram
+                .record(now.saturating_duration_since(intended).as_nanos() as u64)
+                .expect("values fit");
+            received += 1;
+        }
+    }
+    sender.await??;
+    Ok((histogram, start.elapsed()))
 }
 
 /// Echoes every complete frame back, batching whatever one read brought into one write.
@@ -139,6 +198,13 @@ pub fn raw_echo(args: &RawEchoArgs) -> anyhow::Result<()> {
         (args.round_trips, args.clients.clone())
     };
     let processes = args.node.processes;
+    let (rates, seconds) = (args.rates.clone(), args.seconds);
+    // Latency mode measures only the rates.
+    let clients = if rates.is_empty() {
+        clients
+    } else {
+        Vec::new()
+    };
     let runtime = multi_thread_runtime();
     let rows = on_worker(&runtime, async move {
         let (port, _child) = if processes == 1 {
@@ -168,6 +234,19 @@ pub fn raw_echo(args: &RawEchoArgs) -> anyhow::Result<()> {
         };
         pipeline(port, 50, 10_000).await?;
         let mut rows = Vec::new();
+        for rate in rates {
+            let (h, elapsed) = paced(port, rate, seconds).await?;
+            let us = |q: f64| micros(Duration::from_nanos(h.value_at_quantile(q)));
+            let mut row = Row::new(format!("{rate} msg/s"))
+                .throughput(h.len(), elapsed)
+                .with("rate", rate)
+                .with("p90_us", us(0.9))
+                .with("p999_us", us(0.999))
+                .with("max_us", micros(Duration::from_nanos(h.max())));
+            row.p50_us = Some(us(0.5));
+            row.p99_us = Some(us(0.99));
+            rows.push(row);
+        }
         for c in clients {
             let elapsed = pipeline(port, c * 50, c * round_trips).await?;
             rows.push(

@@ -597,8 +597,10 @@ pub fn latency(args: &LatencyArgs) -> anyhow::Result<()> {
                 let now = Instant::now();
                 if intended > now {
                     let wait = intended - now;
-                    if wait > Duration::from_micros(200) {
-                        tokio::time::sleep(wait - Duration::from_micros(100)).await;
+                    // tokio's timer ticks in milliseconds: sleep until 1.5 ms before, then spin,
+                    // so each message leaves on time (lateness would count against us).
+                    if wait > Duration::from_micros(2_000) {
+                        tokio::time::sleep(wait - Duration::from_micros(1_500)).await;
                     }
                     while Instant::now() < intended {
                         std::hint::spin_loop();
