@@ -22,6 +22,7 @@ mod association;
 mod codec;
 mod config;
 mod connection;
+mod deploy;
 mod inbound;
 mod node;
 mod outbound;
@@ -32,6 +33,7 @@ pub mod transport;
 
 pub use config::RemoteConfig;
 pub use connection::ConnectError;
+pub use deploy::{RemoteSpawnError, SPAWNER};
 pub use node::{ExposeError, RemoteNode, StartError};
 pub use outbound::PushError;
 pub use rally_wire::{Incarnation, NodeAddress, UniqueAddress};

@@ -12,6 +12,7 @@ use tokio::sync::watch;
 
 use crate::association::Association;
 use crate::connection;
+use crate::deploy::{KindFactory, Kinds, RemoteSpawnError, SPAWNER, SpawnRequest, Spawner};
 use crate::inbound;
 use crate::outbound::backoff;
 use crate::registry::{Exposed, ExposedActor, MessageTable, RemoteActor};
@@ -31,6 +32,9 @@ pub enum StartError {
         /// The I/O error.
         source: std::io::Error,
     },
+    /// The actor system refused the node's own actors (it is shutting down).
+    #[error("the actor system refused the node's actors: {0}")]
+    System(rally_actor::SpawnError),
 }
 
 /// Why an actor could not be exposed.
@@ -95,6 +99,7 @@ pub(crate) struct NodeInner {
     quarantined: Arc<Mutex<HashSet<(NodeAddress, Incarnation)>>>,
     tables: Mutex<HashMap<TypeId, Arc<dyn Any + Send + Sync>>>,
     remote_ids: Mutex<HashMap<String, ActorId>>,
+    kinds: Kinds,
     pub(crate) counters: Counters,
     shutdown: watch::Receiver<bool>,
 }
@@ -169,6 +174,7 @@ impl RemoteNode {
             quarantined: Arc::new(Mutex::new(HashSet::new())),
             tables: Mutex::new(HashMap::new()),
             remote_ids: Mutex::new(HashMap::new()),
+            kinds: RwLock::new(HashMap::new()),
             counters: Counters::default(),
             shutdown,
         });
@@ -194,6 +200,14 @@ impl RemoteNode {
             }
         });
         tokio::spawn(heartbeats(Arc::downgrade(&inner), inner.shutdown.clone()));
+        let spawner = system
+            .spawn(Spawner {
+                node: Arc::downgrade(&inner),
+            })
+            .map_err(StartError::System)?;
+        inner
+            .expose(SPAWNER, &spawner)
+            .expect("the spawner's name is reserved");
         Ok(Self {
             inner,
             _alive: Arc::new(alive),
@@ -220,23 +234,56 @@ impl RemoteNode {
         name: &str,
         actor: &ActorRef<A>,
     ) -> Result<(), ExposeError> {
-        let mut exposed = self
-            .inner
-            .exposed
+        self.inner.expose(name, actor)
+    }
+
+    /// Registers an actor kind that other nodes may spawn here with
+    /// [`spawn_on`](Self::spawn_on); `factory` makes each instance.
+    pub fn register_kind<A: RemoteActor>(
+        &self,
+        kind: &str,
+        factory: impl Fn() -> A + Send + Sync + 'static,
+    ) {
+        let spawn: KindFactory = Arc::new(move |node: &Arc<NodeInner>, name: &str| {
+            let actor = node.system.spawn(factory()).map_err(|e| e.to_string())?;
+            node.expose(name, &actor).map_err(|e| {
+                actor.stop();
+                e.to_string()
+            })
+        });
+        self.inner
+            .kinds
             .write()
-            .expect("exposed lock is never poisoned");
-        if exposed.contains_key(name) {
-            return Err(ExposeError::NameTaken(name.to_owned()));
-        }
-        let entry = ExposedEntry {
-            exposed: Arc::new(ExposedActor {
-                actor: actor.clone(),
-                table: self.inner.table::<A>(),
-            }),
-            actor: Box::new(actor.clone()),
-        };
-        exposed.insert(name.to_owned(), entry);
-        Ok(())
+            .expect("kinds lock is never poisoned")
+            .insert(kind.to_owned(), spawn);
+    }
+
+    /// Spawns an actor of a kind registered on `node`, exposed there as `name`, and returns a
+    /// ref to it (Akka's remote deploy).
+    ///
+    /// # Errors
+    ///
+    /// [`RemoteSpawnError::Refused`] (unknown kind, name in use) or
+    /// [`RemoteSpawnError::Ask`] (unreachable, timed out).
+    pub async fn spawn_on<A: RemoteActor>(
+        &self,
+        node: &NodeAddress,
+        kind: &str,
+        name: &str,
+        timeout: Duration,
+    ) -> Result<ActorRef<A>, RemoteSpawnError> {
+        let spawner = self.lookup::<Spawner>(node, SPAWNER);
+        spawner
+            .ask(
+                SpawnRequest {
+                    kind: kind.to_owned(),
+                    name: name.to_owned(),
+                },
+                timeout,
+            )
+            .await?
+            .map_err(RemoteSpawnError::Refused)?;
+        Ok(self.lookup(node, name))
     }
 
     /// A ref to the actor exposed as `name` on `node`. No round trip: messages to a name the
@@ -305,6 +352,33 @@ impl RemoteNode {
 }
 
 impl NodeInner {
+    fn expose<A: RemoteActor>(&self, name: &str, actor: &ActorRef<A>) -> Result<(), ExposeError> {
+        let mut exposed = self
+            .exposed
+            .write()
+            .expect("exposed lock is never poisoned");
+        if exposed.contains_key(name) {
+            return Err(ExposeError::NameTaken(name.to_owned()));
+        }
+        let entry = ExposedEntry {
+            exposed: Arc::new(ExposedActor {
+                actor: actor.clone(),
+                table: self.table::<A>(),
+            }),
+            actor: Box::new(actor.clone()),
+        };
+        exposed.insert(name.to_owned(), entry);
+        Ok(())
+    }
+
+    pub(crate) fn kind(&self, kind: &str) -> Option<KindFactory> {
+        self.kinds
+            .read()
+            .expect("kinds lock is never poisoned")
+            .get(kind)
+            .cloned()
+    }
+
     fn lock_associations(
         &self,
     ) -> std::sync::MutexGuard<'_, HashMap<NodeAddress, Arc<Association>>> {

@@ -133,3 +133,26 @@ async fn the_in_memory_transport_runs_the_same_protocol() {
         assert_eq!(target.ask(Echo(i), T).await, Ok(i));
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_registered_kind_is_spawned_on_the_chosen_node() {
+    let (_b_system, b) = client_node("b", config()).await;
+    b.register_kind("target", Target::new);
+    let (_a_system, a) = client_node("a", config()).await;
+    let spawned = a
+        .spawn_on::<Target>(b.address(), "target", "fresh", T)
+        .await
+        .unwrap();
+    assert_eq!(spawned.ask(Echo(11), T).await, Ok(11));
+    // The name is now taken; an unknown kind is refused with a reason.
+    let again = a
+        .spawn_on::<Target>(b.address(), "target", "fresh", T)
+        .await;
+    assert!(
+        matches!(again, Err(rally_remote::RemoteSpawnError::Refused(why)) if why.contains("fresh"))
+    );
+    let unknown = a.spawn_on::<Target>(b.address(), "nope", "x", T).await;
+    assert!(
+        matches!(unknown, Err(rally_remote::RemoteSpawnError::Refused(why)) if why.contains("nope"))
+    );
+}
