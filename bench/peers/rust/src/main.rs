@@ -173,7 +173,16 @@ fn parse_args() -> anyhow::Result<Args> {
 
 const USAGE: &str = "usage: rust-peers --framework actix|ractor-mt|ractor-ct|kameo-mt|kameo-ct local-ping-pong [--quick] [--json] [--round-trips N]";
 
+/// Bounds a whole run: reaching it means something is stuck outside the per-row timeouts (a
+/// thread that never reached its barrier, say), so the process reports it and exits non-zero.
+const RUN_LIMIT: Duration = Duration::from_secs(15 * 60);
+
 fn main() {
+    std::thread::spawn(|| {
+        std::thread::sleep(RUN_LIMIT);
+        eprintln!("rust-peers: error: did not finish within {RUN_LIMIT:?}");
+        std::process::exit(1);
+    });
     if let Err(err) = run() {
         eprintln!("rust-peers: error: {err:#}");
         std::process::exit(1);
