@@ -1,10 +1,11 @@
 module rally.bench/peers/protoactor-go
 
-go 1.26.8
+go 1.21
 
 require (
 	github.com/HdrHistogram/hdrhistogram-go v1.1.2
 	github.com/asynkron/protoactor-go v0.0.0-20240822202345-3c0e61ca19c9
+	google.golang.org/grpc v1.60.1
 	google.golang.org/protobuf v1.33.0
 )
 
@@ -39,5 +40,4 @@ require (
 	golang.org/x/sys v0.19.0 // indirect
 	golang.org/x/text v0.14.0 // indirect
 	google.golang.org/genproto/googleapis/rpc v0.0.0-20231002182017-d307bd883b97 // indirect
-	google.golang.org/grpc v1.60.1 // indirect
 )
