@@ -7,6 +7,12 @@ mod scenarios;
 
 use clap::{Parser, Subcommand};
 
+/// mimalloc, as a production Rust service would use: the actor layer allocates an envelope per
+/// message, and glibc's allocator showed up at ~14% of remote-ping-pong profiles. Go and the
+/// JVM, the peers, bring their own tuned allocators.
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 use scenarios::{local, raw_echo, remote};
 
 /// Rally's benchmark scenarios.

@@ -9,7 +9,7 @@ use std::time::Instant;
 
 use rally_actor::{ReplyError, Terminated, TerminationSink};
 use rally_wire::{
-    Incarnation, Lane, NodeAddress, PhiAccrualConfig, PhiAccrualDetector, ReplyStatus,
+    FastHashMap, Incarnation, Lane, NodeAddress, PhiAccrualConfig, PhiAccrualDetector, ReplyStatus,
 };
 
 use crate::outbound::OutboundLane;
@@ -29,7 +29,7 @@ pub(crate) struct Association {
     /// `[control, ordinary.., large]`.
     pub(crate) lanes: Vec<Arc<OutboundLane>>,
     incarnation: Mutex<Option<Incarnation>>,
-    pending: Mutex<HashMap<u64, Slot>>,
+    pending: Mutex<FastHashMap<u64, Slot>>,
     next_request: AtomicU64,
     watches: Mutex<HashMap<String, Vec<Arc<dyn TerminationSink>>>>,
     detector: Mutex<PhiAccrualDetector>,
@@ -69,7 +69,7 @@ impl Association {
             remote,
             lanes,
             incarnation: Mutex::new(None),
-            pending: Mutex::new(HashMap::new()),
+            pending: Mutex::new(FastHashMap::default()),
             next_request: AtomicU64::new(1),
             watches: Mutex::new(HashMap::new()),
             detector: Mutex::new(PhiAccrualDetector::new(detector.clone())),
@@ -121,12 +121,15 @@ impl Association {
     pub(crate) fn fill_request(&self, id: u64, pending: PendingReply) {
         let early = {
             let mut slots = self.lock_pending();
-            match slots.remove(&id) {
-                Some(Slot::Early(reply)) => Some(reply),
-                Some(Slot::Reserved) => {
-                    slots.insert(id, Slot::Waiting(pending));
+            match slots.get_mut(&id) {
+                Some(slot) if matches!(slot, Slot::Reserved) => {
+                    *slot = Slot::Waiting(pending);
                     return;
                 }
+                Some(Slot::Early(_)) => match slots.remove(&id) {
+                    Some(Slot::Early(reply)) => Some(reply),
+                    _ => unreachable!("the slot was Early under the same lock"),
+                },
                 // The association went down meanwhile and failed every request.
                 _ => Some(Err(ReplyError::Undeliverable(format!(
                     "node {} is unreachable",
@@ -173,7 +176,7 @@ impl Association {
         }
     }
 
-    fn lock_pending(&self) -> std::sync::MutexGuard<'_, HashMap<u64, Slot>> {
+    fn lock_pending(&self) -> std::sync::MutexGuard<'_, FastHashMap<u64, Slot>> {
         self.pending
             .lock()
             .expect("pending lock is never poisoned: no user code runs under it")

@@ -10,6 +10,7 @@ use std::sync::Arc;
 use bytes::BytesMut;
 use rally_actor::{Actor, ActorRef, Envelope, ErasedReply, Handler, Message, ReplyError, ReplyTo};
 
+use rally_wire::FastHashMap;
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 
@@ -103,7 +104,7 @@ pub(crate) struct Outgoing {
 /// The messages an actor type accepts from other nodes; built by [`RemoteActor::messages`].
 pub struct MessageTable<A: Actor> {
     outgoing: HashMap<TypeId, Outgoing>,
-    incoming: HashMap<&'static str, DeliverFn<A>>,
+    incoming: FastHashMap<&'static str, DeliverFn<A>>,
 }
 
 impl<A: Actor> MessageTable<A> {
@@ -114,7 +115,7 @@ impl<A: Actor> MessageTable<A> {
     {
         let mut table = Self {
             outgoing: HashMap::new(),
-            incoming: HashMap::new(),
+            incoming: FastHashMap::default(),
         };
         A::messages(&mut table);
         table

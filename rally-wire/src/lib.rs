@@ -32,6 +32,7 @@ mod envelope;
 mod failure_detector;
 mod frame;
 mod handshake;
+mod hash;
 mod ids;
 mod tables;
 
@@ -52,5 +53,6 @@ pub use handshake::{
     ClientHandshake, HandshakeConfig, HandshakeError, HandshakeEvent, PeerInfo, RejectReason,
     ServerHandshake,
 };
+pub use hash::{FastHashMap, FastHasher};
 pub use ids::{AddressParseError, Incarnation, Lane, NodeAddress, UniqueAddress};
 pub use tables::{InboundTable, OutboundTable, TableError};

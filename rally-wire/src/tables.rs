@@ -1,7 +1,7 @@
 //! Per-connection compression tables: names and manifests become small ids, defined on the
 //! connection before their first use, so a steady-state header is a few bytes.
 
-use std::collections::HashMap;
+use crate::hash::FastHashMap;
 
 /// The sender's side: assigns ids on first use.
 ///
@@ -17,7 +17,7 @@ use std::collections::HashMap;
 /// ```
 #[derive(Debug, Default, Clone)]
 pub struct OutboundTable {
-    ids: HashMap<String, u32>,
+    ids: FastHashMap<String, u32>,
 }
 
 impl OutboundTable {
