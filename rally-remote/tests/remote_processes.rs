@@ -170,14 +170,17 @@ async fn heartbeats_stay_on_time_while_lanes_are_saturated_and_a_10mb_message_is
     let mut probe = Probe::<Terminated>::spawn(&a_system);
     probe.watch(&target);
     tokio::time::sleep(Duration::from_millis(300)).await;
-    // Several 10 MB messages on the large lane and a flood on the ordinary lane, for ~3 s: far
-    // longer than the 600 ms pause the detector tolerates. A delayed heartbeat would show up
-    // as a (false) Terminated.
+    // 10 MB messages back to back on the large lane (one in flight at a time, so the bounded
+    // lane takes each) and a flood on the ordinary lane, for ~3 s: far longer than the 600 ms
+    // pause the detector tolerates. A delayed heartbeat would show up as a (false) Terminated.
     let flood_until = Instant::now() + Duration::from_secs(3);
     let mut big_replies = Vec::new();
     let mut sent = 0u64;
     while Instant::now() < flood_until {
-        if big_replies.len() < 5 {
+        if big_replies
+            .last()
+            .is_none_or(|last: &tokio::task::JoinHandle<_>| last.is_finished())
+        {
             let big = big.clone();
             big_replies.push(tokio::spawn(async move {
                 big.ask(Blob(vec![7; 10 * 1024 * 1024]), Duration::from_secs(30))
@@ -190,9 +193,14 @@ async fn heartbeats_stay_on_time_while_lanes_are_saturated_and_a_10mb_message_is
         }
         tokio::task::yield_now().await;
     }
+    let big_sent = big_replies.len();
     for reply in big_replies {
         assert_eq!(reply.await.unwrap(), Ok(10 * 1024 * 1024));
     }
+    assert!(
+        big_sent >= 2,
+        "only {big_sent} large messages went through during the flood"
+    );
     probe
         .expect_no_msg(Duration::from_millis(500))
         .await

@@ -238,7 +238,8 @@ pub fn raw_echo(args: &RawEchoArgs) -> anyhow::Result<()> {
             let (h, elapsed) = paced(port, rate, seconds).await?;
             let us = |q: f64| micros(Duration::from_nanos(h.value_at_quantile(q)));
             let mut row = Row::new(format!("{rate} msg/s"))
-                .throughput(h.len(), elapsed)
+                // Both directions count, as in ping-pong.
+                .throughput(2 * h.len(), elapsed)
                 .with("rate", rate)
                 .with("p90_us", us(0.9))
                 .with("p999_us", us(0.999))
