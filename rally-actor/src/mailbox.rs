@@ -3,11 +3,21 @@
 mod capacity;
 
 use std::collections::VecDeque;
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::Arc;
 use std::task::Poll;
 
+#[cfg(not(loom))]
 use futures_util::task::AtomicWaker;
+#[cfg(loom)]
+use loom::future::AtomicWaker;
+#[cfg(loom)]
+use loom::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+#[cfg(loom)]
+use loom::sync::{Mutex, MutexGuard};
+#[cfg(not(loom))]
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+#[cfg(not(loom))]
+use std::sync::{Mutex, MutexGuard};
 use tokio::sync::Notify;
 
 use crate::supervision::{Decision, Failure};
@@ -76,6 +86,14 @@ pub(crate) enum SystemMsg<A: Actor> {
     },
     ChildStopped(ActorId),
     Supervise(Decision),
+}
+
+/// Registers the actor task's waker (loom's `AtomicWaker` takes it by value).
+fn register(slot: &AtomicWaker, waker: &std::task::Waker) {
+    #[cfg(loom)]
+    slot.register_by_ref(waker);
+    #[cfg(not(loom))]
+    slot.register(waker);
 }
 
 /// What the actor takes next.
@@ -261,7 +279,7 @@ impl<A: Actor> MailboxReceiver<A> {
             if let Some(next) = self.try_next() {
                 return Poll::Ready(next);
             }
-            self.mailbox.waker.register(cx.waker());
+            register(&self.mailbox.waker, cx.waker());
             match self.try_next() {
                 Some(next) => Poll::Ready(next),
                 None => Poll::Pending,
@@ -295,7 +313,7 @@ impl<A: Actor> MailboxReceiver<A> {
             if let Some(msg) = self.try_system() {
                 return Poll::Ready(msg);
             }
-            self.mailbox.waker.register(cx.waker());
+            register(&self.mailbox.waker, cx.waker());
             match self.try_system() {
                 Some(msg) => Poll::Ready(msg),
                 None => Poll::Pending,
@@ -336,5 +354,76 @@ impl<A: Actor> MailboxReceiver<A> {
         mailbox.in_batch.store(0, Ordering::Relaxed);
         mailbox.space.notify_waiters();
         (left, system.into())
+    }
+}
+
+#[cfg(all(test, loom))]
+mod loom_tests {
+    use loom::thread;
+
+    use super::*;
+    use crate::{ActorResult, Context, Handler, Message, ReplyTo};
+
+    struct Nobody;
+    impl Actor for Nobody {}
+    struct Ping;
+    impl Message for Ping {
+        type Reply = ();
+    }
+    impl Handler<Ping> for Nobody {
+        async fn handle(&mut self, _: Ping, _: &mut Context<Self>) -> ActorResult<()> {
+            Ok(())
+        }
+    }
+
+    fn mailbox() -> (Arc<Mailbox<Nobody>>, MailboxReceiver<Nobody>) {
+        Mailbox::new(ActorId(1), "/user/test".into(), MailboxConfig::default())
+    }
+
+    /// A sender racing the actor going to sleep never loses the wake-up.
+    #[test]
+    fn no_lost_wakeup_between_enqueue_and_park() {
+        loom::model(|| {
+            let (mailbox, mut receiver) = mailbox();
+            let sender = thread::spawn(move || {
+                assert!(mailbox.enqueue(Envelope::new(Ping, ReplyTo::ignore())).is_ok());
+            });
+            assert!(matches!(loom::future::block_on(receiver.next()), Next::User(_)));
+            sender.join().unwrap();
+        });
+    }
+
+    /// A system message sent while the actor parks wakes it too, and is taken first.
+    #[test]
+    fn system_messages_wake_and_overtake() {
+        loom::model(|| {
+            let (mailbox, mut receiver) = mailbox();
+            assert!(mailbox.enqueue(Envelope::new(Ping, ReplyTo::ignore())).is_ok());
+            let sender = {
+                let mailbox = mailbox.clone();
+                thread::spawn(move || assert!(mailbox.system(SystemMsg::Stop).is_ok()))
+            };
+            sender.join().unwrap();
+            assert!(matches!(loom::future::block_on(receiver.next()), Next::System(SystemMsg::Stop)));
+            assert!(matches!(loom::future::block_on(receiver.next()), Next::User(_)));
+        });
+    }
+
+    /// After `close`, a racing sender either got its message into the drained list or was
+    /// told `Stopped`: nothing is lost.
+    #[test]
+    fn close_races_a_sender_without_losing_the_message() {
+        loom::model(|| {
+            let (mailbox, mut receiver) = mailbox();
+            let sender = {
+                let mailbox = mailbox.clone();
+                thread::spawn(move || mailbox.enqueue(Envelope::new(Ping, ReplyTo::ignore())).is_ok())
+            };
+            let (left, _) = receiver.close();
+            let accepted = sender.join().unwrap();
+            let drained_now = left.len();
+            let late = receiver.try_next().is_some();
+            assert_eq!(usize::from(accepted), drained_now + usize::from(late));
+        });
     }
 }

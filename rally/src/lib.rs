@@ -74,5 +74,5 @@ pub mod prelude {
 
 /// The README's examples, compiled as doc tests so they stay true.
 #[doc = include_str!("../../README.md")]
-#[cfg(doctest)]
+#[cfg(all(doctest, feature = "remote"))]
 pub struct ReadmeDoctests;
