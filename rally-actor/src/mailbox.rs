@@ -386,9 +386,16 @@ mod loom_tests {
         loom::model(|| {
             let (mailbox, mut receiver) = mailbox();
             let sender = thread::spawn(move || {
-                assert!(mailbox.enqueue(Envelope::new(Ping, ReplyTo::ignore())).is_ok());
+                assert!(
+                    mailbox
+                        .enqueue(Envelope::new(Ping, ReplyTo::ignore()))
+                        .is_ok()
+                );
             });
-            assert!(matches!(loom::future::block_on(receiver.next()), Next::User(_)));
+            assert!(matches!(
+                loom::future::block_on(receiver.next()),
+                Next::User(_)
+            ));
             sender.join().unwrap();
         });
     }
@@ -398,14 +405,24 @@ mod loom_tests {
     fn system_messages_wake_and_overtake() {
         loom::model(|| {
             let (mailbox, mut receiver) = mailbox();
-            assert!(mailbox.enqueue(Envelope::new(Ping, ReplyTo::ignore())).is_ok());
+            assert!(
+                mailbox
+                    .enqueue(Envelope::new(Ping, ReplyTo::ignore()))
+                    .is_ok()
+            );
             let sender = {
                 let mailbox = mailbox.clone();
                 thread::spawn(move || assert!(mailbox.system(SystemMsg::Stop).is_ok()))
             };
             sender.join().unwrap();
-            assert!(matches!(loom::future::block_on(receiver.next()), Next::System(SystemMsg::Stop)));
-            assert!(matches!(loom::future::block_on(receiver.next()), Next::User(_)));
+            assert!(matches!(
+                loom::future::block_on(receiver.next()),
+                Next::System(SystemMsg::Stop)
+            ));
+            assert!(matches!(
+                loom::future::block_on(receiver.next()),
+                Next::User(_)
+            ));
         });
     }
 
@@ -417,7 +434,11 @@ mod loom_tests {
             let (mailbox, mut receiver) = mailbox();
             let sender = {
                 let mailbox = mailbox.clone();
-                thread::spawn(move || mailbox.enqueue(Envelope::new(Ping, ReplyTo::ignore())).is_ok())
+                thread::spawn(move || {
+                    mailbox
+                        .enqueue(Envelope::new(Ping, ReplyTo::ignore()))
+                        .is_ok()
+                })
             };
             let (left, _) = receiver.close();
             let accepted = sender.join().unwrap();

@@ -41,8 +41,16 @@ pub(crate) async fn run<A: Actor>(cell: Cell<A>) {
 
     loop {
         if let Some(failed) = failure.take() {
-            let decision = await_decision(&mut ctx, &mut receiver, failed).await;
-            failure = apply(decision, &mut actor, &mut source, &mut ctx, &mut receiver).await;
+            // Failure handling is rare: boxed, so it does not enlarge every actor's task.
+            let decision = Box::pin(await_decision(&mut ctx, &mut receiver, failed)).await;
+            failure = Box::pin(apply(
+                decision,
+                &mut actor,
+                &mut source,
+                &mut ctx,
+                &mut receiver,
+            ))
+            .await;
             continue;
         }
         if ctx.stopping {
@@ -60,7 +68,14 @@ pub(crate) async fn run<A: Actor>(cell: Cell<A>) {
         };
         match next {
             Next::System(msg) => {
-                failure = on_system(msg, &mut actor, &mut source, &mut ctx, &mut receiver).await
+                failure = Box::pin(on_system(
+                    msg,
+                    &mut actor,
+                    &mut source,
+                    &mut ctx,
+                    &mut receiver,
+                ))
+                .await
             }
             Next::User(envelope) => {
                 if handled == 0 && deadline.is_some() {
@@ -77,7 +92,7 @@ pub(crate) async fn run<A: Actor>(cell: Cell<A>) {
         }
     }
 
-    stop(actor, ctx, receiver, mailbox, registered).await;
+    Box::pin(stop(actor, ctx, receiver, mailbox, registered)).await;
 }
 
 /// Handles one system message in the running state; returns a failure to act on.

@@ -2,11 +2,11 @@
 
 use std::any::Any;
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
-use tokio::sync::watch;
+use tokio::sync::Notify;
 
 use crate::mailbox::{Mailbox, SystemMsg};
 use crate::runner::{self, Cell};
@@ -100,11 +100,11 @@ impl ActorSystem {
     ) -> Self {
         let event_stream = EventStream::default();
         let dead_letters = DeadLetters::new(event_stream.clone());
-        let (live, _) = watch::channel(0);
         let guardian = Arc::new(Guardian {
             strategy: config.guardian_strategy.clone(),
             children: Mutex::new(HashMap::new()),
-            live,
+            live: AtomicUsize::new(0),
+            all_stopped: Notify::new(),
             shutting_down: AtomicBool::new(false),
         });
         let dispatchers = others
@@ -229,15 +229,21 @@ impl ActorSystem {
             control.stop();
         }
         let timeout = self.inner.config.shutdown_timeout;
-        let mut live = guardian.live.subscribe();
-        let stopped = tokio::time::timeout(timeout, live.wait_for(|n| *n == 0))
-            .await
-            .is_ok();
+        let all_stopped = async {
+            loop {
+                let notified = guardian.all_stopped.notified();
+                if guardian.live.load(Ordering::SeqCst) == 0 {
+                    return;
+                }
+                notified.await;
+            }
+        };
+        let stopped = tokio::time::timeout(timeout, all_stopped).await.is_ok();
         if stopped {
             Ok(())
         } else {
             Err(ShutdownError::TimedOut {
-                remaining: *live.borrow(),
+                remaining: guardian.live.load(Ordering::SeqCst),
                 timeout,
             })
         }
@@ -365,7 +371,8 @@ impl<A: Actor> ChildControl for Mailbox<A> {
 struct Guardian {
     strategy: crate::SupervisorStrategy,
     children: Mutex<HashMap<ActorId, GuardedChild>>,
-    live: watch::Sender<usize>,
+    live: AtomicUsize,
+    all_stopped: Notify,
     shutting_down: AtomicBool,
 }
 
@@ -387,7 +394,7 @@ impl Guardian {
                 record: RestartRecord::default(),
             },
         );
-        self.live.send_modify(|n| *n += 1);
+        self.live.fetch_add(1, Ordering::SeqCst);
     }
 }
 
@@ -417,7 +424,9 @@ impl ParentControl for Guardian {
             .lock()
             .expect("guardian lock is never poisoned: no user code runs under it");
         if children.remove(&child).is_some() {
-            self.live.send_modify(|n| *n -= 1);
+            if self.live.fetch_sub(1, Ordering::SeqCst) == 1 {
+                self.all_stopped.notify_waiters();
+            }
         }
     }
 }

@@ -259,36 +259,41 @@ pub fn spawn(args: &SpawnArgs) -> anyhow::Result<()> {
     } else {
         args.actors
     };
-    let runtime = multi_thread_runtime();
-    let (spawn_time, stop_time, bytes_per_actor) = on_worker(&runtime, async move {
-        let system = ActorSystem::new("bench");
-        let before = resident_bytes().unwrap_or(0);
-        let start = Instant::now();
-        let actors: Vec<ActorRef<Idle>> = (0..count)
-            .map(|_| system.spawn(Idle).expect("spawn"))
-            .collect();
-        let spawn_time = start.elapsed();
-        // Let every actor run its start and park on its empty mailbox.
-        tokio::time::sleep(Duration::from_millis(200)).await;
-        let after = resident_bytes().unwrap_or(0);
-        let stop_start = Instant::now();
-        drop(actors);
-        system.shutdown().await.expect("clean shutdown");
-        let stop_time = stop_start.elapsed();
-        (
-            spawn_time,
-            stop_time,
-            after.saturating_sub(before) as f64 / count as f64,
-        )
-    });
     let mut report = Report::new("spawn");
     report.param("actors", count);
-    report.rows.push(
-        Row::new("spawn")
-            .throughput(count, spawn_time)
-            .with("bytes_per_idle_actor", bytes_per_actor.round())
-            .with("stop_all_ms", stop_time.as_secs_f64() * 1e3),
-    );
+    for (flavour, runtime) in [
+        ("mt", multi_thread_runtime()),
+        ("ct", current_thread_runtime()),
+    ] {
+        let (spawn_time, stop_time, bytes_per_actor) = on_worker(&runtime, async move {
+            let system = ActorSystem::new("bench");
+            let before = resident_bytes().unwrap_or(0);
+            let start = Instant::now();
+            let actors: Vec<ActorRef<Idle>> = (0..count)
+                .map(|_| system.spawn(Idle).expect("spawn"))
+                .collect();
+            let spawn_time = start.elapsed();
+            // Let every actor run its start and park on its empty mailbox.
+            tokio::time::sleep(Duration::from_millis(200)).await;
+            let after = resident_bytes().unwrap_or(0);
+            let stop_start = Instant::now();
+            drop(actors);
+            system.shutdown().await.expect("clean shutdown");
+            let stop_time = stop_start.elapsed();
+            (
+                spawn_time,
+                stop_time,
+                after.saturating_sub(before) as f64 / count as f64,
+            )
+        });
+        report.rows.push(
+            Row::new(format!("spawn, {flavour}"))
+                .throughput(count, spawn_time)
+                .with("runtime", flavour)
+                .with("bytes_per_idle_actor", bytes_per_actor.round())
+                .with("stop_all_ms", stop_time.as_secs_f64() * 1e3),
+        );
+    }
     report.print(args.common.json);
     Ok(())
 }
