@@ -423,10 +423,9 @@ impl ParentControl for Guardian {
             .children
             .lock()
             .expect("guardian lock is never poisoned: no user code runs under it");
-        if children.remove(&child).is_some() {
-            if self.live.fetch_sub(1, Ordering::SeqCst) == 1 {
-                self.all_stopped.notify_waiters();
-            }
+        if children.remove(&child).is_some() && self.live.fetch_sub(1, Ordering::SeqCst) == 1 {
+            self.all_stopped.notify_waiters();
+        }
         }
     }
 }
