@@ -426,6 +426,5 @@ impl ParentControl for Guardian {
         if children.remove(&child).is_some() && self.live.fetch_sub(1, Ordering::SeqCst) == 1 {
             self.all_stopped.notify_waiters();
         }
-        }
     }
 }
