@@ -18,7 +18,7 @@
 //!
 //! rally_test::paused_runtime().block_on(async {
 //!     let system = ActorSystem::new("test");
-//!     let probe = Probe::<Hello>::spawn(&system);
+//!     let mut probe = Probe::<Hello>::spawn(&system);
 //!     probe.actor().tell(Hello).unwrap();
 //!     assert_eq!(probe.expect_msg(Duration::from_secs(1)).await.unwrap(), Hello);
 //!     probe.expect_no_msg(Duration::from_millis(100)).await.unwrap();
