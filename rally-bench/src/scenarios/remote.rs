@@ -118,7 +118,7 @@ impl RemoteMessage for Count {
 }
 
 mod serde_bytes_compat {
-    //! Vec<u8> as one length-prefixed byte string (postcard writes it as such either way).
+    //! `Vec<u8>` as one length-prefixed byte string (postcard writes it as such either way).
     use serde::{Deserialize, Deserializer, Serializer};
 
     pub fn serialize<S: Serializer>(bytes: &[u8], s: S) -> Result<S::Ok, S::Error> {
