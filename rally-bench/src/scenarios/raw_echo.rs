@@ -65,7 +65,8 @@ async fn paced(port: u16, rate: u64, seconds: u64) -> anyhow::Result<(Histogram<
                     tokio::time::sleep(wait - Duration::from_micros(1_500)).await;
                 }
                 while Instant::now() < intended {
-                    std::hint::spin_loop();
+                    // Yield, not spin: other tasks of this worker (replies, writers) must run meanwhile.
+                    tokio::task::yield_now().await;
                 }
             }
             writer.write_all(&FRAME).await?;

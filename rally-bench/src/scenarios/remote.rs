@@ -611,7 +611,8 @@ pub fn latency(args: &LatencyArgs) -> anyhow::Result<()> {
                         tokio::time::sleep(wait - Duration::from_micros(1_500)).await;
                     }
                     while Instant::now() < intended {
-                        std::hint::spin_loop();
+                        // Yield, not spin: other tasks of this worker (replies, writers) must run meanwhile.
+                        tokio::task::yield_now().await;
                     }
                 }
                 let echo = echo.clone();
