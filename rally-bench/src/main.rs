@@ -10,6 +10,7 @@ use clap::{Parser, Subcommand};
 /// mimalloc, as a production Rust service would use: the actor layer allocates an envelope per
 /// message, and glibc's allocator showed up at ~14% of remote-ping-pong profiles. Go and the
 /// JVM, the peers, bring their own tuned allocators.
+#[cfg(feature = "mimalloc")]
 #[global_allocator]
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
