@@ -18,10 +18,21 @@ use crate::registry::PendingReply;
 /// A request slot: reserved before the frame is queued, so a reply that races ahead of the
 /// bookkeeping is kept rather than lost.
 enum Slot {
-    Reserved,
     Waiting(PendingReply),
     Early(Result<Vec<u8>, ReplyError>),
 }
+
+/// Requests waiting for their reply, and replies that arrived before their request was
+/// registered.
+#[derive(Default)]
+struct PendingTable {
+    slots: FastHashMap<u64, Slot>,
+    early: usize,
+}
+
+/// Early replies kept at most: legitimately a handful at a time; the bound stops a peer that
+/// answers requests never made from growing the table.
+const MAX_EARLY_REPLIES: usize = 1024;
 
 /// This node's view of one peer node.
 pub(crate) struct Association {
@@ -29,7 +40,7 @@ pub(crate) struct Association {
     /// `[control, ordinary.., large]`.
     pub(crate) lanes: Vec<Arc<OutboundLane>>,
     incarnation: Mutex<Option<Incarnation>>,
-    pending: Mutex<FastHashMap<u64, Slot>>,
+    pending: Mutex<PendingTable>,
     next_request: AtomicU64,
     watches: Mutex<HashMap<String, Vec<Arc<dyn TerminationSink>>>>,
     detector: Mutex<PhiAccrualDetector>,
@@ -69,7 +80,7 @@ impl Association {
             remote,
             lanes,
             incarnation: Mutex::new(None),
-            pending: Mutex::new(FastHashMap::default()),
+            pending: Mutex::new(PendingTable::default()),
             next_request: AtomicU64::new(1),
             watches: Mutex::new(HashMap::new()),
             detector: Mutex::new(PhiAccrualDetector::new(detector.clone())),
@@ -110,41 +121,32 @@ impl Association {
         self.down.load(Ordering::Acquire)
     }
 
-    /// Reserves a request id before its frame is queued.
-    pub(crate) fn reserve_request(&self) -> u64 {
-        let id = self.next_request.fetch_add(1, Ordering::Relaxed);
-        self.lock_pending().insert(id, Slot::Reserved);
-        id
+    /// A fresh request id (the frame is queued before the request is registered).
+    pub(crate) fn next_request_id(&self) -> u64 {
+        self.next_request.fetch_add(1, Ordering::Relaxed)
     }
 
-    /// Attaches the reply destination to a reserved request.
-    pub(crate) fn fill_request(&self, id: u64, pending: PendingReply) {
+    /// Registers where the reply to request `id` goes, once its frame is queued. A reply that
+    /// overtook this registration is delivered at once.
+    pub(crate) fn register_request(&self, id: u64, pending: PendingReply) {
         let early = {
-            let mut slots = self.lock_pending();
-            match slots.get_mut(&id) {
-                Some(slot) if matches!(slot, Slot::Reserved) => {
-                    *slot = Slot::Waiting(pending);
-                    return;
+            let mut table = self.lock_pending();
+            match table.slots.remove(&id) {
+                Some(Slot::Early(reply)) => {
+                    table.early -= 1;
+                    reply
                 }
-                Some(Slot::Early(_)) => match slots.remove(&id) {
-                    Some(Slot::Early(reply)) => Some(reply),
-                    _ => unreachable!("the slot was Early under the same lock"),
-                },
-                // The association went down meanwhile and failed every request.
-                _ => Some(Err(ReplyError::Undeliverable(format!(
+                _ if self.is_down() => Err(ReplyError::Undeliverable(format!(
                     "node {} is unreachable",
                     self.remote
-                )))),
+                ))),
+                _ => {
+                    table.slots.insert(id, Slot::Waiting(pending));
+                    return;
+                }
             }
         };
-        if let Some(reply) = early {
-            pending.complete(reply.as_deref().map_err(Clone::clone));
-        }
-    }
-
-    /// Forgets a reserved request whose frame was not queued.
-    pub(crate) fn cancel_request(&self, id: u64) {
-        self.lock_pending().remove(&id);
+        pending.complete(early.as_deref().map_err(Clone::clone));
     }
 
     /// A reply frame arrived.
@@ -159,24 +161,34 @@ impl Association {
                 "the remote node answered {other:?}"
             ))),
         };
-        let slot = {
-            let mut slots = self.lock_pending();
-            match slots.get(&id) {
-                Some(Slot::Reserved) => {
-                    slots.insert(id, Slot::Early(result.map(<[u8]>::to_vec)));
+        let waiting = {
+            let mut table = self.lock_pending();
+            match table.slots.remove(&id) {
+                Some(Slot::Waiting(pending)) => Some(pending),
+                Some(early @ Slot::Early(_)) => {
+                    // A second reply for one request: keep the first.
+                    table.slots.insert(id, early);
+                    None
+                }
+                None if table.early < MAX_EARLY_REPLIES => {
+                    // The reply overtook the registration of its request (the frame left
+                    // before the caller got the lock back): keep it for `register_request`.
+                    table.early += 1;
+                    table
+                        .slots
+                        .insert(id, Slot::Early(result.map(<[u8]>::to_vec)));
                     return;
                 }
-                Some(_) => slots.remove(&id),
                 None => None,
             }
         };
-        match slot {
-            Some(Slot::Waiting(pending)) => pending.complete(result),
-            _ => tracing::debug!(request = id, "a reply for an unknown or abandoned request"),
+        match waiting {
+            Some(pending) => pending.complete(result),
+            None => tracing::debug!(request = id, "a reply for an unknown or abandoned request"),
         }
     }
 
-    fn lock_pending(&self) -> std::sync::MutexGuard<'_, FastHashMap<u64, Slot>> {
+    fn lock_pending(&self) -> std::sync::MutexGuard<'_, PendingTable> {
         self.pending
             .lock()
             .expect("pending lock is never poisoned: no user code runs under it")
@@ -284,7 +296,11 @@ impl Association {
                 });
             }
         }
-        let slots: Vec<Slot> = self.lock_pending().drain().map(|(_, slot)| slot).collect();
+        let slots: Vec<Slot> = {
+            let mut table = self.lock_pending();
+            table.early = 0;
+            table.slots.drain().map(|(_, slot)| slot).collect()
+        };
         for slot in slots {
             if let Slot::Waiting(pending) = slot {
                 pending.complete(Err(ReplyError::Undeliverable(format!(
@@ -315,6 +331,105 @@ impl Association {
 
     /// Number of requests waiting for replies.
     pub(crate) fn pending_requests(&self) -> usize {
-        self.lock_pending().len()
+        let table = self.lock_pending();
+        table.slots.len() - table.early
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::mpsc;
+
+    use rally_actor::{Actor, ActorResult, Context, Envelope, Handler, Message, ReplyTo};
+
+    use super::*;
+
+    struct Nobody;
+    impl Actor for Nobody {}
+    struct Ask;
+    impl Message for Ask {
+        type Reply = u8;
+    }
+    impl Handler<Ask> for Nobody {
+        async fn handle(&mut self, _: Ask, _: &mut Context<Self>) -> ActorResult<u8> {
+            Ok(0)
+        }
+    }
+
+    fn decode(bytes: &[u8]) -> Result<Box<dyn std::any::Any + Send>, postcard::Error> {
+        Ok(Box::new(bytes[0]))
+    }
+
+    /// A pending request whose reply lands in the returned channel.
+    fn pending() -> (PendingReply, mpsc::Receiver<Result<u8, ReplyError>>) {
+        let (tx, rx) = mpsc::channel();
+        let envelope: Envelope<Nobody> =
+            Envelope::new(Ask, ReplyTo::callback(move |r| tx.send(r).unwrap()));
+        (
+            PendingReply {
+                decode,
+                reply: envelope.into_reply(),
+            },
+            rx,
+        )
+    }
+
+    fn association() -> Association {
+        let remote: NodeAddress = "rally://t@h:1".parse().unwrap();
+        Association::new(remote, 1, 1 << 20, 1 << 20, PhiAccrualConfig::default())
+    }
+
+    #[test]
+    fn replies_reach_their_request_in_either_order() {
+        let assoc = association();
+        let (first, first_rx) = pending();
+        let a = assoc.next_request_id();
+        assoc.register_request(a, first);
+        assoc.complete(a, ReplyStatus::Ok, &[7]);
+        assert_eq!(first_rx.try_recv().unwrap(), Ok(7));
+
+        let (second, second_rx) = pending();
+        let b = assoc.next_request_id();
+        assoc.complete(b, ReplyStatus::Ok, &[9]); // overtakes the registration
+        assert!(second_rx.try_recv().is_err());
+        assoc.register_request(b, second);
+        assert_eq!(second_rx.try_recv().unwrap(), Ok(9));
+        assert_eq!(assoc.pending_requests(), 0);
+    }
+
+    #[test]
+    fn replies_to_requests_never_made_are_bounded() {
+        let assoc = association();
+        for id in 1_000..1_000 + 2 * MAX_EARLY_REPLIES as u64 {
+            assoc.complete(id, ReplyStatus::Ok, &[1]);
+        }
+        assert_eq!(assoc.lock_pending().slots.len(), MAX_EARLY_REPLIES);
+    }
+
+    #[test]
+    fn going_down_fails_waiting_and_later_requests() {
+        let assoc = association();
+        let (waiting, waiting_rx) = pending();
+        let id = assoc.next_request_id();
+        assoc.register_request(id, waiting);
+        assert!(assoc.declare_down("test", |name| (rally_actor_id(), name.into())));
+        assert!(matches!(
+            waiting_rx.try_recv().unwrap(),
+            Err(ReplyError::Undeliverable(_))
+        ));
+        let (late, late_rx) = pending();
+        assoc.register_request(assoc.next_request_id(), late);
+        assert!(matches!(
+            late_rx.try_recv().unwrap(),
+            Err(ReplyError::Undeliverable(_))
+        ));
+    }
+
+    fn rally_actor_id() -> rally_actor::ActorId {
+        // Any id: the test has no watchers to tell.
+        tokio::runtime::Builder::new_current_thread()
+            .build()
+            .unwrap()
+            .block_on(async { rally_actor::ActorSystem::new("t").next_id() })
     }
 }

@@ -13,8 +13,8 @@ use std::time::Duration;
 use bytes::BytesMut;
 use rally_actor::ReplyError;
 use rally_wire::{
-    FrameKind, Lane, MessageHeader, OutboundTable, ReplyHeader, ReplyStatus, SystemMessage,
-    begin_frame, finish_frame,
+    FastHashMap, FrameKind, Lane, MessageHeader, OutboundTable, ReplyHeader, ReplyStatus,
+    SystemMessage, begin_frame, finish_frame,
 };
 use serde::Serialize;
 use tokio::io::AsyncWriteExt;
@@ -52,6 +52,21 @@ pub enum PushError {
     Closed,
 }
 
+/// A recipient as the sender knows it: a process-unique number for the remote actor, and its
+/// name on the wire.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct RecipientKey<'a> {
+    pub(crate) id: u64,
+    pub(crate) name: &'a str,
+}
+
+/// Shortcuts to the compression tables' ids.
+#[derive(Debug, Default)]
+struct KnownIds {
+    recipients: FastHashMap<u64, u32>,
+    manifests: FastHashMap<usize, u32>,
+}
+
 /// Counters of one lane.
 #[derive(Debug, Default)]
 pub(crate) struct LaneStats {
@@ -74,6 +89,8 @@ pub(crate) struct OutboundLane {
 struct LaneState {
     buf: BytesMut,
     recipients: OutboundTable,
+    /// Ids already resolved, by the ref's number and by the manifest's address.
+    known: KnownIds,
     manifests: OutboundTable,
     /// Messages in `buf` (to count them as dead letters if the connection drops them).
     queued: u64,
@@ -89,6 +106,7 @@ impl OutboundLane {
             state: Mutex::new(LaneState {
                 buf: BytesMut::with_capacity(INITIAL_BUFFER),
                 recipients: OutboundTable::default(),
+                known: KnownIds::default(),
                 manifests: OutboundTable::default(),
                 queued: 0,
                 in_use: false,
@@ -141,8 +159,8 @@ impl OutboundLane {
     /// Queues a message frame for `recipient`, encoding the payload with `encode`.
     pub(crate) fn push_message(
         &self,
-        recipient: &str,
-        manifest: &str,
+        recipient: RecipientKey<'_>,
+        manifest: &'static str,
         request_id: u64,
         encode: impl FnOnce(&mut BytesMut) -> Result<(), postcard::Error>,
     ) -> Result<(), PushError> {
@@ -152,16 +170,34 @@ impl OutboundLane {
                 buf,
                 recipients,
                 manifests,
+                known,
                 ..
             } = state;
-            let (recipient_id, new) = recipients.lookup_or_insert(recipient);
-            if new {
-                rally_wire::encode_define_recipient(buf, recipient_id, recipient);
-            }
-            let (manifest_id, new) = manifests.lookup_or_insert(manifest);
-            if new {
-                rally_wire::encode_define_manifest(buf, manifest_id, manifest);
-            }
+            // The common case resolves by the ref's number and the manifest's address, without
+            // hashing strings; the name tables decide the ids the first time.
+            let recipient_id = match known.recipients.get(&recipient.id) {
+                Some(&id) => id,
+                None => {
+                    let (id, new) = recipients.lookup_or_insert(recipient.name);
+                    if new {
+                        rally_wire::encode_define_recipient(buf, id, recipient.name);
+                    }
+                    known.recipients.insert(recipient.id, id);
+                    id
+                }
+            };
+            let manifest_key = manifest.as_ptr() as usize;
+            let manifest_id = match known.manifests.get(&manifest_key) {
+                Some(&id) => id,
+                None => {
+                    let (id, new) = manifests.lookup_or_insert(manifest);
+                    if new {
+                        rally_wire::encode_define_manifest(buf, id, manifest);
+                    }
+                    known.manifests.insert(manifest_key, id);
+                    id
+                }
+            };
             let frame_start = buf.len();
             let mark = begin_frame(buf, FrameKind::Message);
             rally_wire::write_message_header(
@@ -276,6 +312,7 @@ impl OutboundLane {
         state.buf.clear();
         state.queued = 0;
         state.recipients = OutboundTable::default();
+        state.known = KnownIds::default();
         state.manifests = OutboundTable::default();
         state.in_use = false;
         self.stats.dropped.fetch_add(dropped, Ordering::Relaxed);

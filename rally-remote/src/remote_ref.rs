@@ -9,7 +9,7 @@ use rally_actor::{
 use rally_wire::SystemMessage;
 
 use crate::association::Association;
-use crate::outbound::PushError;
+use crate::outbound::{PushError, RecipientKey};
 use crate::registry::{MessageTable, PendingReply};
 
 /// The transport behind an `ActorRef<A>` whose actor lives on another node.
@@ -45,18 +45,24 @@ impl<A: Actor> ExternalTarget<A> for RemoteRef<A> {
         };
         let wants_reply = envelope.is_reply_wanted();
         let request_id = if wants_reply {
-            self.association.reserve_request()
+            self.association.next_request_id()
         } else {
             0
         };
         let lane = &self.association.lanes[self.lane];
-        let pushed = lane.push_message(&self.name, outgoing.manifest, request_id, |buf| {
-            (outgoing.encode)(envelope.message(), buf)
-        });
+        let pushed = lane.push_message(
+            RecipientKey {
+                id: self.id.as_u64(),
+                name: &self.name,
+            },
+            outgoing.manifest,
+            request_id,
+            |buf| (outgoing.encode)(envelope.message(), buf),
+        );
         match pushed {
             Ok(()) => {
                 if wants_reply {
-                    self.association.fill_request(
+                    self.association.register_request(
                         request_id,
                         PendingReply {
                             decode: outgoing.decode_reply,
@@ -68,9 +74,6 @@ impl<A: Actor> ExternalTarget<A> for RemoteRef<A> {
             }
             Err(PushError::Full) => {
                 // The documented overflow policy: drop the newest message to dead letters.
-                if wants_reply {
-                    self.association.cancel_request(request_id);
-                }
                 self.dead_letters.record(
                     &self.path,
                     envelope.type_name(),
@@ -81,15 +84,10 @@ impl<A: Actor> ExternalTarget<A> for RemoteRef<A> {
                 )));
                 Ok(())
             }
-            Err(error) => {
-                if wants_reply {
-                    self.association.cancel_request(request_id);
-                }
-                Err(DeliveryError {
-                    envelope,
-                    reason: Undelivered::Refused(error.to_string()),
-                })
-            }
+            Err(error) => Err(DeliveryError {
+                envelope,
+                reason: Undelivered::Refused(error.to_string()),
+            }),
         }
     }
 
