@@ -57,3 +57,22 @@ where
             .expect("the benchmark task does not panic")
     })
 }
+
+/// Waits until `intended`, for senders paced at a fixed rate: sleeps while more than 2 ms remain
+/// (tokio's timer ticks in milliseconds), then yields until the moment, so the message leaves on
+/// time (lateness counts against the measurement) and the worker's other tasks (replies,
+/// writers) still run meanwhile. Yielding rather than spinning also leaves the core to the other
+/// process on a small machine.
+pub async fn pace_until(intended: std::time::Instant) {
+    let now = std::time::Instant::now();
+    if intended <= now {
+        return;
+    }
+    let wait = intended - now;
+    if wait > Duration::from_micros(2_000) {
+        tokio::time::sleep(wait - Duration::from_micros(1_500)).await;
+    }
+    while std::time::Instant::now() < intended {
+        tokio::task::yield_now().await;
+    }
+}

@@ -13,7 +13,7 @@ use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::process::Command;
 
-use super::common::{CommonArgs, micros, multi_thread_runtime, on_worker};
+use super::common::{CommonArgs, micros, multi_thread_runtime, on_worker, pace_until};
 use super::remote::NodeArgs;
 use crate::report::{Report, Row};
 
@@ -56,19 +56,7 @@ async fn paced(port: u16, rate: u64, seconds: u64) -> anyhow::Result<(Histogram<
     let sender = tokio::spawn(async move {
         for i in 0..total {
             let intended = start + interval.mul_f64(i as f64);
-            let now = Instant::now();
-            if intended > now {
-                let wait = intended - now;
-                // tokio's timer ticks in milliseconds: sleep until 1.5 ms before, then spin,
-                // so each message leaves on time (lateness would count against us).
-                if wait > Duration::from_micros(2_000) {
-                    tokio::time::sleep(wait - Duration::from_micros(1_500)).await;
-                }
-                while Instant::now() < intended {
-                    // Yield, not spin: other tasks of this worker (replies, writers) must run meanwhile.
-                    tokio::task::yield_now().await;
-                }
-            }
+            pace_until(intended).await;
             writer.write_all(&FRAME).await?;
         }
         anyhow::Ok(())

@@ -20,7 +20,7 @@ use tokio::io::{AsyncBufReadExt, BufReader};
 use tokio::process::{Child, Command};
 use tokio::sync::oneshot;
 
-use super::common::{CommonArgs, micros, multi_thread_runtime, on_worker};
+use super::common::{CommonArgs, micros, multi_thread_runtime, on_worker, pace_until};
 use crate::report::{Report, Row};
 
 /// The secret both benchmark nodes share.
@@ -602,19 +602,7 @@ pub fn latency(args: &LatencyArgs) -> anyhow::Result<()> {
             let mut pending = Vec::with_capacity(total as usize);
             for i in 0..total {
                 let intended = start + interval.mul_f64(i as f64);
-                let now = Instant::now();
-                if intended > now {
-                    let wait = intended - now;
-                    // tokio's timer ticks in milliseconds: sleep until 1.5 ms before, then spin,
-                    // so each message leaves on time (lateness would count against us).
-                    if wait > Duration::from_micros(2_000) {
-                        tokio::time::sleep(wait - Duration::from_micros(1_500)).await;
-                    }
-                    while Instant::now() < intended {
-                        // Yield, not spin: other tasks of this worker (replies, writers) must run meanwhile.
-                        tokio::task::yield_now().await;
-                    }
-                }
+                pace_until(intended).await;
                 let echo = echo.clone();
                 let histogram = histogram.clone();
                 pending.push(tokio::spawn(async move {
