@@ -4,7 +4,7 @@ use std::time::Duration;
 
 use bytes::{Buf, BytesMut};
 use rally_wire::{
-    ClientHandshake, FrameError, HandshakeConfig, HandshakeError, HandshakeEvent, Lane,
+    ClientHandshake, FrameError, FrameKind, HandshakeConfig, HandshakeError, HandshakeEvent, Lane,
     NodeAddress, PREFACE_LEN, PeerInfo, ServerHandshake, split_frame,
 };
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -47,23 +47,14 @@ pub(crate) async fn client(
         handshake.start(&mut out);
         stream.write_all(&out).await?;
         out.clear();
-        let mut buf = BytesMut::with_capacity(1024);
-        loop {
-            while let Some((kind, body, used)) = split_frame(&buf, max)? {
-                let event = handshake.on_frame(kind, body, &mut out);
-                buf.advance(used);
-                if !out.is_empty() {
-                    stream.write_all(&out).await?;
-                    out.clear();
-                }
-                if let HandshakeEvent::Done(peer) = event? {
-                    return Ok(peer);
-                }
-            }
-            if stream.read_buf(&mut buf).await? == 0 {
-                return Err(ConnectError::Closed);
-            }
-        }
+        let (peer, _) = exchange(
+            stream,
+            BytesMut::with_capacity(1024),
+            max,
+            |kind, body, out| handshake.on_frame(kind, body, out),
+        )
+        .await?;
+        Ok(peer)
     };
     tokio::time::timeout(deadline, run)
         .await
@@ -87,25 +78,42 @@ pub(crate) async fn server(
             out.clear();
         }
         checked?;
-        let mut buf = BytesMut::with_capacity(64 * 1024);
-        loop {
-            while let Some((kind, body, used)) = split_frame(&buf, max)? {
-                let event = handshake.on_frame(kind, body, &mut out);
-                buf.advance(used);
-                if !out.is_empty() {
-                    stream.write_all(&out).await?;
-                    out.clear();
-                }
-                if let HandshakeEvent::Done(peer) = event? {
-                    return Ok((peer, buf));
-                }
-            }
-            if stream.read_buf(&mut buf).await? == 0 {
-                return Err(ConnectError::Closed);
-            }
-        }
+        exchange(
+            stream,
+            BytesMut::with_capacity(64 * 1024),
+            max,
+            |kind, body, out| handshake.on_frame(kind, body, out),
+        )
+        .await
     };
     tokio::time::timeout(deadline, run)
         .await
         .map_err(|_| ConnectError::Timeout(deadline))?
+}
+
+/// Feeds frames from `stream` to a handshake step function and writes what it produces, until
+/// it reports `Done`; returns the peer and the bytes already read past the handshake.
+async fn exchange(
+    stream: &mut BoxStream,
+    mut buf: BytesMut,
+    max: u32,
+    mut step: impl FnMut(FrameKind, &[u8], &mut BytesMut) -> Result<HandshakeEvent, HandshakeError>,
+) -> Result<(PeerInfo, BytesMut), ConnectError> {
+    let mut out = BytesMut::new();
+    loop {
+        while let Some((kind, body, used)) = split_frame(&buf, max)? {
+            let event = step(kind, body, &mut out);
+            buf.advance(used);
+            if !out.is_empty() {
+                stream.write_all(&out).await?;
+                out.clear();
+            }
+            if let HandshakeEvent::Done(peer) = event? {
+                return Ok((peer, buf));
+            }
+        }
+        if stream.read_buf(&mut buf).await? == 0 {
+            return Err(ConnectError::Closed);
+        }
+    }
 }

@@ -7,8 +7,7 @@ use std::time::Instant;
 
 use bytes::{Buf, BytesMut};
 use rally_wire::{
-    FrameKind, InboundTable, Lane, PeerInfo, ReplyStatus, ServerHandshake, SystemMessage,
-    split_frame,
+    FrameKind, InboundTable, PeerInfo, ReplyStatus, ServerHandshake, SystemMessage, split_frame,
 };
 use tokio::io::AsyncReadExt;
 
@@ -293,7 +292,6 @@ impl Connection {
                     .terminated(&actor, |name| node.remote_identity(&remote, name));
             }
         }
-        let _ = Lane::Control;
     }
 }
 
