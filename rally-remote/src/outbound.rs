@@ -1,8 +1,9 @@
 //! Outbound lanes and their writers: natural batching with no timer and no threshold.
 //!
 //! Senders encode their frame straight into the lane's shared buffer (under a short lock) and
-//! wake the writer only when the buffer was empty. The writer swaps the whole buffer for its
-//! spare one and writes it with one call. Under light load each message goes out at once; under
+//! wake the writer only when the buffer was empty. The writer yields once (so the tasks already
+//! runnable add their frames), then swaps the whole buffer for its spare one and writes it with
+//! one call. Under light load each message goes out at once; under
 //! heavy load everything that queued during one write goes out in the next, so batches grow by
 //! themselves. Steady state allocates nothing: the two buffers are reused.
 
