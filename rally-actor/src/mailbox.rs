@@ -400,6 +400,35 @@ mod loom_tests {
         });
     }
 
+    /// Two senders, the actor parking between their messages: both wake-ups arrive.
+    #[test]
+    fn every_park_is_woken() {
+        loom::model(|| {
+            let (mailbox, mut receiver) = mailbox();
+            let senders: Vec<_> = (0..2)
+                .map(|_| {
+                    let mailbox = mailbox.clone();
+                    thread::spawn(move || {
+                        assert!(
+                            mailbox
+                                .enqueue(Envelope::new(Ping, ReplyTo::ignore()))
+                                .is_ok()
+                        )
+                    })
+                })
+                .collect();
+            for _ in 0..2 {
+                assert!(matches!(
+                    loom::future::block_on(receiver.next()),
+                    Next::User(_)
+                ));
+            }
+            for sender in senders {
+                sender.join().unwrap();
+            }
+        });
+    }
+
     /// A system message sent while the actor parks wakes it too, and is taken first.
     #[test]
     fn system_messages_wake_and_overtake() {
