@@ -76,3 +76,32 @@ pub async fn pace_until(intended: std::time::Instant) {
         tokio::task::yield_now().await;
     }
 }
+
+/// Starts this executable again as a child running `args` (an internal server subcommand),
+/// waits at most 20 s for its `LISTENING <where>` line and returns the child (killed when
+/// dropped; it also ends when its stdin closes) and `<where>`.
+pub async fn spawn_listening_child(
+    args: &[&std::ffi::OsStr],
+) -> anyhow::Result<(tokio::process::Child, String)> {
+    use anyhow::Context as _;
+    use tokio::io::AsyncBufReadExt;
+
+    let exe = std::env::current_exe().context("finding this executable")?;
+    let mut child = tokio::process::Command::new(exe)
+        .args(args)
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .context("starting the child process")?;
+    let stdout = child.stdout.take().context("child stdout")?;
+    let mut lines = tokio::io::BufReader::new(stdout).lines();
+    let line = tokio::time::timeout(Duration::from_secs(20), lines.next_line())
+        .await
+        .context("the child did not start within 20 s")??
+        .context("the child exited before listening")?;
+    let place = line
+        .strip_prefix("LISTENING ")
+        .with_context(|| format!("unexpected line from the child: {line}"))?;
+    Ok((child, place.to_owned()))
+}

@@ -3,17 +3,17 @@
 //! that is ready goes out in one write). Rally's remote-ping-pong divided by this is how close
 //! it gets to what the machine can do.
 
-use std::process::Stdio;
 use std::time::{Duration, Instant};
 
-use anyhow::{Context as _, bail};
+use anyhow::bail;
 use clap::Args;
 use hdrhistogram::Histogram;
 use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
 use tokio::net::{TcpListener, TcpStream};
-use tokio::process::Command;
 
-use super::common::{CommonArgs, micros, multi_thread_runtime, on_worker, pace_until};
+use super::common::{
+    CommonArgs, micros, multi_thread_runtime, on_worker, pace_until, spawn_listening_child,
+};
 use super::remote::NodeArgs;
 use crate::report::{Report, Row};
 
@@ -202,23 +202,8 @@ pub fn raw_echo(args: &RawEchoArgs) -> anyhow::Result<()> {
             tokio::spawn(serve(listener));
             (port, None)
         } else {
-            let exe = std::env::current_exe()?;
-            let mut child = Command::new(exe)
-                .arg("raw-echo-server")
-                .stdin(Stdio::piped())
-                .stdout(Stdio::piped())
-                .kill_on_drop(true)
-                .spawn()
-                .context("starting the raw echo server")?;
-            let mut lines = BufReader::new(child.stdout.take().context("child stdout")?).lines();
-            let line = lines
-                .next_line()
-                .await?
-                .context("the server exited before listening")?;
-            let port: u16 = line
-                .strip_prefix("LISTENING ")
-                .context("unexpected server line")?
-                .parse()?;
+            let (child, port) = spawn_listening_child(&["raw-echo-server".as_ref()]).await?;
+            let port: u16 = port.parse()?;
             (port, Some(child))
         };
         pipeline(port, 50, 10_000).await?;

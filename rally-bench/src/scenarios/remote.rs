@@ -3,7 +3,6 @@
 //! this process (`--processes 1`, as the Akka.NET original).
 
 use std::path::{Path, PathBuf};
-use std::process::Stdio;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -17,10 +16,12 @@ use rally::remote::{
 use rally::{Actor, ActorRef, ActorResult, ActorSystem, Context, Handler, Message, Recipient};
 use serde::{Deserialize, Serialize};
 use tokio::io::{AsyncBufReadExt, BufReader};
-use tokio::process::{Child, Command};
+use tokio::process::Child;
 use tokio::sync::oneshot;
 
-use super::common::{CommonArgs, micros, multi_thread_runtime, on_worker, pace_until};
+use super::common::{
+    CommonArgs, micros, multi_thread_runtime, on_worker, pace_until, spawn_listening_child,
+};
 use crate::report::{Report, Row};
 
 /// The secret both benchmark nodes share.
@@ -217,27 +218,11 @@ impl EchoSide {
                 })
             }
             2 => {
-                let exe = std::env::current_exe().context("finding this executable")?;
-                let mut command = Command::new(exe);
-                command.arg("remote-echo-node");
+                let mut args: Vec<&std::ffi::OsStr> = vec!["remote-echo-node".as_ref()];
                 if let Some(dir) = &server_tls {
-                    command.arg("--tls-dir").arg(dir);
+                    args.extend(["--tls-dir".as_ref(), dir.as_os_str()]);
                 }
-                let mut child = command
-                    .stdin(Stdio::piped())
-                    .stdout(Stdio::piped())
-                    .kill_on_drop(true)
-                    .spawn()
-                    .context("starting the echo node process")?;
-                let stdout = child.stdout.take().context("child stdout")?;
-                let mut lines = BufReader::new(stdout).lines();
-                let line = tokio::time::timeout(Duration::from_secs(20), lines.next_line())
-                    .await
-                    .context("the echo node did not start within 20 s")??
-                    .context("the echo node exited before listening")?;
-                let Some(address) = line.strip_prefix("LISTENING ") else {
-                    bail!("unexpected line from the echo node: {line}")
-                };
+                let (child, address) = spawn_listening_child(&args).await?;
                 Ok(Self {
                     address: address.parse().map_err(|e| anyhow::anyhow!("{e:?}"))?,
                     client_tls,
