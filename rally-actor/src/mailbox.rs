@@ -125,6 +125,10 @@ struct Queues<A: Actor> {
     user: VecDeque<Envelope<A>>,
     system: VecDeque<SystemMsg<A>>,
     closed: bool,
+    /// The actor's task found both queues empty and is about to sleep (set and cleared under
+    /// this lock, so a sender sees it exactly when its message would otherwise be missed).
+    /// Senders wake the task only then: a busy actor's senders never touch the waker.
+    parked: bool,
 }
 
 /// The receiving side, owned by the actor's task.
@@ -152,6 +156,7 @@ impl<A: Actor> Mailbox<A> {
                 user: VecDeque::new(),
                 system: VecDeque::new(),
                 closed: false,
+                parked: false,
             }),
             system_pending: AtomicBool::new(false),
             in_batch: AtomicUsize::new(0),
@@ -182,7 +187,7 @@ impl<A: Actor> Mailbox<A> {
                 return Err(EnqueueError::Full(envelope));
             }
         }
-        {
+        let wake = {
             let mut queues = self.lock();
             if queues.closed {
                 drop(queues);
@@ -192,8 +197,11 @@ impl<A: Actor> Mailbox<A> {
                 return Err(EnqueueError::Stopped(envelope));
             }
             queues.user.push_back(envelope);
+            std::mem::take(&mut queues.parked)
+        };
+        if wake {
+            self.waker.wake();
         }
-        self.waker.wake();
         Ok(())
     }
 
@@ -222,15 +230,18 @@ impl<A: Actor> Mailbox<A> {
 
     /// Enqueues on the system lane; `Err` hands the message back when the actor has stopped.
     pub(crate) fn system(&self, msg: SystemMsg<A>) -> Result<(), SystemMsg<A>> {
-        {
+        let wake = {
             let mut queues = self.lock();
             if queues.closed {
                 return Err(msg);
             }
             queues.system.push_back(msg);
             self.system_pending.store(true, Ordering::Release);
+            std::mem::take(&mut queues.parked)
+        };
+        if wake {
+            self.waker.wake();
         }
-        self.waker.wake();
         Ok(())
     }
 
@@ -252,6 +263,12 @@ impl<A: Actor> Mailbox<A> {
 impl<A: Actor> MailboxReceiver<A> {
     /// The next message without waiting: system messages first, then the user batch.
     pub(crate) fn try_next(&mut self) -> Option<Next<A>> {
+        self.take_next(false)
+    }
+
+    /// The next message; with `park`, finding none marks the actor as about to sleep, under the
+    /// lock, so the next sender wakes it.
+    fn take_next(&mut self, park: bool) -> Option<Next<A>> {
         if let Some(msg) = self.try_system_if_pending() {
             return Some(Next::System(msg));
         }
@@ -265,6 +282,9 @@ impl<A: Actor> MailboxReceiver<A> {
                 return Some(Next::System(msg));
             }
             std::mem::swap(&mut queues.user, &mut self.batch);
+            if park && self.batch.is_empty() {
+                queues.parked = true;
+            }
             drop(queues);
             mailbox.in_batch.store(self.batch.len(), Ordering::Relaxed);
         }
@@ -280,7 +300,7 @@ impl<A: Actor> MailboxReceiver<A> {
                 return Poll::Ready(next);
             }
             register(&self.mailbox.waker, cx.waker());
-            match self.try_next() {
+            match self.take_next(true) {
                 Some(next) => Poll::Ready(next),
                 None => Poll::Pending,
             }
@@ -299,8 +319,17 @@ impl<A: Actor> MailboxReceiver<A> {
 
     /// The next system message without waiting.
     pub(crate) fn try_system(&mut self) -> Option<SystemMsg<A>> {
+        self.take_system(false)
+    }
+
+    /// The next system message; with `park`, finding none marks the actor as about to sleep
+    /// (any message then wakes it; user messages stay queued).
+    fn take_system(&mut self, park: bool) -> Option<SystemMsg<A>> {
         let mut queues = self.mailbox.lock();
         let msg = queues.system.pop_front();
+        if park && msg.is_none() {
+            queues.parked = true;
+        }
         self.mailbox
             .system_pending
             .store(!queues.system.is_empty(), Ordering::Release);
@@ -314,7 +343,7 @@ impl<A: Actor> MailboxReceiver<A> {
                 return Poll::Ready(msg);
             }
             register(&self.mailbox.waker, cx.waker());
-            match self.try_system() {
+            match self.take_system(true) {
                 Some(msg) => Poll::Ready(msg),
                 None => Poll::Pending,
             }
