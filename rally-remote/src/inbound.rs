@@ -285,6 +285,12 @@ impl Connection {
                     target.unwatch(id);
                 }
             }
+            SystemMessage::Stop { actor } => match self.node.exposed(&actor) {
+                Some(target) => target.stop(),
+                None => {
+                    tracing::debug!(peer = %self.peer.peer.address, %actor, "stop for an unknown actor")
+                }
+            },
             SystemMessage::Terminated { actor } => {
                 let node = &self.node;
                 let remote = self.association.remote.clone();

@@ -205,6 +205,8 @@ pub(crate) trait Exposed: Send + Sync + 'static {
     fn watch(&self, watcher: Arc<dyn rally_actor::TerminationSink>);
     /// Removes a watcher.
     fn unwatch(&self, watcher: rally_actor::ActorId);
+    /// Asks the actor to stop.
+    fn stop(&self);
 }
 
 pub(crate) struct ExposedActor<A: Actor> {
@@ -233,6 +235,10 @@ impl<A: Actor> Exposed for ExposedActor<A> {
 
     fn unwatch(&self, watcher: rally_actor::ActorId) {
         self.actor.unwatch_with(watcher);
+    }
+
+    fn stop(&self) {
+        self.actor.stop();
     }
 }
 

@@ -119,6 +119,11 @@ impl<A: Actor> ExternalTarget<A> for RemoteRef<A> {
     }
 
     fn stop(&self) {
-        tracing::debug!(target = %self.path, "stopping a remote actor is not supported; ignored");
+        let msg = SystemMessage::Stop {
+            actor: self.name.clone(),
+        };
+        if let Err(error) = self.association.control().push_system(&msg) {
+            tracing::warn!(%error, target = %self.path, "could not send a remote stop");
+        }
     }
 }

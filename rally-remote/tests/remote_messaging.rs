@@ -156,3 +156,19 @@ async fn a_registered_kind_is_spawned_on_the_chosen_node() {
         matches!(unknown, Err(rally_remote::RemoteSpawnError::Refused(why)) if why.contains("nope"))
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn stopping_a_remote_ref_stops_the_actor_there() {
+    let (_b_system, b) = target_node("b", config()).await;
+    let (a_system, a) = client_node("a", config()).await;
+    let target = a.lookup::<Target>(b.address(), "target");
+    assert_eq!(target.ask(Echo(1), T).await, Ok(1));
+    let mut probe = Probe::<Terminated>::spawn(&a_system);
+    probe.watch(&target);
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    target.stop();
+    assert_eq!(
+        probe.expect_msg(T).await.unwrap().path,
+        target.path().clone()
+    );
+}

@@ -228,6 +228,11 @@ pub enum SystemMessage {
         /// The stopped actor's name on the sending node.
         actor: String,
     },
+    /// Stop `actor` (on the receiver), as `ActorRef::stop` does locally.
+    Stop {
+        /// The actor's name on the receiving node.
+        actor: String,
+    },
 }
 
 /// Appends a whole System frame.
@@ -245,6 +250,10 @@ pub fn encode_system(out: &mut BytesMut, msg: &SystemMessage) {
         }
         SystemMessage::Terminated { actor } => {
             out.put_u8(3);
+            put_str(out, actor);
+        }
+        SystemMessage::Stop { actor } => {
+            out.put_u8(4);
             put_str(out, actor);
         }
     });
@@ -267,6 +276,9 @@ pub fn decode_system(body: &[u8]) -> Result<SystemMessage, DecodeError> {
             watcher: reader.str("watcher", MAX_RECIPIENT_LEN)?.to_owned(),
         },
         3 => SystemMessage::Terminated {
+            actor: reader.str("actor", MAX_RECIPIENT_LEN)?.to_owned(),
+        },
+        4 => SystemMessage::Stop {
             actor: reader.str("actor", MAX_RECIPIENT_LEN)?.to_owned(),
         },
         value => {
@@ -345,14 +357,15 @@ mod tests {
         }
 
         #[test]
-        fn heartbeats_and_system_messages_round_trip(sequence: u64, a in "[a-z]{0,16}", b in "[a-z]{0,16}", tag in 0u8..3) {
+        fn heartbeats_and_system_messages_round_trip(sequence: u64, a in "[a-z]{0,16}", b in "[a-z]{0,16}", tag in 0u8..4) {
             let mut out = BytesMut::new();
             encode_heartbeat(&mut out, sequence);
             prop_assert_eq!(decode_heartbeat(body(&out)).unwrap(), sequence);
             let msg = match tag {
                 0 => SystemMessage::Watch { watchee: a, watcher: b },
                 1 => SystemMessage::Unwatch { watchee: a, watcher: b },
-                _ => SystemMessage::Terminated { actor: a },
+                2 => SystemMessage::Terminated { actor: a },
+                _ => SystemMessage::Stop { actor: a },
             };
             let mut out = BytesMut::new();
             encode_system(&mut out, &msg);
