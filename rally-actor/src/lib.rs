@@ -44,7 +44,15 @@
 //! - handles: [`ActorRef`], [`Recipient`], [`WeakActorRef`], [`ExternalTarget`]
 //! - delivery: [`Envelope`], [`ReplyTo`], [`MailboxConfig`], [`Overflow`]
 //! - failure: [`SupervisorStrategy`], [`Directive`], [`Backoff`], [`Terminated`]
-//! - system: [`ActorSystem`], [`SystemConfig`], [`Dispatcher`], [`EventStream`], [`DeadLetters`]
+//! - system: [`ActorSystem`], [`SystemConfig`] (also from TOML), [`Dispatcher`] and
+//!   [`DispatcherKind`], [`EventStream`], [`DeadLetters`]
+//! - [`monitor`]: per-actor and per-dispatcher counters and their snapshots
+//!
+//! # Features
+//!
+//! | feature | default | adds |
+//! |---|---|---|
+//! | `monitoring` | yes | the counters behind [`monitor`]; off, they are a zero-sized no-op |
 //!
 //! Semantics (ordering, supervision, ask timeouts, shutdown) are written down in
 //! `docs/runtime-semantics.md` at the repository root.
@@ -60,6 +68,7 @@ mod error;
 mod event_stream;
 mod mailbox;
 mod message;
+pub mod monitor;
 mod props;
 mod runner;
 mod supervision;
@@ -70,15 +79,20 @@ pub use actor::{Actor, ActorError, ActorResult, Handler};
 pub use actor_ref::{
     ActorId, ActorRef, DeliveryError, ExternalTarget, Recipient, Undelivered, WeakActorRef,
 };
-pub use config::SystemConfig;
+pub use config::{ConfigError, DispatcherConfig, SystemConfig};
 pub use context::{Context, TimerId};
 pub use dead_letters::{DeadLetter, DeadLetterReason, DeadLetters};
-pub use dispatch::{DEFAULT_THROUGHPUT, Dispatcher};
+pub use dispatch::{
+    DEFAULT_CORE_POOL_SIZE, DEFAULT_KEEP_ALIVE, DEFAULT_MAX_POOL_SIZE, DEFAULT_PARALLELISM_FACTOR,
+    DEFAULT_PARALLELISM_MAX, DEFAULT_PARALLELISM_MIN, DEFAULT_QUEUE_SIZE, DEFAULT_THROUGHPUT,
+    Dispatcher, DispatcherError, DispatcherKind, PoolStatus,
+};
 pub use envelope::{Envelope, ErasedReply, ReplyError, ReplySink, ReplyTo};
 pub use error::{AskError, LookupError, SendError, ShutdownError, SpawnError};
 pub use event_stream::EventStream;
 pub use mailbox::{MailboxConfig, Overflow};
 pub use message::{Message, Terminated};
+pub use monitor::{Monitor, MonitoringConfig};
 pub use props::Props;
 pub use supervision::{Backoff, Directive, Failure, Scope, SupervisorStrategy};
 pub use system::ActorSystem;

@@ -20,6 +20,7 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Mutex, MutexGuard};
 use tokio::sync::Notify;
 
+use crate::monitor::{ActorSnapshot, Probe, Slot};
 use crate::supervision::{Decision, Failure};
 use crate::watch::TerminationSink;
 use crate::{Actor, ActorId, Envelope};
@@ -119,6 +120,8 @@ pub(crate) struct Mailbox<A: Actor> {
     bound: Option<Capacity>,
     pub(crate) overflow: Overflow,
     space: Notify,
+    /// Counters, when the actor is monitored.
+    pub(crate) monitor: Slot,
 }
 
 struct Queues<A: Actor> {
@@ -148,6 +151,7 @@ impl<A: Actor> Mailbox<A> {
         id: ActorId,
         path: Arc<str>,
         config: MailboxConfig,
+        monitor: Slot,
     ) -> (Arc<Self>, MailboxReceiver<A>) {
         let mailbox = Arc::new(Self {
             id,
@@ -164,6 +168,7 @@ impl<A: Actor> Mailbox<A> {
             bound: config.capacity.map(|limit| Capacity::new(Some(limit))),
             overflow: config.overflow,
             space: Notify::new(),
+            monitor,
         });
         (
             mailbox.clone(),
@@ -197,9 +202,15 @@ impl<A: Actor> Mailbox<A> {
                 return Err(EnqueueError::Stopped(envelope));
             }
             queues.user.push_back(envelope);
+            if let Some(counters) = self.monitor.counters() {
+                counters.arrived(queues.user.len() + self.in_batch.load(Ordering::Relaxed));
+            }
             std::mem::take(&mut queues.parked)
         };
         if wake {
+            if let Some(counters) = self.monitor.counters() {
+                counters.woke();
+            }
             self.waker.wake();
         }
         Ok(())
@@ -240,6 +251,9 @@ impl<A: Actor> Mailbox<A> {
             std::mem::take(&mut queues.parked)
         };
         if wake {
+            if let Some(counters) = self.monitor.counters() {
+                counters.woke();
+            }
             self.waker.wake();
         }
         Ok(())
@@ -257,6 +271,13 @@ impl<A: Actor> Mailbox<A> {
 
     pub(crate) fn is_closed(&self) -> bool {
         self.lock().closed
+    }
+}
+
+impl<A: Actor> Probe for Mailbox<A> {
+    fn snapshot(&self, reset_period: bool) -> Option<ActorSnapshot> {
+        let counters = self.monitor.counters()?;
+        Some(counters.snapshot(self.len(), reset_period))
     }
 }
 
@@ -406,7 +427,12 @@ mod loom_tests {
     }
 
     fn mailbox() -> (Arc<Mailbox<Nobody>>, MailboxReceiver<Nobody>) {
-        Mailbox::new(ActorId(1), "/user/test".into(), MailboxConfig::default())
+        Mailbox::new(
+            ActorId(1),
+            "/user/test".into(),
+            MailboxConfig::default(),
+            Slot::default(),
+        )
     }
 
     /// A sender racing the actor going to sleep never loses the wake-up.

@@ -27,6 +27,7 @@ pub struct Props<A: Actor> {
     pub(crate) name: Option<String>,
     pub(crate) mailbox: Option<MailboxConfig>,
     pub(crate) dispatcher: Option<String>,
+    pub(crate) monitored: Option<bool>,
 }
 
 pub(crate) enum Source<A> {
@@ -61,6 +62,7 @@ impl<A: Actor> Props<A> {
             name: None,
             mailbox: None,
             dispatcher: None,
+            monitored: None,
         }
     }
 
@@ -71,6 +73,7 @@ impl<A: Actor> Props<A> {
             name: None,
             mailbox: None,
             dispatcher: None,
+            monitored: None,
         }
     }
 
@@ -89,6 +92,12 @@ impl<A: Actor> Props<A> {
     /// Runs the actor on the named dispatcher.
     pub fn on_dispatcher(mut self, dispatcher: impl Into<String>) -> Self {
         self.dispatcher = Some(dispatcher.into());
+        self
+    }
+
+    /// Monitors this actor (or not), whatever its dispatcher and the system say.
+    pub fn monitored(mut self, on: bool) -> Self {
+        self.monitored = Some(on);
         self
     }
 

@@ -6,6 +6,7 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use futures_util::FutureExt;
+use tracing::Instrument;
 
 use crate::dead_letters::DeadLetterReason;
 use crate::envelope::ReplyError;
@@ -33,9 +34,15 @@ pub(crate) async fn run<A: Actor>(cell: Cell<A>) {
         registered,
     } = cell;
     let mut actor = source.first();
+    let counters = mailbox.monitor.counters().cloned();
+    let spans = counters.is_some() && ctx.system().config().monitoring.tracing_spans;
+    // A run of handling: from resuming after a wait until the next wait or yield.
+    let mut run_start = counters.as_ref().map(|c| c.resume());
+    let mut taken = 0u64;
     let mut failure = guarded(actor.started(&mut ctx)).await.err();
-    let throughput = ctx.dispatcher().throughput();
-    let deadline = ctx.dispatcher().throughput_deadline();
+    let dispatcher = ctx.dispatcher().clone();
+    let throughput = dispatcher.throughput();
+    let deadline = dispatcher.throughput_deadline();
     let mut handled = 0usize;
     let mut slice_start = Instant::now();
 
@@ -56,15 +63,20 @@ pub(crate) async fn run<A: Actor>(cell: Cell<A>) {
         if ctx.stopping {
             break;
         }
-        let next = if let Some(msg) = receiver.try_system_if_pending() {
-            Next::System(msg)
+        let (next, from_mailbox) = if let Some(msg) = receiver.try_system_if_pending() {
+            (Next::System(msg), false)
         } else if let Some(envelope) = ctx.unstashed.pop_front() {
-            Next::User(envelope)
+            (Next::User(envelope), false)
         } else if let Some(next) = receiver.try_next() {
-            next
+            (next, true)
         } else {
             handled = 0;
-            receiver.next().await
+            if let (Some(c), Some(start)) = (&counters, run_start.take()) {
+                c.pause(start);
+            }
+            let next = receiver.next().await;
+            run_start = counters.as_ref().map(|c| c.resume());
+            (next, true)
         };
         match next {
             Next::System(msg) => {
@@ -81,15 +93,46 @@ pub(crate) async fn run<A: Actor>(cell: Cell<A>) {
                 if handled == 0 && deadline.is_some() {
                     slice_start = Instant::now();
                 }
-                failure = guarded(envelope.handle(&mut actor, &mut ctx)).await.err();
+                let counted = counters.as_ref().filter(|_| from_mailbox);
+                if let Some(c) = counted {
+                    c.taken(taken);
+                    taken += 1;
+                }
+                failure = if spans {
+                    let span = tracing::info_span!(
+                        "rally.handle",
+                        actor = %mailbox.path,
+                        message = envelope.type_name()
+                    );
+                    guarded(envelope.handle(&mut actor, &mut ctx).instrument(span)).await
+                } else {
+                    guarded(envelope.handle(&mut actor, &mut ctx)).await
+                }
+                .err();
+                if let Some(c) = counted {
+                    c.completed();
+                }
                 handled += 1;
                 let out_of_time = deadline.is_some_and(|d| slice_start.elapsed() >= d);
                 if handled >= throughput || out_of_time {
                     handled = 0;
-                    tokio::task::yield_now().await;
+                    if let Some(c) = &counters {
+                        if let Some(start) = run_start.take() {
+                            c.pause(start);
+                        }
+                        c.yielding();
+                    }
+                    dispatcher.yield_now().await;
+                    if let Some(c) = &counters {
+                        c.yielded();
+                        run_start = Some(c.resume());
+                    }
                 }
             }
         }
+    }
+    if let (Some(c), Some(start)) = (&counters, run_start.take()) {
+        c.pause(start);
     }
 
     Box::pin(stop(actor, ctx, receiver, mailbox, registered)).await;
@@ -318,6 +361,9 @@ async fn stop<A: Actor>(
     }
     if registered {
         ctx.system().unregister(&path);
+    }
+    if mailbox.monitor.counters().is_some() {
+        ctx.system().monitor().remove_actor(mailbox.id);
     }
     ctx.parent.child_stopped(mailbox.id);
 }

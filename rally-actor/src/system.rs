@@ -8,7 +8,9 @@ use std::time::Instant;
 
 use tokio::sync::Notify;
 
+use crate::dispatch::DispatcherError;
 use crate::mailbox::{Mailbox, SystemMsg};
+use crate::monitor::{ActorCounters, Monitor, Probe, Slot, Timed};
 use crate::runner::{self, Cell};
 use crate::supervision::{Decision, Failure, RestartRecord};
 use crate::{
@@ -50,6 +52,7 @@ struct Inner {
     event_stream: EventStream,
     dead_letters: DeadLetters,
     guardian: Arc<Guardian>,
+    monitor: Monitor,
 }
 
 struct Registered {
@@ -75,20 +78,63 @@ impl ActorSystem {
         Self::with_config(name, SystemConfig::default())
     }
 
-    /// A system with the given settings, on the current tokio runtime.
+    /// A system with the given settings: its default dispatcher and the named dispatchers of
+    /// `config` are started.
     ///
     /// # Panics
     ///
-    /// Outside a tokio runtime.
+    /// When a dispatcher cannot start (see [`try_with_config`](Self::try_with_config)), e.g.
+    /// a `current-runtime` default dispatcher outside a tokio runtime.
     pub fn with_config(name: &str, config: SystemConfig) -> Self {
-        let handle = tokio::runtime::Handle::current();
-        let default_dispatcher = Dispatcher::on_runtime(
-            "default",
-            handle,
-            config.throughput,
-            config.throughput_deadline,
-        );
-        Self::with_dispatchers(name, config, default_dispatcher, Vec::new())
+        match Self::try_with_config(name, config) {
+            Ok(system) => system,
+            Err(error) => panic!("cannot start actor system {name:?}: {error}"),
+        }
+    }
+
+    /// A system with the given settings, or the reason a dispatcher could not start.
+    ///
+    /// # Errors
+    ///
+    /// [`DispatcherError`] naming the dispatcher.
+    ///
+    /// # Example
+    ///
+    /// ```
+    /// use rally_actor::{ActorSystem, SystemConfig};
+    ///
+    /// let config = SystemConfig::from_toml(r#"
+    ///     [default-dispatcher]
+    ///     type = "shared"
+    ///     [dispatchers.db]
+    ///     type = "blocking"
+    /// "#).unwrap();
+    /// // No tokio runtime needed: every dispatcher here has its own threads.
+    /// let system = ActorSystem::try_with_config("app", config).unwrap();
+    /// assert_eq!(system.dispatcher("db").unwrap().kind().label(), "blocking");
+    /// ```
+    pub fn try_with_config(name: &str, config: SystemConfig) -> Result<Self, DispatcherError> {
+        let start = |d: &crate::DispatcherConfig| {
+            Dispatcher::start(
+                d.name.clone(),
+                d.kind.clone(),
+                d.throughput.unwrap_or(config.throughput),
+                d.throughput_deadline.or(config.throughput_deadline),
+            )
+            .map(|dispatcher| dispatcher.monitored(d.monitored))
+        };
+        let default_dispatcher = start(&config.default_dispatcher)?;
+        let others = config
+            .dispatchers
+            .iter()
+            .map(start)
+            .collect::<Result<Vec<_>, _>>()?;
+        Ok(Self::with_dispatchers(
+            name,
+            config,
+            default_dispatcher,
+            others,
+        ))
     }
 
     /// A system with explicit dispatchers (the first is the default).
@@ -107,6 +153,11 @@ impl ActorSystem {
             all_stopped: Notify::new(),
             shutting_down: AtomicBool::new(false),
         });
+        let monitor = Monitor::default();
+        monitor.add_dispatcher(default_dispatcher.clone());
+        for d in &others {
+            monitor.add_dispatcher(d.clone());
+        }
         let dispatchers = others
             .into_iter()
             .map(|d| (d.name().to_owned(), d))
@@ -122,6 +173,7 @@ impl ActorSystem {
                 event_stream,
                 dead_letters,
                 guardian,
+                monitor,
             }),
         }
     }
@@ -147,6 +199,11 @@ impl ActorSystem {
             return Some(&self.inner.default_dispatcher);
         }
         self.inner.dispatchers.get(name)
+    }
+
+    /// Monitoring: snapshots of the monitored actors and of every dispatcher.
+    pub fn monitor(&self) -> &Monitor {
+        &self.inner.monitor
     }
 
     /// The event stream.
@@ -271,6 +328,7 @@ impl ActorSystem {
             name,
             mailbox,
             dispatcher,
+            monitored,
         } = props;
         let dispatcher = match dispatcher {
             Some(name) => self
@@ -290,7 +348,22 @@ impl ActorSystem {
             None => format!("{parent_path}/${}", id.0).into(),
         };
         let mailbox_config = mailbox.unwrap_or(self.inner.config.default_mailbox);
-        let (mailbox, receiver) = Mailbox::<A>::new(id, path.clone(), mailbox_config);
+        let monitoring = &self.inner.config.monitoring;
+        let monitored =
+            monitored.unwrap_or_else(|| dispatcher.is_monitored() || monitoring.all_actors);
+        let counters = if monitored {
+            ActorCounters::make(
+                id,
+                path.clone(),
+                dispatcher.stats().clone(),
+                monitoring.sample_every,
+                monitoring.blocking_threshold,
+            )
+        } else {
+            None
+        };
+        let slot = counters.clone().map(Slot::on).unwrap_or_default();
+        let (mailbox, receiver) = Mailbox::<A>::new(id, path.clone(), mailbox_config, slot);
         let actor = ActorRef::local(mailbox.clone(), self.inner.dead_letters.clone());
         if name.is_some() {
             let mut registry = self
@@ -317,9 +390,17 @@ impl ActorSystem {
             mailbox: mailbox.clone(),
             registered: name.is_some(),
         };
+        if counters.is_some() {
+            self.inner
+                .monitor
+                .add_actor(id, mailbox.clone() as Arc<dyn Probe>);
+        }
         // The parent learns of the child before the child can run, fail or stop.
         adopt(id, mailbox as Arc<dyn ChildControl>);
-        dispatcher.spawn(runner::run(cell));
+        match &counters {
+            Some(counters) => dispatcher.spawn_actor(Timed::new(runner::run(cell), counters)),
+            None => dispatcher.spawn_actor(runner::run(cell)),
+        }
         Ok(actor)
     }
 

@@ -47,6 +47,7 @@
 //! | feature | default | adds |
 //! |---|---|---|
 //! | `remote` | yes | [`remote`]: [`remote::RemoteNode`] and friends |
+//! | `monitoring` | yes | the counters behind [`monitor`]; off, they compile to a no-op |
 
 pub use rally_actor::{
     Actor, ActorError, ActorId, ActorRef, ActorResult, ActorSystem, AskError, Backoff, Context,
@@ -55,6 +56,10 @@ pub use rally_actor::{
     MailboxConfig, Message, Overflow, Props, Recipient, ReplyError, ReplySink, ReplyTo, Scope,
     SendError, ShutdownError, SpawnError, SupervisorStrategy, SystemConfig, Terminated,
     TerminationSink, TimerId, Undelivered, WeakActorRef,
+};
+pub use rally_actor::{
+    ConfigError, DispatcherConfig, DispatcherError, DispatcherKind, Monitor, MonitoringConfig,
+    PoolStatus, monitor,
 };
 
 /// Actors on other nodes: [`RemoteNode`](remote::RemoteNode), registration of remote message

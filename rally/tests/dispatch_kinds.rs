@@ -1,0 +1,331 @@
+//! Dispatcher kinds and scheduling settings, tested deterministically: the calling-thread
+//! dispatcher runs actors only when the test drives it, in the order they became runnable.
+
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use rally::{
+    Actor, ActorResult, ActorSystem, Context, Dispatcher, DispatcherConfig, DispatcherKind,
+    Handler, Message, Props, SystemConfig,
+};
+
+const T: Duration = Duration::from_secs(5);
+
+type Trace = Arc<Mutex<Vec<String>>>;
+
+/// Records `<name><n>` for every message; optionally blocks its thread while handling.
+struct Tracer {
+    name: &'static str,
+    trace: Trace,
+    block: Duration,
+}
+
+impl Actor for Tracer {}
+
+struct Step(u32);
+impl Message for Step {
+    type Reply = ();
+}
+
+impl Handler<Step> for Tracer {
+    async fn handle(&mut self, step: Step, _: &mut Context<Self>) -> ActorResult<()> {
+        if !self.block.is_zero() {
+            std::thread::sleep(self.block);
+        }
+        self.trace
+            .lock()
+            .unwrap()
+            .push(format!("{}{}", self.name, step.0));
+        Ok(())
+    }
+}
+
+struct WhichThread;
+impl Message for WhichThread {
+    type Reply = (std::thread::ThreadId, Option<String>);
+}
+
+impl Handler<WhichThread> for Tracer {
+    async fn handle(
+        &mut self,
+        _: WhichThread,
+        _: &mut Context<Self>,
+    ) -> ActorResult<(std::thread::ThreadId, Option<String>)> {
+        if !self.block.is_zero() {
+            std::thread::sleep(self.block);
+        }
+        let me = std::thread::current();
+        Ok((me.id(), me.name().map(str::to_owned)))
+    }
+}
+
+fn tracer(name: &'static str, trace: &Trace, block: Duration) -> Tracer {
+    Tracer {
+        name,
+        trace: trace.clone(),
+        block,
+    }
+}
+
+/// A system whose default dispatcher is a calling-thread one with these settings.
+fn calling_thread(throughput: usize, deadline: Option<Duration>) -> (ActorSystem, Dispatcher) {
+    let dispatcher =
+        Dispatcher::start("test", DispatcherKind::CallingThread, throughput, deadline).unwrap();
+    let system = ActorSystem::with_dispatchers(
+        "dispatch",
+        SystemConfig::default(),
+        dispatcher.clone(),
+        Vec::new(),
+    );
+    (system, dispatcher)
+}
+
+/// Spawns two tracers, gives each three messages, drives the dispatcher, returns the order.
+fn two_actors_three_messages(
+    throughput: usize,
+    deadline: Option<Duration>,
+    block: Duration,
+) -> Vec<String> {
+    let (system, dispatcher) = calling_thread(throughput, deadline);
+    let trace = Trace::default();
+    let a = system.spawn(tracer("a", &trace, block)).unwrap();
+    let b = system.spawn(tracer("b", &trace, block)).unwrap();
+    dispatcher.run_until_idle();
+    for n in 1..=3 {
+        a.tell(Step(n)).unwrap();
+    }
+    for n in 1..=3 {
+        b.tell(Step(n)).unwrap();
+    }
+    dispatcher.run_until_idle();
+    trace.lock().unwrap().clone()
+}
+
+#[tokio::test]
+async fn throughput_one_interleaves_actors() {
+    assert_eq!(
+        two_actors_three_messages(1, None, Duration::ZERO),
+        ["a1", "b1", "a2", "b2", "a3", "b3"]
+    );
+}
+
+#[tokio::test]
+async fn a_larger_throughput_lets_an_actor_drain_its_mailbox_first() {
+    assert_eq!(
+        two_actors_three_messages(3, None, Duration::ZERO),
+        ["a1", "a2", "a3", "b1", "b2", "b3"]
+    );
+}
+
+#[tokio::test]
+async fn a_deadline_ends_a_turn_before_the_throughput_does() {
+    // Throughput would allow all three; every message takes longer than the deadline.
+    assert_eq!(
+        two_actors_three_messages(
+            100,
+            Some(Duration::from_millis(1)),
+            Duration::from_millis(2)
+        ),
+        ["a1", "b1", "a2", "b2", "a3", "b3"]
+    );
+}
+
+#[tokio::test]
+async fn nothing_runs_until_the_calling_thread_dispatcher_is_driven() {
+    let (system, dispatcher) = calling_thread(1, None);
+    let trace = Trace::default();
+    let a = system.spawn(tracer("a", &trace, Duration::ZERO)).unwrap();
+    a.tell(Step(1)).unwrap();
+    assert!(trace.lock().unwrap().is_empty());
+    assert!(dispatcher.run_until_idle() > 0);
+    assert_eq!(*trace.lock().unwrap(), ["a1"]);
+}
+
+#[tokio::test]
+async fn pinned_actors_each_get_their_own_thread() {
+    let mut config = SystemConfig::default();
+    config
+        .dispatchers
+        .push(DispatcherConfig::new("pinned", DispatcherKind::Pinned));
+    let system = ActorSystem::with_config("pinned", config);
+    let trace = Trace::default();
+    let spawn = |name| {
+        system
+            .spawn(Props::new(tracer(name, &trace, Duration::ZERO)).on_dispatcher("pinned"))
+            .unwrap()
+    };
+    let (a, b) = (spawn("a"), spawn("b"));
+    let (a1, name) = a.ask(WhichThread, T).await.unwrap();
+    let (a2, _) = a.ask(WhichThread, T).await.unwrap();
+    let (b1, _) = b.ask(WhichThread, T).await.unwrap();
+    assert_eq!(a1, a2, "a pinned actor stays on its thread");
+    assert_ne!(a1, b1, "two pinned actors do not share a thread");
+    assert_ne!(a1, std::thread::current().id());
+    assert!(name.unwrap().starts_with("pinned-"));
+    assert_eq!(system.dispatcher("pinned").unwrap().threads(), 2);
+    system.shutdown().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_blocking_pool_grows_to_its_max_and_shrinks_after_keep_alive() {
+    let mut config = SystemConfig::default();
+    config.dispatchers.push(DispatcherConfig::new(
+        "io",
+        DispatcherKind::Blocking {
+            core_pool_size: 1,
+            max_pool_size: 3,
+            keep_alive: Duration::from_millis(50),
+            queue_size: 0,
+        },
+    ));
+    let system = ActorSystem::with_config("blocking", config);
+    let io = system.dispatcher("io").unwrap().clone();
+    let trace = Trace::default();
+    let actors: Vec<_> = (0..5)
+        .map(|_| {
+            system
+                .spawn(
+                    Props::new(tracer("w", &trace, Duration::from_millis(300))).on_dispatcher("io"),
+                )
+                .unwrap()
+        })
+        .collect();
+    for actor in &actors {
+        actor.tell(Step(0)).unwrap();
+    }
+    // Five actors block at once: the pool grows to its max of 3, no further.
+    let deadline = Instant::now() + T;
+    while io.pool_status().unwrap().threads < 3 {
+        assert!(Instant::now() < deadline, "the pool did not grow");
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    assert_eq!(io.pool_status().unwrap().peak_threads, 3);
+    // All handled, then idle: the threads above the core size exit after keep-alive.
+    while trace.lock().unwrap().len() < 5 {
+        assert!(Instant::now() < deadline, "the work did not finish");
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    while io.pool_status().unwrap().threads > 1 {
+        assert!(Instant::now() < deadline, "the pool did not shrink");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    assert_eq!(io.pool_status().unwrap().peak_threads, 3);
+    system.shutdown().await.unwrap();
+}
+
+#[tokio::test]
+async fn a_system_with_its_own_threads_can_be_dropped_inside_async_code() {
+    let config = SystemConfig::from_toml(
+        r#"
+        [default-dispatcher]
+        type = "shared"
+        [dispatchers.io]
+        type = "blocking"
+        "#,
+    )
+    .unwrap();
+    let system = ActorSystem::with_config("drop", config);
+    let trace = Trace::default();
+    let a = system.spawn(tracer("a", &trace, Duration::ZERO)).unwrap();
+    let (_, name) = a.ask(WhichThread, T).await.unwrap();
+    assert_eq!(name.as_deref(), Some("default"));
+    system.shutdown().await.unwrap();
+    drop(a);
+    drop(system);
+}
+
+#[test]
+fn toml_configures_every_kind_with_its_throughput() {
+    let config = SystemConfig::from_toml(
+        r#"
+        throughput = 10
+        throughput-deadline = "5ms"
+
+        [default-dispatcher]
+        type = "shared"
+        parallelism-factor = 2.0
+        parallelism-min = 2
+        parallelism-max = 8
+
+        [dispatchers.fair]
+        type = "shared"
+        throughput = 1
+
+        [dispatchers.io]
+        type = "blocking"
+        core-pool-size = 2
+        max-pool-size = 32
+        keep-alive = "30s"
+        queue-size = 4
+        monitoring = true
+
+        [dispatchers.own]
+        type = "pinned"
+
+        [dispatchers.test]
+        type = "calling-thread"
+        "#,
+    )
+    .unwrap();
+    let system = ActorSystem::try_with_config("toml", config).unwrap();
+    let fair = system.dispatcher("fair").unwrap();
+    assert_eq!(fair.throughput(), 1);
+    assert_eq!(fair.throughput_deadline(), Some(Duration::from_millis(5)));
+    let io = system.dispatcher("io").unwrap();
+    assert!(io.is_monitored());
+    assert_eq!(
+        io.kind(),
+        &DispatcherKind::Blocking {
+            core_pool_size: 2,
+            max_pool_size: 32,
+            keep_alive: Duration::from_secs(30),
+            queue_size: 4,
+        }
+    );
+    assert_eq!(system.default_dispatcher().throughput(), 10);
+    assert_eq!(
+        system.dispatcher("own").unwrap().kind(),
+        &DispatcherKind::Pinned
+    );
+    assert_eq!(
+        system.dispatcher("test").unwrap().kind(),
+        &DispatcherKind::CallingThread
+    );
+}
+
+#[test]
+fn config_errors_name_the_key() {
+    let cases = [
+        ("thruput = 4", "thruput"),
+        ("throughput = 0", "throughput"),
+        ("throughput = \"fast\"", "throughput"),
+        ("throughput-deadline = \"soon\"", "throughput-deadline"),
+        (
+            "[dispatchers.io]\ntype = \"blockin\"",
+            "dispatchers.io.type",
+        ),
+        (
+            "[dispatchers.io]\ntype = \"blocking\"\nparallelism-min = 2",
+            "dispatchers.io.parallelism-min",
+        ),
+        (
+            "[dispatchers.io]\ntype = \"blocking\"\ncore-pool-size = 8\nmax-pool-size = 4",
+            "dispatchers.io.max-pool-size",
+        ),
+        (
+            "[default-dispatcher]\ntype = \"shared\"\nparallelism-min = 4\nparallelism-max = 2",
+            "default-dispatcher.parallelism-max",
+        ),
+        (
+            "[default-mailbox]\noverflow = \"drop-oldest\"",
+            "default-mailbox.overflow",
+        ),
+        ("[monitoring]\nsample-every = 0", "monitoring.sample-every"),
+        ("[monitoring]\nall = true", "monitoring.all"),
+    ];
+    for (text, key) in cases {
+        let error = SystemConfig::from_toml(text).unwrap_err();
+        assert_eq!(error.key(), Some(key), "for {text:?}: {error}");
+        assert!(error.to_string().contains(key), "{error}");
+    }
+}
