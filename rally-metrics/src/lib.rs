@@ -1,0 +1,36 @@
+//! Rally's observer: it reads the runtime's monitoring counters and turns them into figures per
+//! period, a diagnosis in plain words, and a Prometheus endpoint. Nothing depends on it; the
+//! runtime only counts (see `rally_actor::monitor`).
+//!
+//! # Example
+//!
+//! ```
+//! use rally_actor::{Actor, ActorSystem, Props};
+//! use rally_metrics::Recorder;
+//!
+//! struct Idle;
+//! impl Actor for Idle {}
+//!
+//! # #[tokio::main] async fn main() {
+//! let system = ActorSystem::new("doc");
+//! system.spawn(Props::new(Idle).named("idle").monitored(true)).unwrap();
+//! let mut recorder = Recorder::new(&system);
+//! let report = recorder.period();
+//! assert_eq!(report.actors[0].path, "/user/idle");
+//! assert_eq!(report.actors[0].diagnosis.verdict, rally_metrics::Verdict::Healthy);
+//! system.shutdown().await.unwrap();
+//! # }
+//! ```
+//!
+//! # Modules
+//!
+//! - [`Recorder`], [`PeriodReport`]: figures per period from two snapshots
+//! - [`Diagnosis`], [`Verdict`]: saturated, starved for threads, blocking its dispatcher, healthy
+//! - [`prometheus`]: the text exposition format and a small HTTP endpoint serving it
+
+pub mod prometheus;
+mod report;
+
+pub use report::{
+    ActorPeriod, Diagnosis, DispatcherPeriod, PeriodReport, Recorder, Verdict, spawn_periodic,
+};

@@ -1,0 +1,444 @@
+//! Figures per period, and the diagnosis.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use rally_actor::ActorSystem;
+use rally_actor::monitor::{ActorSnapshot, DispatcherSnapshot, Snapshot};
+use serde::Serialize;
+
+/// Utilization at or above this, with a growing queue, is a saturated actor (the chapter's
+/// "≳ 80%": beyond it, queueing delay grows steeply).
+const SATURATED: f64 = 0.8;
+
+/// A dispatcher this busy has no free thread to speak of.
+const NO_FREE_THREAD: f64 = 0.9;
+
+/// An actor whose time on a thread is at least this share in polls longer than the blocking
+/// threshold is blocking, not computing in small steps.
+const MOSTLY_BLOCKING: f64 = 0.5;
+
+/// The verdict on one actor for one period.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, PartialOrd, Ord, Hash)]
+#[serde(rename_all = "kebab-case")]
+#[non_exhaustive]
+pub enum Verdict {
+    /// Nothing to fix.
+    Healthy,
+    /// The queue grows with low utilization while its dispatcher has no free thread.
+    StarvedForThreads,
+    /// It holds its threads in long polls, on a dispatcher not meant for that, while others wait.
+    BlockingItsDispatcher,
+    /// The queue grows while the actor is busy nearly all the time.
+    Saturated,
+}
+
+impl Verdict {
+    /// `healthy`, `saturated`, `starved for threads`, `blocking its dispatcher`.
+    pub fn words(self) -> &'static str {
+        match self {
+            Self::Healthy => "healthy",
+            Self::Saturated => "saturated",
+            Self::StarvedForThreads => "starved for threads",
+            Self::BlockingItsDispatcher => "blocking its dispatcher",
+        }
+    }
+}
+
+/// A verdict with the reasoning and the fix, in words.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Diagnosis {
+    /// What is wrong, if anything.
+    pub verdict: Verdict,
+    /// One sentence: the figures behind the verdict and the fix they point to.
+    pub text: String,
+}
+
+/// One actor's figures over one period.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct ActorPeriod {
+    /// The actor's path.
+    pub path: String,
+    /// Its dispatcher.
+    pub dispatcher: String,
+    /// Messages arrived per second.
+    pub arrival_rate: f64,
+    /// Messages completed per second.
+    pub throughput: f64,
+    /// Queue length at the end of the period.
+    pub queue: usize,
+    /// The longest queue during the period.
+    pub max_queue: usize,
+    /// Share of the period spent handling messages (0..1).
+    pub utilization: f64,
+    /// Mean handling time per message, in milliseconds.
+    pub service_ms: f64,
+    /// Mean time a message waited in the mailbox, in milliseconds (sampled; Little's law when
+    /// no sample landed).
+    pub waiting_ms: f64,
+    /// Share of its time on a thread spent in polls longer than the blocking threshold.
+    pub blocking_share: f64,
+    /// What the figures say.
+    pub diagnosis: Diagnosis,
+}
+
+/// One dispatcher's figures over one period.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct DispatcherPeriod {
+    /// Its name.
+    pub name: String,
+    /// Its kind.
+    pub kind: String,
+    /// Threads now.
+    pub threads: usize,
+    /// Threads running an actor now.
+    pub busy_threads: usize,
+    /// Share of its threads' time that monitored actors held them (0..1).
+    pub utilization: f64,
+    /// Runnable actors waiting for a thread now.
+    pub runnable_waiting: usize,
+}
+
+/// Everything over one period, actors sorted worst first.
+#[derive(Debug, Clone, PartialEq, Serialize, Default)]
+pub struct PeriodReport {
+    /// The period's length in seconds.
+    pub seconds: f64,
+    /// Actors, worst verdict first, then by queue length.
+    pub actors: Vec<ActorPeriod>,
+    /// Dispatchers, busiest first.
+    pub dispatchers: Vec<DispatcherPeriod>,
+}
+
+impl PeriodReport {
+    /// The figures of the actor at `path`.
+    pub fn actor(&self, path: &str) -> Option<&ActorPeriod> {
+        self.actors.iter().find(|a| a.path == path)
+    }
+
+    /// The worst verdict of the period, as `"<path>: <diagnosis>"` lines.
+    pub fn diagnosis_lines(&self) -> Vec<String> {
+        self.actors
+            .iter()
+            .map(|a| format!("{}: {}", a.path, a.diagnosis.text))
+            .collect()
+    }
+}
+
+/// Turns consecutive snapshots of one system into period reports. It owns the system's periods
+/// (it calls `snapshot_period`), so keep one per system.
+pub struct Recorder {
+    system: ActorSystem,
+    last: Snapshot,
+}
+
+impl std::fmt::Debug for Recorder {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Recorder").finish_non_exhaustive()
+    }
+}
+
+impl Recorder {
+    /// Starts the first period now.
+    pub fn new(system: &ActorSystem) -> Self {
+        Self {
+            system: system.clone(),
+            last: system.monitor().snapshot_period(),
+        }
+    }
+
+    /// Ends the current period, starts the next, and reports on the one that ended.
+    pub fn period(&mut self) -> PeriodReport {
+        let now = self.system.monitor().snapshot_period();
+        let report = compare(&self.last, &now);
+        self.last = now;
+        report
+    }
+}
+
+/// Runs a [`Recorder`] every `period` on the current tokio runtime and keeps the latest report
+/// in the returned cell (read it for an endpoint or a dashboard).
+///
+/// # Panics
+///
+/// Outside a tokio runtime.
+pub fn spawn_periodic(system: &ActorSystem, period: Duration) -> Arc<Mutex<PeriodReport>> {
+    let latest = Arc::new(Mutex::new(PeriodReport::default()));
+    let cell = latest.clone();
+    let mut recorder = Recorder::new(system);
+    let system = system.clone();
+    tokio::spawn(async move {
+        let mut ticks = tokio::time::interval(period);
+        ticks.tick().await;
+        while !system.is_shutting_down() {
+            ticks.tick().await;
+            let report = recorder.period();
+            *cell
+                .lock()
+                .expect("the report lock is never poisoned: only this assignment runs under it") =
+                report;
+        }
+    });
+    latest
+}
+
+fn secs(d: Duration) -> f64 {
+    d.as_secs_f64()
+}
+
+fn compare(before: &Snapshot, now: &Snapshot) -> PeriodReport {
+    let seconds = secs(now.at.saturating_duration_since(before.at)).max(1e-9);
+    let before_actors: HashMap<_, _> = before.actors.iter().map(|a| (a.id, a)).collect();
+    let before_dispatchers: HashMap<_, _> = before
+        .dispatchers
+        .iter()
+        .map(|d| (d.name.clone(), d))
+        .collect();
+    let dispatchers: Vec<DispatcherPeriod> = now
+        .dispatchers
+        .iter()
+        .map(|d| dispatcher_period(before_dispatchers.get(&d.name).copied(), d, seconds))
+        .collect();
+    let by_name: HashMap<&str, (&DispatcherPeriod, &DispatcherSnapshot)> = dispatchers
+        .iter()
+        .zip(&now.dispatchers)
+        .map(|(p, s)| (p.name.as_str(), (p, s)))
+        .collect();
+
+    let mut figures: Vec<(ActorPeriod, bool)> = now
+        .actors
+        .iter()
+        .map(|a| actor_period(before_actors.get(&a.id).copied(), a, seconds))
+        .collect();
+    // First pass: who is starved or growing; second: who is blocking a dispatcher that has
+    // starved actors on it.
+    let free = |name: &str| {
+        by_name.get(name).is_none_or(|(p, _)| {
+            p.utilization < NO_FREE_THREAD && p.runnable_waiting == 0 && p.busy_threads < p.threads
+        })
+    };
+    let mut starved_on: HashMap<String, Vec<String>> = HashMap::new();
+    for (a, growing) in &figures {
+        if *growing && a.utilization < SATURATED && !free(&a.dispatcher) {
+            starved_on
+                .entry(a.dispatcher.clone())
+                .or_default()
+                .push(a.path.clone());
+        }
+    }
+    let mut blockers_on: HashMap<String, Vec<String>> = HashMap::new();
+    for (a, _) in &figures {
+        let tolerant = by_name
+            .get(a.dispatcher.as_str())
+            .is_some_and(|(_, s)| s.tolerates_blocking);
+        if a.blocking_share >= MOSTLY_BLOCKING && !tolerant && !free(&a.dispatcher) {
+            blockers_on
+                .entry(a.dispatcher.clone())
+                .or_default()
+                .push(a.path.clone());
+        }
+    }
+    for (a, growing) in &mut figures {
+        a.diagnosis = diagnose(a, *growing, &starved_on, &blockers_on, &by_name);
+    }
+    let mut actors: Vec<ActorPeriod> = figures.into_iter().map(|(a, _)| a).collect();
+    actors.sort_by(|x, y| {
+        y.diagnosis
+            .verdict
+            .cmp(&x.diagnosis.verdict)
+            .then(y.queue.cmp(&x.queue))
+            .then(x.path.cmp(&y.path))
+    });
+    let mut dispatchers = dispatchers;
+    dispatchers.sort_by(|x, y| y.utilization.total_cmp(&x.utilization));
+    PeriodReport {
+        seconds,
+        actors,
+        dispatchers,
+    }
+}
+
+fn dispatcher_period(
+    before: Option<&DispatcherSnapshot>,
+    now: &DispatcherSnapshot,
+    seconds: f64,
+) -> DispatcherPeriod {
+    let busy = secs(
+        now.busy
+            .saturating_sub(before.map_or(Duration::ZERO, |b| b.busy)),
+    );
+    let threads = now.threads.max(1) as f64;
+    DispatcherPeriod {
+        name: now.name.to_string(),
+        kind: now.kind.to_owned(),
+        threads: now.threads,
+        busy_threads: now.busy_threads,
+        utilization: (busy / (threads * seconds)).min(1.0),
+        runnable_waiting: now.runnable_waiting,
+    }
+}
+
+/// The figures, with a placeholder diagnosis, and whether the queue grew.
+fn actor_period(
+    before: Option<&ActorSnapshot>,
+    now: &ActorSnapshot,
+    seconds: f64,
+) -> (ActorPeriod, bool) {
+    let arrived = now.arrived - before.map_or(0, |b| b.arrived);
+    let completed = now.completed - before.map_or(0, |b| b.completed);
+    let busy = secs(
+        now.busy
+            .saturating_sub(before.map_or(Duration::ZERO, |b| b.busy)),
+    );
+    let on_thread = secs(
+        now.on_thread
+            .saturating_sub(before.map_or(Duration::ZERO, |b| b.on_thread)),
+    );
+    let blocking = secs(
+        now.blocking
+            .saturating_sub(before.map_or(Duration::ZERO, |b| b.blocking)),
+    );
+    let waited = secs(
+        now.waited
+            .saturating_sub(before.map_or(Duration::ZERO, |b| b.waited)),
+    );
+    let samples = now.wait_samples - before.map_or(0, |b| b.wait_samples);
+    let throughput = completed as f64 / seconds;
+    let waiting_ms = if samples > 0 {
+        waited / samples as f64 * 1e3
+    } else if throughput > 0.0 {
+        // Little's law: time in queue = queue length / rate through it.
+        now.queued as f64 / throughput * 1e3
+    } else {
+        0.0
+    };
+    let queued_before = before.map_or(0, |b| b.queued);
+    let growing = now.queued > queued_before && now.queued >= 2;
+    let figures = ActorPeriod {
+        path: now.path.to_string(),
+        dispatcher: now.dispatcher.to_string(),
+        arrival_rate: arrived as f64 / seconds,
+        throughput,
+        queue: now.queued,
+        max_queue: now.max_queued,
+        utilization: (busy / seconds).min(1.0),
+        service_ms: if completed > 0 {
+            busy / completed as f64 * 1e3
+        } else {
+            0.0
+        },
+        waiting_ms,
+        blocking_share: if on_thread > 0.0 {
+            blocking / on_thread
+        } else {
+            0.0
+        },
+        diagnosis: Diagnosis {
+            verdict: Verdict::Healthy,
+            text: String::new(),
+        },
+    };
+    (figures, growing)
+}
+
+fn diagnose(
+    a: &ActorPeriod,
+    growing: bool,
+    starved_on: &HashMap<String, Vec<String>>,
+    blockers_on: &HashMap<String, Vec<String>>,
+    dispatchers: &HashMap<&str, (&DispatcherPeriod, &DispatcherSnapshot)>,
+) -> Diagnosis {
+    let pct = |x: f64| format!("{:.0}%", x * 100.0);
+    let d = &a.dispatcher;
+    let (threads, d_util) = dispatchers
+        .get(d.as_str())
+        .map_or((0, 0.0), |(p, _)| (p.threads, p.utilization));
+    if growing && a.utilization >= SATURATED {
+        return Diagnosis {
+            verdict: Verdict::Saturated,
+            text: format!(
+                "saturated: busy {} of the time and the queue grew to {} (service {:.2} ms, \
+                 {:.0} arrivals/s against {:.0} handled/s); fix: make the handler cheaper or \
+                 spread the work over a pool of such actors (a router)",
+                pct(a.utilization),
+                a.queue,
+                a.service_ms,
+                a.arrival_rate,
+                a.throughput
+            ),
+        };
+    }
+    if blockers_on.get(d).is_some_and(|b| b.contains(&a.path)) {
+        let victims = starved_on
+            .get(d)
+            .map(|v| v.iter().filter(|p| **p != a.path).count())
+            .unwrap_or(0);
+        return Diagnosis {
+            verdict: Verdict::BlockingItsDispatcher,
+            text: format!(
+                "blocking its dispatcher: {} of its time on a thread is in long blocking polls \
+                 on {d:?} ({threads} threads, {} used){}; fix: move it to a blocking-pool \
+                 dispatcher (type = \"blocking\") or its own dispatcher with enough threads",
+                pct(a.blocking_share),
+                pct(d_util),
+                if victims > 0 {
+                    format!(", starving {victims} other actor(s)")
+                } else {
+                    String::new()
+                }
+            ),
+        };
+    }
+    if starved_on.get(d).is_some_and(|s| s.contains(&a.path)) {
+        let culprits = blockers_on
+            .get(d)
+            .map(|b| {
+                b.iter()
+                    .filter(|p| **p != a.path)
+                    .cloned()
+                    .collect::<Vec<_>>()
+            })
+            .unwrap_or_default();
+        let fix = if culprits.is_empty() {
+            format!("give {d:?} more threads, or move this actor to its own dispatcher")
+        } else {
+            format!(
+                "move the actors blocking {d:?} ({}{}) to a blocking pool, or give this actor \
+                 its own dispatcher",
+                culprits
+                    .iter()
+                    .take(3)
+                    .cloned()
+                    .collect::<Vec<_>>()
+                    .join(", "),
+                if culprits.len() > 3 {
+                    format!(" and {} more", culprits.len() - 3)
+                } else {
+                    String::new()
+                }
+            )
+        };
+        return Diagnosis {
+            verdict: Verdict::StarvedForThreads,
+            text: format!(
+                "starved for threads: the queue grew to {} while it was busy only {} of the \
+                 time; its dispatcher {d:?} has no free thread ({threads} threads, {} used); \
+                 fix: {fix}",
+                a.queue,
+                pct(a.utilization),
+                pct(d_util)
+            ),
+        };
+    }
+    Diagnosis {
+        verdict: Verdict::Healthy,
+        text: format!(
+            "healthy: busy {}, queue {} (max {}), waiting {:.2} ms",
+            pct(a.utilization),
+            a.queue,
+            a.max_queue,
+            a.waiting_ms
+        ),
+    }
+}
