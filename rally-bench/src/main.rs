@@ -14,7 +14,7 @@ use clap::{Parser, Subcommand};
 #[global_allocator]
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
-use scenarios::{local, raw_echo, remote};
+use scenarios::{dispatcher, local, raw_echo, remote};
 
 /// Rally's benchmark scenarios.
 #[derive(Debug, Parser)]
@@ -34,6 +34,12 @@ enum Scenario {
     Spawn(local::SpawnArgs),
     /// `ask` round-trip latency on the multi-threaded and the current-thread runtime.
     AskLatency(local::AskArgs),
+    /// A receiver starved by blocking workers, and the two fixes (BENCHMARKS.md §7).
+    DispatcherStarvation(dispatcher::StarvationArgs),
+    /// Total time of 40 actors on 4 threads per `throughput` setting.
+    DispatcherThroughput(dispatcher::ThroughputArgs),
+    /// 3 actors on 2 threads: total time per `throughput`, with and without a deadline.
+    DispatcherFairness(dispatcher::FairnessArgs),
     /// The Akka.NET RemotePingPong between two nodes (the main benchmark).
     RemotePingPong(remote::PingPongArgs),
     /// One-way flood of 100 B, 1 KiB and 10 KiB messages to another node.
@@ -59,6 +65,9 @@ fn main() -> anyhow::Result<()> {
         Scenario::LocalThroughput(args) => local::throughput(&args),
         Scenario::Spawn(args) => local::spawn(&args),
         Scenario::AskLatency(args) => local::ask_latency(&args),
+        Scenario::DispatcherStarvation(args) => dispatcher::starvation(&args),
+        Scenario::DispatcherThroughput(args) => dispatcher::throughput(&args),
+        Scenario::DispatcherFairness(args) => dispatcher::fairness(&args),
         Scenario::RemotePingPong(args) => remote::ping_pong(&args),
         Scenario::MaxThroughput(args) => remote::max_throughput(&args),
         Scenario::Latency(args) => remote::latency(&args),

@@ -369,27 +369,6 @@ fn diagnose(
             ),
         };
     }
-    if blockers_on.get(d).is_some_and(|b| b.contains(&a.path)) {
-        let victims = starved_on
-            .get(d)
-            .map(|v| v.iter().filter(|p| **p != a.path).count())
-            .unwrap_or(0);
-        return Diagnosis {
-            verdict: Verdict::BlockingItsDispatcher,
-            text: format!(
-                "blocking its dispatcher: {} of its time on a thread is in long blocking polls \
-                 on {d:?} ({threads} threads, {} used){}; fix: move it to a blocking-pool \
-                 dispatcher (type = \"blocking\") or its own dispatcher with enough threads",
-                pct(a.blocking_share),
-                pct(d_util),
-                if victims > 0 {
-                    format!(", starving {victims} other actor(s)")
-                } else {
-                    String::new()
-                }
-            ),
-        };
-    }
     if starved_on.get(d).is_some_and(|s| s.contains(&a.path)) {
         let culprits = blockers_on
             .get(d)
@@ -428,6 +407,27 @@ fn diagnose(
                 a.queue,
                 pct(a.utilization),
                 pct(d_util)
+            ),
+        };
+    }
+    if blockers_on.get(d).is_some_and(|b| b.contains(&a.path)) {
+        let victims = starved_on
+            .get(d)
+            .map(|v| v.iter().filter(|p| **p != a.path).count())
+            .unwrap_or(0);
+        return Diagnosis {
+            verdict: Verdict::BlockingItsDispatcher,
+            text: format!(
+                "blocking its dispatcher: {} of its time on a thread is in long blocking polls \
+                 on {d:?} ({threads} threads, {} used){}; fix: move it to a blocking-pool \
+                 dispatcher (type = \"blocking\") or its own dispatcher with enough threads",
+                pct(a.blocking_share),
+                pct(d_util),
+                if victims > 0 {
+                    format!(", starving {victims} other actor(s)")
+                } else {
+                    String::new()
+                }
             ),
         };
     }

@@ -159,6 +159,10 @@ pub struct ThroughputArgs {
     /// Messages per row.
     #[arg(long, default_value_t = 10_000_000)]
     messages: u64,
+    /// Monitor the receiving actor (measures the counters' cost; build with
+    /// `--no-default-features --features mimalloc` to measure them compiled out).
+    #[arg(long)]
+    monitored: bool,
 }
 
 struct Sink {
@@ -183,14 +187,17 @@ impl Handler<Item> for Sink {
     }
 }
 
-async fn run_throughput(senders: u64, messages: u64) -> Duration {
+async fn run_throughput(senders: u64, messages: u64, monitored: bool) -> Duration {
     let system = ActorSystem::new("bench");
     let (done, wait) = oneshot::channel();
     let sink = system
-        .spawn(Sink {
-            remaining: messages,
-            done: Some(done),
-        })
+        .spawn(
+            rally::Props::new(Sink {
+                remaining: messages,
+                done: Some(done),
+            })
+            .monitored(monitored),
+        )
         .expect("spawn");
     let start = Instant::now();
     let per_sender = messages / senders;
@@ -226,9 +233,15 @@ pub fn throughput(args: &ThroughputArgs) -> anyhow::Result<()> {
     let runtime = multi_thread_runtime();
     let mut report = Report::new("local-throughput");
     report.param("messages", messages);
+    let monitoring = match (cfg!(feature = "monitoring"), args.monitored) {
+        (false, _) => "compiled-out",
+        (true, false) => "off",
+        (true, true) => "on",
+    };
+    report.param("monitoring", monitoring);
     for senders in [1u64, 4] {
         let total = messages / senders * senders;
-        let elapsed = on_worker(&runtime, run_throughput(senders, total));
+        let elapsed = on_worker(&runtime, run_throughput(senders, total, args.monitored));
         report.rows.push(
             Row::new(format!("{senders} -> 1"))
                 .clients(senders)
