@@ -195,10 +195,25 @@ fn compare(before: &Snapshot, now: &Snapshot) -> PeriodReport {
         .iter()
         .map(|d| (d.name.clone(), d))
         .collect();
+    // Thread time per dispatcher, from its actors (their figures include polls under way).
+    let mut held: HashMap<&str, f64> = HashMap::new();
+    for a in &now.actors {
+        let before = before_actors
+            .get(&a.id)
+            .map_or(Duration::ZERO, |b| b.on_thread);
+        *held.entry(a.dispatcher.as_ref()).or_default() += secs(a.on_thread.saturating_sub(before));
+    }
     let dispatchers: Vec<DispatcherPeriod> = now
         .dispatchers
         .iter()
-        .map(|d| dispatcher_period(before_dispatchers.get(&d.name).copied(), d, seconds))
+        .map(|d| {
+            dispatcher_period(
+                before_dispatchers.get(&d.name).copied(),
+                d,
+                held.get(d.name.as_ref()).copied(),
+                seconds,
+            )
+        })
         .collect();
     let by_name: HashMap<&str, (&DispatcherPeriod, &DispatcherSnapshot)> = dispatchers
         .iter()
@@ -213,10 +228,12 @@ fn compare(before: &Snapshot, now: &Snapshot) -> PeriodReport {
         .collect();
     // First pass: who is starved or growing; second: who is blocking a dispatcher that has
     // starved actors on it.
+    // Judged on the period's utilization: the instantaneous gauges (busy threads, runnable
+    // actors) flicker with every message.
     let free = |name: &str| {
-        by_name.get(name).is_none_or(|(p, _)| {
-            p.utilization < NO_FREE_THREAD && p.runnable_waiting == 0 && p.busy_threads < p.threads
-        })
+        by_name
+            .get(name)
+            .is_none_or(|(p, _)| p.utilization < NO_FREE_THREAD)
     };
     let mut starved_on: HashMap<String, Vec<String>> = HashMap::new();
     for (a, growing) in &figures {
@@ -262,12 +279,15 @@ fn compare(before: &Snapshot, now: &Snapshot) -> PeriodReport {
 fn dispatcher_period(
     before: Option<&DispatcherSnapshot>,
     now: &DispatcherSnapshot,
+    held: Option<f64>,
     seconds: f64,
 ) -> DispatcherPeriod {
-    let busy = secs(
-        now.busy
-            .saturating_sub(before.map_or(Duration::ZERO, |b| b.busy)),
-    );
+    let busy = held.unwrap_or_else(|| {
+        secs(
+            now.busy
+                .saturating_sub(before.map_or(Duration::ZERO, |b| b.busy)),
+        )
+    });
     let threads = now.threads.max(1) as f64;
     DispatcherPeriod {
         name: now.name.to_string(),

@@ -65,6 +65,10 @@ struct ActorSide {
     max_poll_nanos: AtomicU64,
     waited_nanos: AtomicU64,
     wait_samples: AtomicU64,
+    /// When the current run of handling began (nanoseconds since `epoch`, plus 1), or 0.
+    running_since: AtomicU64,
+    /// When the current poll began (as above), or 0: long polls count while they last.
+    polling_since: AtomicU64,
 }
 
 impl ActorCounters {
@@ -102,6 +106,8 @@ impl ActorCounters {
                 max_poll_nanos: AtomicU64::new(0),
                 waited_nanos: AtomicU64::new(0),
                 wait_samples: AtomicU64::new(0),
+                running_since: AtomicU64::new(0),
+                polling_since: AtomicU64::new(0),
             },
         }
     }
@@ -157,12 +163,17 @@ impl ActorCounters {
             self.dispatcher.runnable.fetch_sub(1, Ordering::Relaxed);
         }
         self.dispatcher.running.fetch_add(1, Ordering::Relaxed);
-        Instant::now()
+        let now = Instant::now();
+        self.actor
+            .running_since
+            .store(self.nanos(now) + 1, Ordering::Relaxed);
+        now
     }
 
     /// The run of handling that began at `start` ends (the actor waits for messages or yields).
     #[inline]
     pub(crate) fn pause(&self, start: Instant) {
+        self.actor.running_since.store(0, Ordering::Relaxed);
         let busy = u64::try_from(start.elapsed().as_nanos()).unwrap_or(u64::MAX);
         self.actor.busy_nanos.fetch_add(busy, Ordering::Relaxed);
         self.dispatcher.running.fetch_sub(1, Ordering::Relaxed);
@@ -202,7 +213,14 @@ impl ActorCounters {
         self.actor.completed.fetch_add(1, Ordering::Relaxed);
     }
 
+    fn polling(&self, start: Instant) {
+        self.actor
+            .polling_since
+            .store(self.nanos(start) + 1, Ordering::Relaxed);
+    }
+
     fn polled(&self, took: Duration) {
+        self.actor.polling_since.store(0, Ordering::Relaxed);
         let nanos = u64::try_from(took.as_nanos()).unwrap_or(u64::MAX);
         self.actor
             .on_thread_nanos
@@ -235,6 +253,20 @@ impl ActorCounters {
                 self.actor.max_poll_nanos.load(Ordering::Relaxed),
             )
         };
+        // A run or a poll under way counts up to now, so a long one shows in the period it
+        // happens in, not only in the one it ends in.
+        let now = self.nanos(Instant::now());
+        let since = |a: &AtomicU64| match a.load(Ordering::Relaxed) {
+            0 => Duration::ZERO,
+            start => Duration::from_nanos(now.saturating_sub(start - 1)),
+        };
+        let running = since(&self.actor.running_since);
+        let polling = since(&self.actor.polling_since);
+        let blocking_now = if polling >= self.threshold {
+            polling
+        } else {
+            Duration::ZERO
+        };
         ActorSnapshot {
             id: self.id,
             path: self.path.clone(),
@@ -244,10 +276,10 @@ impl ActorCounters {
             queued,
             in_progress: load(&self.actor.in_progress),
             max_queued: max_queued.max(queued),
-            busy: d(&self.actor.busy_nanos),
-            on_thread: d(&self.actor.on_thread_nanos),
-            blocking: d(&self.actor.blocking_nanos),
-            max_poll: Duration::from_nanos(max_poll),
+            busy: d(&self.actor.busy_nanos) + running,
+            on_thread: d(&self.actor.on_thread_nanos) + polling,
+            blocking: d(&self.actor.blocking_nanos) + blocking_now,
+            max_poll: Duration::from_nanos(max_poll).max(polling),
             waited: d(&self.actor.waited_nanos),
             wait_samples: load(&self.actor.wait_samples),
         }
@@ -274,6 +306,7 @@ impl<F: Future> Future for Timed<F> {
 
     fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<F::Output> {
         let start = Instant::now();
+        self.counters.polling(start);
         let out = self.future.as_mut().poll(cx);
         self.counters.polled(start.elapsed());
         out

@@ -54,8 +54,12 @@ pub struct StarvationArgs {
     #[command(flatten)]
     common: CommonArgs,
     /// Periods measured per configuration.
-    #[arg(long, default_value_t = 6)]
+    #[arg(long, default_value_t = 4)]
     periods: u32,
+    /// Length of a period, in seconds (a worker gets a message every 1.5 s, so a period of a
+    /// few seconds averages its utilization).
+    #[arg(long, default_value_t = 3.0)]
+    period_secs: f64,
 }
 
 /// Does `work` of blocking work per message (a JDBC call, a file read).
@@ -96,7 +100,11 @@ impl Handler<Job> for Receiver {
 /// Runs `dispatcher-starvation`.
 pub fn starvation(args: &StarvationArgs) -> anyhow::Result<()> {
     let periods = if args.common.quick { 3 } else { args.periods };
-    let period = Duration::from_secs(1);
+    let period = if args.common.quick {
+        Duration::from_secs(1)
+    } else {
+        Duration::from_secs_f64(args.period_secs.max(0.1))
+    };
     let rate = 66.0;
     let workers = 100;
     let receiver_work = Duration::from_millis(10);
