@@ -203,7 +203,7 @@ impl<A: Actor> Mailbox<A> {
             }
             queues.user.push_back(envelope);
             if let Some(counters) = self.monitor.counters() {
-                counters.arrived(queues.user.len() + self.in_batch.load(Ordering::Relaxed));
+                counters.arrived(queues.user.len(), &self.in_batch);
             }
             std::mem::take(&mut queues.parked)
         };

@@ -49,7 +49,8 @@ pub const DEFAULT_BLOCKING_THRESHOLD: Duration = Duration::from_millis(1);
 pub struct MonitoringConfig {
     /// Monitor every actor (default `false`: only actors or dispatchers that opt in).
     pub all_actors: bool,
-    /// Measure the waiting time of one message in this many (default 16; 1 measures all).
+    /// Measure the waiting time of one message in this many, rounded up to a power of two
+    /// (default 16; 1 measures all).
     pub sample_every: u32,
     /// Wrap every handled message of a monitored actor in a `tracing` span (default `false`).
     pub tracing_spans: bool,

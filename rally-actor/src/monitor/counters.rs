@@ -35,7 +35,8 @@ pub(crate) struct ActorCounters {
     pub(crate) id: ActorId,
     pub(crate) path: Arc<str>,
     pub(crate) dispatcher: Arc<DispatcherStats>,
-    sample_every: u64,
+    /// One message in `sample_mask + 1` (a power of two) has its waiting time measured.
+    sample_mask: u64,
     threshold: Duration,
     epoch: Instant,
     senders: SenderSide,
@@ -83,7 +84,7 @@ impl ActorCounters {
             id,
             path,
             dispatcher,
-            sample_every: u64::from(sample_every.max(1)),
+            sample_mask: u64::from(sample_every.max(1)).next_power_of_two() - 1,
             threshold,
             epoch: Instant::now(),
             senders: SenderSide {
@@ -133,18 +134,28 @@ impl ActorCounters {
         u64::try_from(at.duration_since(self.epoch).as_nanos()).unwrap_or(u64::MAX)
     }
 
-    /// A sender put a message in the mailbox, which now holds `queued` (under the mailbox lock,
-    /// so arrivals are numbered in queue order).
+    /// A sender put a message in the mailbox, whose queue now holds `queued` (under the mailbox
+    /// lock, so arrivals are numbered in queue order). `in_batch` (messages the actor took and
+    /// has not handled yet) is written by the actor on every message, so it is read only for the
+    /// sampled messages: reading it on every send would pull the actor's cache line to every
+    /// sender.
     #[inline]
-    pub(crate) fn arrived(&self, queued: usize) {
-        let seq = self.senders.arrived.fetch_add(1, Ordering::Relaxed);
-        self.senders.max_queued.fetch_max(queued, Ordering::Relaxed);
-        if seq % self.sample_every == 0 {
-            let stamp = &self.senders.stamps[((seq / self.sample_every) as usize) % STAMPS];
+    pub(crate) fn arrived(&self, queued: usize, in_batch: &AtomicUsize) {
+        // Senders count under the mailbox lock, so plain loads and stores suffice (no locked
+        // read-modify-write on the hot path).
+        let seq = self.senders.arrived.load(Ordering::Relaxed);
+        self.senders.arrived.store(seq + 1, Ordering::Relaxed);
+        let mut queued = queued;
+        if seq & self.sample_mask == 0 {
+            queued += in_batch.load(Ordering::Relaxed);
+            let stamp = &self.senders.stamps[self.stamp_index(seq)];
             stamp
                 .at_nanos
                 .store(self.nanos(Instant::now()), Ordering::Relaxed);
             stamp.seq.store(seq, Ordering::Release);
+        }
+        if queued > self.senders.max_queued.load(Ordering::Relaxed) {
+            self.senders.max_queued.store(queued, Ordering::Relaxed);
         }
     }
 
@@ -195,8 +206,8 @@ impl ActorCounters {
     #[inline]
     pub(crate) fn taken(&self, seq: u64) {
         self.actor.in_progress.store(1, Ordering::Relaxed);
-        if seq % self.sample_every == 0 {
-            let stamp = &self.senders.stamps[((seq / self.sample_every) as usize) % STAMPS];
+        if seq & self.sample_mask == 0 {
+            let stamp = &self.senders.stamps[self.stamp_index(seq)];
             if stamp.seq.load(Ordering::Acquire) == seq {
                 let at = stamp.at_nanos.load(Ordering::Relaxed);
                 let waited = self.nanos(Instant::now()).saturating_sub(at);
@@ -210,7 +221,13 @@ impl ActorCounters {
     #[inline]
     pub(crate) fn completed(&self) {
         self.actor.in_progress.store(0, Ordering::Relaxed);
-        self.actor.completed.fetch_add(1, Ordering::Relaxed);
+        // Only the actor's own task counts completions.
+        let done = self.actor.completed.load(Ordering::Relaxed);
+        self.actor.completed.store(done + 1, Ordering::Relaxed);
+    }
+
+    fn stamp_index(&self, seq: u64) -> usize {
+        ((seq >> self.sample_mask.count_ones()) as usize) % STAMPS
     }
 
     fn polling(&self, start: Instant) {
@@ -331,7 +348,7 @@ mod tests {
     fn sampled_waits_pair_arrivals_with_takes_in_order() {
         let c = counters(2);
         for queued in 1..=4 {
-            c.arrived(queued);
+            c.arrived(queued, &AtomicUsize::new(0));
         }
         for seq in 0..4 {
             c.taken(seq);
