@@ -46,6 +46,8 @@
 //! - failure: [`SupervisorStrategy`], [`Directive`], [`Backoff`], [`Terminated`]
 //! - system: [`ActorSystem`], [`SystemConfig`] (also from TOML), [`Dispatcher`] and
 //!   [`DispatcherKind`], [`EventStream`], [`DeadLetters`]
+//! - routing: [`Router`] (round-robin, random, smallest mailbox, consistent hashing, broadcast,
+//!   optional [`Resizer`]) and [`BalancingPool`]
 //! - [`monitor`]: per-actor and per-dispatcher counters and their snapshots
 //!
 //! # Features
@@ -70,6 +72,7 @@ mod mailbox;
 mod message;
 pub mod monitor;
 mod props;
+mod routing;
 mod runner;
 mod supervision;
 mod system;
@@ -94,6 +97,7 @@ pub use mailbox::{MailboxConfig, Overflow};
 pub use message::{Message, Terminated};
 pub use monitor::{Monitor, MonitoringConfig};
 pub use props::Props;
+pub use routing::{BalancingPool, Resizer, Router, Routing};
 pub use supervision::{Backoff, Directive, Failure, Scope, SupervisorStrategy};
 pub use system::ActorSystem;
 pub use watch::TerminationSink;

@@ -58,8 +58,8 @@ pub use rally_actor::{
     TerminationSink, TimerId, Undelivered, WeakActorRef,
 };
 pub use rally_actor::{
-    ConfigError, DispatcherConfig, DispatcherError, DispatcherKind, Monitor, MonitoringConfig,
-    PoolStatus, monitor,
+    BalancingPool, ConfigError, DispatcherConfig, DispatcherError, DispatcherKind, Monitor,
+    MonitoringConfig, PoolStatus, Resizer, Router, Routing, monitor,
 };
 
 /// Actors on other nodes: [`RemoteNode`](remote::RemoteNode), registration of remote message
