@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use rally_actor::ActorSystem;
 use rally_actor::monitor::{ActorSnapshot, DispatcherSnapshot, Snapshot};
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 /// Utilization at or above this, with a growing queue, is a saturated actor (the chapter's
 /// "≳ 80%": beyond it, queueing delay grows steeply).
@@ -20,7 +20,7 @@ const NO_FREE_THREAD: f64 = 0.9;
 const MOSTLY_BLOCKING: f64 = 0.5;
 
 /// The verdict on one actor for one period.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, PartialOrd, Ord, Hash)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, PartialOrd, Ord, Hash)]
 #[serde(rename_all = "kebab-case")]
 #[non_exhaustive]
 pub enum Verdict {
@@ -47,7 +47,7 @@ impl Verdict {
 }
 
 /// A verdict with the reasoning and the fix, in words.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Diagnosis {
     /// What is wrong, if anything.
     pub verdict: Verdict,
@@ -56,7 +56,7 @@ pub struct Diagnosis {
 }
 
 /// One actor's figures over one period.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct ActorPeriod {
     /// The actor's path.
     pub path: String,
@@ -84,7 +84,7 @@ pub struct ActorPeriod {
 }
 
 /// One dispatcher's figures over one period.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct DispatcherPeriod {
     /// Its name.
     pub name: String,
@@ -101,7 +101,7 @@ pub struct DispatcherPeriod {
 }
 
 /// Everything over one period, actors sorted worst first.
-#[derive(Debug, Clone, PartialEq, Serialize, Default)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Default)]
 pub struct PeriodReport {
     /// The period's length in seconds.
     pub seconds: f64,
