@@ -203,7 +203,8 @@ impl<A: Actor> Mailbox<A> {
             }
             queues.user.push_back(envelope);
             if let Some(counters) = self.monitor.counters() {
-                counters.arrived(queues.user.len(), &self.in_batch);
+                // The in-batch count is read only for sampled messages.
+                counters.arrived(queues.user.len(), || self.in_batch.load(Ordering::Relaxed));
             }
             std::mem::take(&mut queues.parked)
         };

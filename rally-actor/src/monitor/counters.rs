@@ -140,14 +140,14 @@ impl ActorCounters {
     /// sampled messages: reading it on every send would pull the actor's cache line to every
     /// sender.
     #[inline]
-    pub(crate) fn arrived(&self, queued: usize, in_batch: &AtomicUsize) {
+    pub(crate) fn arrived(&self, queued: usize, in_batch: impl FnOnce() -> usize) {
         // Senders count under the mailbox lock, so plain loads and stores suffice (no locked
         // read-modify-write on the hot path).
         let seq = self.senders.arrived.load(Ordering::Relaxed);
         self.senders.arrived.store(seq + 1, Ordering::Relaxed);
         let mut queued = queued;
         if seq & self.sample_mask == 0 {
-            queued += in_batch.load(Ordering::Relaxed);
+            queued += in_batch();
             let stamp = &self.senders.stamps[self.stamp_index(seq)];
             stamp
                 .at_nanos
@@ -348,7 +348,7 @@ mod tests {
     fn sampled_waits_pair_arrivals_with_takes_in_order() {
         let c = counters(2);
         for queued in 1..=4 {
-            c.arrived(queued, &AtomicUsize::new(0));
+            c.arrived(queued, || 0);
         }
         for seq in 0..4 {
             c.taken(seq);

@@ -41,7 +41,7 @@ impl ActorCounters {
         None
     }
 
-    pub(crate) fn arrived(&self, _queued: usize, _in_batch: &std::sync::atomic::AtomicUsize) {
+    pub(crate) fn arrived(&self, _queued: usize, _in_batch: impl FnOnce() -> usize) {
         match *self {}
     }
 
