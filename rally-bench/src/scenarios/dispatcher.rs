@@ -60,6 +60,9 @@ pub struct StarvationArgs {
     /// few seconds averages its utilization).
     #[arg(long, default_value_t = 3.0)]
     period_secs: f64,
+    /// Also serve `/metrics` and `/report` on this address while it runs (for `rally top`).
+    #[arg(long)]
+    serve: Option<std::net::SocketAddr>,
 }
 
 /// Does `work` of blocking work per message (a JDBC call, a file read).
@@ -161,6 +164,12 @@ pub fn starvation(args: &StarvationArgs) -> anyhow::Result<()> {
                 .named("receiver"),
             )
             .expect("spawn the receiver");
+        let endpoint = match args.serve {
+            Some(addr) => {
+                Some(driver.block_on(rally_metrics::prometheus::serve(&system, addr, period))?)
+            }
+            None => None,
+        };
         let mut recorder = Recorder::new(&system);
         let reports: Vec<PeriodReport> = driver.block_on(async {
             let mut ticks = tokio::time::interval(Duration::from_secs_f64(1.0 / rate));
@@ -216,6 +225,7 @@ pub fn starvation(args: &StarvationArgs) -> anyhow::Result<()> {
                 }
             }
         }
+        drop(endpoint);
         driver.block_on(async {
             let _ = system.shutdown().await;
         });
