@@ -4,11 +4,10 @@
 //! reads the JSON report that `rally_metrics::prometheus::serve` publishes at `/report` next to
 //! the Prometheus `/metrics`.
 
-use std::io::{Read, Write};
-use std::net::{SocketAddr, TcpStream, ToSocketAddrs};
+use std::net::{SocketAddr, ToSocketAddrs};
 use std::time::Duration;
 
-use anyhow::{Context as _, bail};
+use anyhow::Context as _;
 use clap::{Parser, Subcommand};
 use crossterm::event::{self, Event, KeyCode};
 use rally_metrics::{PeriodReport, Verdict};
@@ -58,7 +57,7 @@ fn top(args: &TopArgs) -> anyhow::Result<()> {
         .next()
         .with_context(|| format!("{} resolves to no address", args.endpoint))?;
     if args.once {
-        print!("{}", plain(&fetch(addr)?));
+        print!("{}", plain(&fetch(&agent(), addr)?));
         return Ok(());
     }
     let interval = Duration::from_millis(args.interval_ms.max(100));
@@ -69,8 +68,9 @@ fn top(args: &TopArgs) -> anyhow::Result<()> {
 }
 
 fn live(mut terminal: DefaultTerminal, addr: SocketAddr, interval: Duration) -> anyhow::Result<()> {
+    let agent = agent();
     loop {
-        let report = fetch(addr);
+        let report = fetch(&agent, addr);
         terminal.draw(|frame| draw(frame, addr, &report))?;
         if event::poll(interval)? {
             if let Event::Key(key) = event::read()? {
@@ -82,24 +82,22 @@ fn live(mut terminal: DefaultTerminal, addr: SocketAddr, interval: Duration) -> 
     }
 }
 
-/// `GET /report` over a plain TCP connection.
-fn fetch(addr: SocketAddr) -> anyhow::Result<PeriodReport> {
-    let mut stream = TcpStream::connect_timeout(&addr, Duration::from_secs(2))
-        .with_context(|| format!("cannot connect to {addr}"))?;
-    stream.set_read_timeout(Some(Duration::from_secs(5)))?;
-    stream.write_all(b"GET /report HTTP/1.1\r\nhost: rally\r\nconnection: close\r\n\r\n")?;
-    let mut response = String::new();
-    stream.read_to_string(&mut response)?;
-    let Some((head, body)) = response.split_once("\r\n\r\n") else {
-        bail!("{addr} sent no HTTP response");
-    };
-    if !head.starts_with("HTTP/1.1 200") {
-        bail!(
-            "{addr} answered {}",
-            head.lines().next().unwrap_or_default()
-        );
-    }
-    serde_json::from_str(body).with_context(|| format!("{addr} sent a report that does not parse"))
+/// `GET /report` with an HTTP client.
+fn fetch(agent: &ureq::Agent, addr: SocketAddr) -> anyhow::Result<PeriodReport> {
+    let mut response = agent
+        .get(&format!("http://{addr}/report"))
+        .call()
+        .with_context(|| format!("cannot read http://{addr}/report"))?;
+    let body = response.body_mut().read_to_string()?;
+    serde_json::from_str(&body).with_context(|| format!("{addr} sent a report that does not parse"))
+}
+
+/// A client that gives up on a node that does not answer within two seconds.
+fn agent() -> ureq::Agent {
+    ureq::Agent::config_builder()
+        .timeout_global(Some(Duration::from_secs(2)))
+        .build()
+        .into()
 }
 
 fn colour(verdict: Verdict) -> Color {

@@ -1,4 +1,4 @@
-//! The Prometheus text exposition format, and a small HTTP endpoint serving it.
+//! The Prometheus text exposition format, and an HTTP endpoint (hyper) serving it.
 //!
 //! `GET /metrics` answers the counters as Prometheus text; `GET /report` answers the latest
 //! [`PeriodReport`] as JSON (what `rally top` shows).
@@ -8,12 +8,21 @@ use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use std::convert::Infallible;
+
+use http_body_util::Full;
+use hyper::body::{Bytes, Incoming};
+use hyper::header::{CONTENT_TYPE, HeaderValue};
+use hyper::server::conn::http1;
+use hyper::service::service_fn;
+use hyper::{Request, Response, StatusCode};
+use hyper_util::rt::TokioIo;
 use rally_actor::ActorSystem;
 use rally_actor::monitor::Snapshot;
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpListener;
 
-use crate::{PeriodReport, spawn_periodic};
+use crate::PeriodReport;
+use crate::report::periodic;
 
 /// Renders a snapshot (cumulative counters) and a period report (rates, utilization, verdicts)
 /// as Prometheus text.
@@ -218,7 +227,7 @@ pub enum ServeError {
 pub struct Endpoint {
     addr: SocketAddr,
     latest: Arc<Mutex<PeriodReport>>,
-    task: tokio::task::AbortHandle,
+    tasks: [tokio::task::AbortHandle; 2],
 }
 
 impl Endpoint {
@@ -238,12 +247,30 @@ impl Endpoint {
 
 impl Drop for Endpoint {
     fn drop(&mut self) {
-        self.task.abort();
+        for task in &self.tasks {
+            task.abort();
+        }
     }
 }
 
 /// Serves `GET /metrics` (Prometheus text) and `GET /report` (JSON) for `system` on `addr`,
-/// with a period report every `period`.
+/// with a period report every `period`. HTTP/1.1 by `hyper`; anything else answers 404.
+///
+/// # Example
+///
+/// ```
+/// # #[tokio::main] async fn main() {
+/// let system = rally_actor::ActorSystem::new("doc");
+/// let endpoint = rally_metrics::prometheus::serve(
+///     &system,
+///     "127.0.0.1:0".parse().unwrap(),
+///     std::time::Duration::from_secs(1),
+/// )
+/// .await
+/// .unwrap();
+/// println!("scrape http://{}/metrics", endpoint.local_addr());
+/// # }
+/// ```
 ///
 /// # Errors
 ///
@@ -255,8 +282,7 @@ impl Drop for Endpoint {
 ///
 /// # Cancel safety
 ///
-/// Not cancel safe only in that a cancelled call may leave the listener unbound; nothing else
-/// is started before it returns.
+/// Cancel safe: nothing is started before the listener is bound, and a cancelled call drops it.
 pub async fn serve(
     system: &ActorSystem,
     addr: SocketAddr,
@@ -268,51 +294,26 @@ pub async fn serve(
     let local = listener
         .local_addr()
         .map_err(|source| ServeError::Bind { addr, source })?;
-    let latest = spawn_periodic(system, period);
+    let latest = Arc::new(Mutex::new(PeriodReport::default()));
+    let recorder = periodic(system, period, latest.clone()).abort_handle();
     let system = system.clone();
     let cell = latest.clone();
-    let task = tokio::spawn(async move {
+    let server = tokio::spawn(async move {
         loop {
-            let Ok((mut stream, _)) = listener.accept().await else {
+            let Ok((stream, _)) = listener.accept().await else {
                 continue;
             };
             let system = system.clone();
             let cell = cell.clone();
+            let service = service_fn(move |request: Request<Incoming>| {
+                let response = answer(&system, &cell, request.uri().path());
+                async move { Ok::<_, Infallible>(response) }
+            });
             tokio::spawn(async move {
-                let mut request = Vec::with_capacity(1024);
-                let mut buf = [0u8; 1024];
-                // Read the request head (we ignore any body).
-                while !request.windows(4).any(|w| w == b"\r\n\r\n") && request.len() < 16 * 1024 {
-                    match stream.read(&mut buf).await {
-                        Ok(0) | Err(_) => return,
-                        Ok(n) => request.extend_from_slice(&buf[..n]),
-                    }
-                }
-                let head = String::from_utf8_lossy(&request);
-                let target = head.split_whitespace().nth(1).unwrap_or("/");
-                let report = cell
-                    .lock()
-                    .expect("the report lock is never poisoned: only an assignment runs under it")
-                    .clone();
-                let (status, kind, body) = match target {
-                    "/metrics" => (
-                        "200 OK",
-                        "text/plain; version=0.0.4",
-                        render(&system.monitor().snapshot(), &report),
-                    ),
-                    "/report" => (
-                        "200 OK",
-                        "application/json",
-                        serde_json::to_string(&report).unwrap_or_default(),
-                    ),
-                    _ => ("404 Not Found", "text/plain", "try /metrics or /report\n".to_owned()),
-                };
-                let response = format!(
-                    "HTTP/1.1 {status}\r\ncontent-type: {kind}\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
-                    body.len()
-                );
-                let _ = stream.write_all(response.as_bytes()).await;
-                let _ = stream.shutdown().await;
+                // A client that hangs up or speaks garbage ends only its own connection.
+                let _ = http1::Builder::new()
+                    .serve_connection(TokioIo::new(stream), service)
+                    .await;
             });
         }
     })
@@ -320,6 +321,37 @@ pub async fn serve(
     Ok(Endpoint {
         addr: local,
         latest,
-        task,
+        tasks: [server, recorder],
     })
+}
+
+fn answer(system: &ActorSystem, cell: &Mutex<PeriodReport>, path: &str) -> Response<Full<Bytes>> {
+    let report = || {
+        cell.lock()
+            .expect("the report lock is never poisoned: only an assignment runs under it")
+            .clone()
+    };
+    let (status, kind, body) = match path {
+        "/metrics" => (
+            StatusCode::OK,
+            "text/plain; version=0.0.4",
+            render(&system.monitor().snapshot(), &report()),
+        ),
+        "/report" => (
+            StatusCode::OK,
+            "application/json",
+            serde_json::to_string(&report()).unwrap_or_default(),
+        ),
+        _ => (
+            StatusCode::NOT_FOUND,
+            "text/plain",
+            "try /metrics or /report\n".to_owned(),
+        ),
+    };
+    let mut response = Response::new(Full::new(Bytes::from(body)));
+    *response.status_mut() = status;
+    response
+        .headers_mut()
+        .insert(CONTENT_TYPE, HeaderValue::from_static(kind));
+    response
 }

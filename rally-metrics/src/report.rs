@@ -165,7 +165,16 @@ impl Recorder {
 /// Outside a tokio runtime.
 pub fn spawn_periodic(system: &ActorSystem, period: Duration) -> Arc<Mutex<PeriodReport>> {
     let latest = Arc::new(Mutex::new(PeriodReport::default()));
-    let cell = latest.clone();
+    periodic(system, period, latest.clone());
+    latest
+}
+
+/// Writes a period report into `cell` every `period` until the system shuts down.
+pub(crate) fn periodic(
+    system: &ActorSystem,
+    period: Duration,
+    cell: Arc<Mutex<PeriodReport>>,
+) -> tokio::task::JoinHandle<()> {
     let mut recorder = Recorder::new(system);
     let system = system.clone();
     tokio::spawn(async move {
@@ -179,8 +188,7 @@ pub fn spawn_periodic(system: &ActorSystem, period: Duration) -> Arc<Mutex<Perio
                 .expect("the report lock is never poisoned: only this assignment runs under it") =
                 report;
         }
-    });
-    latest
+    })
 }
 
 fn secs(d: Duration) -> f64 {
@@ -215,16 +223,32 @@ fn compare(before: &Snapshot, now: &Snapshot) -> PeriodReport {
             )
         })
         .collect();
-    let by_name: HashMap<&str, (&DispatcherPeriod, &DispatcherSnapshot)> = dispatchers
+    let tolerant = now
+        .dispatchers
         .iter()
-        .zip(&now.dispatchers)
-        .map(|(p, s)| (p.name.as_str(), (p, s)))
+        .map(|s| s.tolerates_blocking)
         .collect();
-
-    let mut figures: Vec<(ActorPeriod, bool)> = now
+    let figures = now
         .actors
         .iter()
         .map(|a| actor_period(before_actors.get(&a.id).copied(), a, seconds))
+        .collect();
+    judge(seconds, figures, dispatchers, tolerant)
+}
+
+/// Gives every actor its verdict and sorts the report worst first. `figures` pairs each actor's
+/// figures with whether its queue grew; `tolerant[i]` says whether `dispatchers[i]` is meant for
+/// blocking work.
+fn judge(
+    seconds: f64,
+    mut figures: Vec<(ActorPeriod, bool)>,
+    dispatchers: Vec<DispatcherPeriod>,
+    tolerant: Vec<bool>,
+) -> PeriodReport {
+    let by_name: HashMap<&str, (&DispatcherPeriod, bool)> = dispatchers
+        .iter()
+        .zip(tolerant)
+        .map(|(p, t)| (p.name.as_str(), (p, t)))
         .collect();
     // First pass: who is starved or growing; second: who is blocking a dispatcher that has
     // starved actors on it.
@@ -246,9 +270,7 @@ fn compare(before: &Snapshot, now: &Snapshot) -> PeriodReport {
     }
     let mut blockers_on: HashMap<String, Vec<String>> = HashMap::new();
     for (a, _) in &figures {
-        let tolerant = by_name
-            .get(a.dispatcher.as_str())
-            .is_some_and(|(_, s)| s.tolerates_blocking);
+        let tolerant = by_name.get(a.dispatcher.as_str()).is_some_and(|(_, t)| *t);
         if a.blocking_share >= MOSTLY_BLOCKING && !tolerant && !free(&a.dispatcher) {
             blockers_on
                 .entry(a.dispatcher.clone())
@@ -367,7 +389,7 @@ fn diagnose(
     growing: bool,
     starved_on: &HashMap<String, Vec<String>>,
     blockers_on: &HashMap<String, Vec<String>>,
-    dispatchers: &HashMap<&str, (&DispatcherPeriod, &DispatcherSnapshot)>,
+    dispatchers: &HashMap<&str, (&DispatcherPeriod, bool)>,
 ) -> Diagnosis {
     let pct = |x: f64| format!("{:.0}%", x * 100.0);
     let d = &a.dispatcher;
@@ -460,5 +482,135 @@ fn diagnose(
             a.max_queue,
             a.waiting_ms
         ),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// An actor's figures over a 1 s period: `util` busy, `blocking` of its thread time in long
+    /// polls, `queue` waiting at the end.
+    fn actor(path: &str, dispatcher: &str, util: f64, blocking: f64, queue: usize) -> ActorPeriod {
+        ActorPeriod {
+            path: path.to_owned(),
+            dispatcher: dispatcher.to_owned(),
+            arrival_rate: 100.0,
+            throughput: 50.0,
+            queue,
+            max_queue: queue,
+            utilization: util,
+            service_ms: util * 1e3 / 50.0,
+            waiting_ms: 1.0,
+            blocking_share: blocking,
+            diagnosis: Diagnosis {
+                verdict: Verdict::Healthy,
+                text: String::new(),
+            },
+        }
+    }
+
+    fn dispatcher(name: &str, threads: usize, util: f64) -> DispatcherPeriod {
+        DispatcherPeriod {
+            name: name.to_owned(),
+            kind: "shared".to_owned(),
+            threads,
+            busy_threads: threads,
+            utilization: util,
+            runnable_waiting: 0,
+        }
+    }
+
+    fn judged(report: &PeriodReport, path: &str) -> (Verdict, String) {
+        let a = report.actor(path).expect("the actor is in the report");
+        (a.diagnosis.verdict, a.diagnosis.text.clone())
+    }
+
+    #[test]
+    fn a_busy_actor_with_a_growing_queue_is_saturated() {
+        let report = judge(
+            1.0,
+            vec![(actor("/user/a", "default", 0.95, 0.0, 40), true)],
+            vec![dispatcher("default", 4, 0.3)],
+            vec![false],
+        );
+        let (verdict, text) = judged(&report, "/user/a");
+        assert_eq!(verdict, Verdict::Saturated);
+        assert!(text.starts_with("saturated: busy 95%"), "{text}");
+        assert!(text.contains("a router"), "{text}");
+    }
+
+    #[test]
+    fn a_queue_growing_at_low_utilization_on_a_full_dispatcher_is_starved_and_names_the_blockers() {
+        let report = judge(
+            1.0,
+            vec![
+                (actor("/user/receiver", "default", 0.03, 0.0, 300), true),
+                (actor("/user/worker-1", "default", 1.0, 1.0, 0), false),
+            ],
+            vec![dispatcher("default", 4, 0.98)],
+            vec![false],
+        );
+        let (verdict, text) = judged(&report, "/user/receiver");
+        assert_eq!(verdict, Verdict::StarvedForThreads);
+        assert!(
+            text.contains("no free thread (4 threads, 98% used)"),
+            "{text}"
+        );
+        assert!(
+            text.contains("(/user/worker-1) to a blocking pool"),
+            "{text}"
+        );
+        let (verdict, text) = judged(&report, "/user/worker-1");
+        assert_eq!(verdict, Verdict::BlockingItsDispatcher);
+        assert!(text.contains("starving 1 other actor(s)"), "{text}");
+        // Worst first: the cause (the blocker) heads the report, then the actor it starves.
+        let order: Vec<&str> = report.actors.iter().map(|a| a.path.as_str()).collect();
+        assert_eq!(order, ["/user/worker-1", "/user/receiver"]);
+    }
+
+    #[test]
+    fn starvation_without_blockers_asks_for_threads() {
+        let report = judge(
+            1.0,
+            vec![(actor("/user/a", "busy", 0.1, 0.0, 9), true)],
+            vec![dispatcher("busy", 2, 0.95)],
+            vec![false],
+        );
+        let (verdict, text) = judged(&report, "/user/a");
+        assert_eq!(verdict, Verdict::StarvedForThreads);
+        assert!(text.contains("give \"busy\" more threads"), "{text}");
+    }
+
+    #[test]
+    fn blocking_is_fine_on_a_blocking_pool_or_with_threads_to_spare() {
+        let on_pool = judge(
+            1.0,
+            vec![(actor("/user/w", "io", 0.9, 1.0, 0), false)],
+            vec![dispatcher("io", 64, 0.95)],
+            vec![true],
+        );
+        assert_eq!(judged(&on_pool, "/user/w").0, Verdict::Healthy);
+        let spare = judge(
+            1.0,
+            vec![(actor("/user/w", "default", 0.9, 1.0, 0), false)],
+            vec![dispatcher("default", 4, 0.3)],
+            vec![false],
+        );
+        assert_eq!(judged(&spare, "/user/w").0, Verdict::Healthy);
+    }
+
+    #[test]
+    fn a_queue_growing_with_free_threads_and_low_utilization_is_healthy() {
+        // A burst arriving while the dispatcher has room drains by itself.
+        let report = judge(
+            1.0,
+            vec![(actor("/user/a", "default", 0.2, 0.0, 5), true)],
+            vec![dispatcher("default", 4, 0.2)],
+            vec![false],
+        );
+        let (verdict, text) = judged(&report, "/user/a");
+        assert_eq!(verdict, Verdict::Healthy);
+        assert_eq!(text, "healthy: busy 20%, queue 5 (max 5), waiting 1.00 ms");
     }
 }

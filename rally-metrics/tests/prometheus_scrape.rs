@@ -1,9 +1,8 @@
-//! The endpoint answers a real HTTP client over TCP.
+//! The endpoint answers a real HTTP client (ureq) over TCP.
 
 use std::time::Duration;
 
 use rally_actor::{Actor, ActorResult, ActorSystem, Context, Handler, Message, Props};
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 struct Echo;
 impl Actor for Echo {}
@@ -17,15 +16,26 @@ impl Handler<Ping> for Echo {
     }
 }
 
-async fn get(addr: std::net::SocketAddr, path: &str) -> String {
-    let mut stream = tokio::net::TcpStream::connect(addr).await.unwrap();
-    stream
-        .write_all(format!("GET {path} HTTP/1.1\r\nhost: test\r\n\r\n").as_bytes())
-        .await
-        .unwrap();
-    let mut response = String::new();
-    stream.read_to_string(&mut response).await.unwrap();
-    response
+/// `GET http://addr/path` with ureq on a blocking thread: the status, the content type and the body.
+async fn get(addr: std::net::SocketAddr, path: &str) -> (u16, String, String) {
+    let url = format!("http://{addr}{path}");
+    tokio::task::spawn_blocking(move || {
+        let agent: ureq::Agent = ureq::Agent::config_builder()
+            .http_status_as_error(false)
+            .timeout_global(Some(Duration::from_secs(5)))
+            .build()
+            .into();
+        let mut response = agent.get(&url).call().expect("the endpoint answers");
+        let kind = response
+            .headers()
+            .get("content-type")
+            .map(|v| v.to_str().unwrap().to_owned())
+            .unwrap_or_default();
+        let body = response.body_mut().read_to_string().unwrap();
+        (response.status().as_u16(), kind, body)
+    })
+    .await
+    .unwrap()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -44,8 +54,9 @@ async fn metrics_are_scraped_over_http() {
     )
     .await
     .unwrap();
-    let metrics = get(endpoint.local_addr(), "/metrics").await;
-    assert!(metrics.starts_with("HTTP/1.1 200 OK"), "{metrics}");
+    let (status, kind, metrics) = get(endpoint.local_addr(), "/metrics").await;
+    assert_eq!(status, 200);
+    assert_eq!(kind, "text/plain; version=0.0.4");
     assert!(
         metrics.contains(
             "rally_actor_messages_completed_total{actor=\"/user/echo\",dispatcher=\"default\"} 5"
@@ -54,8 +65,13 @@ async fn metrics_are_scraped_over_http() {
     );
     assert!(metrics.contains("# TYPE rally_dispatcher_threads gauge"));
     tokio::time::sleep(Duration::from_millis(60)).await;
-    let report = get(endpoint.local_addr(), "/report").await;
-    assert!(report.contains("\"path\":\"/user/echo\""), "{report}");
-    assert!(get(endpoint.local_addr(), "/nope").await.contains("404"));
+    let (status, kind, report) = get(endpoint.local_addr(), "/report").await;
+    assert_eq!((status, kind.as_str()), (200, "application/json"));
+    let report: rally_metrics::PeriodReport = serde_json::from_str(&report).unwrap();
+    assert!(
+        report.actors.iter().any(|a| a.path == "/user/echo"),
+        "{report:?}"
+    );
+    assert_eq!(get(endpoint.local_addr(), "/nope").await.0, 404);
     system.shutdown().await.unwrap();
 }
