@@ -60,8 +60,9 @@ pub struct Resizer {
     /// When every routee is busy, grow by this share of the current size, at least 1
     /// (default 0.2, Akka's).
     pub rampup_rate: f64,
-    /// When fewer than this share of routees is busy, shrink by one (default 0.3, Akka's
-    /// backoff threshold).
+    /// When fewer than this share of routees is busy, retire one routee that has nothing waiting
+    /// (default 0.3, Akka's backoff threshold). A busy routee is never retired, so shrinking
+    /// loses no message.
     pub backoff_threshold: f64,
     /// Check after this many messages (default 10, Akka's).
     pub messages_per_resize: usize,
@@ -311,11 +312,19 @@ impl<A: Actor> Router<A> {
                 }
             }
         } else if target < n {
-            for routee in self.routees.drain(target..) {
-                routee.stop();
-            }
+            // Retire only routees with nothing waiting: a stopped actor's queued messages would
+            // go to dead letters. The one in hand is finished before it stops.
+            let mut surplus = n - target;
+            self.routees.retain(|routee| {
+                let retire = surplus > 0 && routee.mailbox_len() == Some(0);
+                if retire {
+                    surplus -= 1;
+                    routee.stop();
+                }
+                !retire
+            });
         }
-        if target != n {
+        if self.routees.len() != n {
             self.rebuild_ring();
         }
     }

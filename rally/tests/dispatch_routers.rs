@@ -42,6 +42,19 @@ fn job(n: u32) -> Job {
     Job { n, gated: false }
 }
 
+/// A job number that marks a flush, not work.
+const FLUSH: u32 = u32::MAX;
+
+/// Waits until every routee has handled what was sent to it before (mailboxes are FIFO), and
+/// returns the log of real jobs.
+async fn settled(router: &Router<Worker>, f: &Fixture) -> Vec<(usize, u32)> {
+    for routee in router.routees() {
+        routee.ask(job(FLUSH), T).await.unwrap();
+    }
+    let log = f.log.lock().unwrap().clone();
+    log.into_iter().filter(|(_, n)| *n != FLUSH).collect()
+}
+
 struct Fixture {
     log: Arc<Mutex<Vec<(usize, u32)>>>,
     gate: Arc<Semaphore>,
@@ -94,8 +107,7 @@ async fn consistent_hashing_sends_a_key_to_the_same_routee() {
             router.tell_keyed(&key, job(n)).unwrap();
         }
     }
-    tokio::time::sleep(Duration::from_millis(50)).await;
-    let log = f.log.lock().unwrap().clone();
+    let log = settled(&router, &f).await;
     assert_eq!(log.len(), 15);
     // Each key's three jobs landed on one worker: 5 keys, at most 5 (worker, key) groups.
     let mut per_worker = std::collections::HashMap::<usize, usize>::new();
@@ -129,8 +141,7 @@ async fn broadcast_reaches_every_routee() {
     let f = Fixture::new();
     let router = Router::pool(&system, 3, Routing::Random, f.props()).unwrap();
     router.broadcast(job(7)).unwrap();
-    tokio::time::sleep(Duration::from_millis(50)).await;
-    let mut workers: Vec<usize> = f.log.lock().unwrap().iter().map(|(w, _)| *w).collect();
+    let mut workers: Vec<usize> = settled(&router, &f).await.iter().map(|(w, _)| *w).collect();
     workers.sort_unstable();
     assert_eq!(workers, [1, 2, 3]);
     system.shutdown().await.unwrap();
@@ -179,5 +190,65 @@ async fn a_resizer_grows_a_busy_pool_up_to_its_bound() {
     }
     assert_eq!(router.routees().len(), 3);
     f.gate.add_permits(20);
+    system.shutdown().await.unwrap();
+}
+
+#[tokio::test]
+async fn random_spreads_over_every_routee() {
+    let system = ActorSystem::new("random");
+    let f = Fixture::new();
+    let mut router = Router::pool(&system, 3, Routing::Random, f.props()).unwrap();
+    for n in 0..300 {
+        router.tell(job(n)).unwrap();
+    }
+    let log = settled(&router, &f).await;
+    assert_eq!(log.len(), 300);
+    let mut per_worker = [0usize; 3];
+    for (worker, _) in &log {
+        per_worker[worker - 1] += 1;
+    }
+    // Each routee's chance of getting fewer than 50 of 300 is below 1e-9.
+    assert!(
+        per_worker.iter().all(|&count| count >= 50),
+        "{per_worker:?}"
+    );
+    system.shutdown().await.unwrap();
+}
+
+#[tokio::test]
+async fn a_resizer_shrinks_an_idle_pool_without_losing_a_message() {
+    let system = ActorSystem::new("shrink");
+    let f = Fixture::new();
+    let mut router = Router::pool(&system, 4, Routing::SmallestMailbox, f.props())
+        .unwrap()
+        .with_resizer(Resizer {
+            lower_bound: 2,
+            upper_bound: 4,
+            backoff_threshold: 0.5,
+            messages_per_resize: 1,
+            ..Resizer::default()
+        });
+    // The last worker holds a gated job and three more wait behind it; the others are idle, so
+    // every check finds fewer than half busy and retires one, never the one with work waiting.
+    let loaded = router.routees()[3].clone();
+    loaded.tell(Job { n: 0, gated: true }).unwrap();
+    for n in 1..4 {
+        loaded.tell(job(n)).unwrap();
+    }
+    for n in 4..10 {
+        router.ask(job(n), T).await.unwrap();
+    }
+    assert_eq!(router.routees().len(), 2);
+    assert!(router.routees().iter().any(|r| r.id() == loaded.id()));
+    assert!(
+        loaded.mailbox_len() >= Some(3),
+        "{:?}",
+        loaded.mailbox_len()
+    );
+    f.gate.add_permits(1);
+    let mut done: Vec<u32> = settled(&router, &f).await.iter().map(|(_, n)| *n).collect();
+    done.sort_unstable();
+    assert_eq!(done, (0..10).collect::<Vec<_>>());
+    assert_eq!(system.dead_letters().count(), 0);
     system.shutdown().await.unwrap();
 }
