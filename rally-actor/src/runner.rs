@@ -102,7 +102,7 @@ pub(crate) async fn run<A: Actor>(cell: Cell<A>) {
                     let span = tracing::info_span!(
                         "rally.handle",
                         actor = %mailbox.path,
-                        message = envelope.type_name()
+                        message_type = envelope.type_name()
                     );
                     guarded(envelope.handle(&mut actor, &mut ctx).instrument(span)).await
                 } else {
