@@ -12,7 +12,7 @@ use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
 use tokio::net::{TcpListener, TcpStream};
 
 use super::common::{
-    CommonArgs, micros, multi_thread_runtime, on_worker, pace_until, spawn_listening_child,
+    CommonArgs, micros, multi_thread_runtime, on_worker, pace, spawn_listening_child,
 };
 use super::remote::NodeArgs;
 use crate::report::{Report, Row};
@@ -49,17 +49,16 @@ pub struct RawEchoArgs {
 async fn paced(port: u16, rate: u64, seconds: u64) -> anyhow::Result<(Histogram<u64>, Duration)> {
     let stream = TcpStream::connect(("127.0.0.1", port)).await?;
     stream.set_nodelay(true)?;
-    let (mut reader, mut writer) = stream.into_split();
+    // The pacer thread writes with blocking calls on a clone of the socket; this task reads.
+    let std_stream = stream.into_std()?;
+    let mut writer = std_stream.try_clone()?;
+    writer.set_nonblocking(false)?;
+    let mut reader = TcpStream::from_std(std_stream)?;
     let total = rate * seconds;
     let interval = Duration::from_secs_f64(1.0 / rate as f64);
     let start = Instant::now() + Duration::from_millis(5);
-    let sender = tokio::spawn(async move {
-        for i in 0..total {
-            let intended = start + interval.mul_f64(i as f64);
-            pace_until(intended).await;
-            writer.write_all(&FRAME).await?;
-        }
-        anyhow::Ok(())
+    let sender = pace(start, interval, total, move |_, _| {
+        std::io::Write::write_all(&mut writer, &FRAME)
     });
     let mut histogram = Histogram::<u64>::new(3).expect("3 significant digits is valid");
     let mut buf = vec![0u8; 64 * 1024];
@@ -80,7 +79,10 @@ async fn paced(port: u16, rate: u64, seconds: u64) -> anyhow::Result<(Histogram<
             received += 1;
         }
     }
-    sender.await??;
+    let sent = tokio::task::spawn_blocking(move || sender.join())
+        .await?
+        .map_err(|_| anyhow::anyhow!("the pacer thread panicked"))?;
+    sent.into_iter().collect::<Result<Vec<()>, _>>()?;
     Ok((histogram, start.elapsed()))
 }
 

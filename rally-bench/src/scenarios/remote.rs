@@ -20,7 +20,7 @@ use tokio::process::Child;
 use tokio::sync::oneshot;
 
 use super::common::{
-    CommonArgs, micros, multi_thread_runtime, on_worker, pace_until, spawn_listening_child,
+    CommonArgs, micros, multi_thread_runtime, on_worker, pace, spawn_listening_child,
 };
 use crate::report::{Report, Row};
 
@@ -583,14 +583,14 @@ pub fn latency(args: &LatencyArgs) -> anyhow::Result<()> {
             ));
             let total = rate * seconds;
             let interval = Duration::from_secs_f64(1.0 / rate as f64);
-            let start = Instant::now();
-            let mut pending = Vec::with_capacity(total as usize);
-            for i in 0..total {
-                let intended = start + interval.mul_f64(i as f64);
-                pace_until(intended).await;
+            let start = Instant::now() + Duration::from_millis(5);
+            let runtime = tokio::runtime::Handle::current();
+            let recorded = histogram.clone();
+            let echo = echo.clone();
+            let pacer = pace(start, interval, total, move |i, intended| {
                 let echo = echo.clone();
-                let histogram = histogram.clone();
-                pending.push(tokio::spawn(async move {
+                let histogram = recorded.clone();
+                runtime.spawn(async move {
                     echo.ask(Ping(i), Duration::from_secs(10))
                         .await
                         .expect("echo replies");
@@ -600,8 +600,11 @@ pub fn latency(args: &LatencyArgs) -> anyhow::Result<()> {
                         .expect("no panics under the lock")
                         .record(took.as_nanos() as u64)
                         .expect("values fit");
-                }));
-            }
+                })
+            });
+            let pending = tokio::task::spawn_blocking(move || pacer.join())
+                .await?
+                .map_err(|_| anyhow::anyhow!("the pacer thread panicked"))?;
             for task in pending {
                 task.await?;
             }
