@@ -95,6 +95,8 @@ struct LaneState {
     manifests: OutboundTable,
     /// Messages in `buf` (to count them as dead letters if the connection drops them).
     queued: u64,
+    /// Frames of any kind in `buf` (the writer's sign of company).
+    frames: u32,
     /// The buffer's frames use tables a connection has already seen.
     in_use: bool,
     closed: bool,
@@ -110,6 +112,7 @@ impl OutboundLane {
                 known: KnownIds::default(),
                 manifests: OutboundTable::default(),
                 queued: 0,
+                frames: 0,
                 in_use: false,
                 closed: false,
             }),
@@ -143,6 +146,7 @@ impl OutboundLane {
             }
             let was_empty = state.buf.is_empty();
             write(&mut state)?;
+            state.frames = state.frames.saturating_add(1);
             if count_as_message {
                 state.queued += 1;
             }
@@ -312,6 +316,7 @@ impl OutboundLane {
         let dropped = state.queued;
         state.buf.clear();
         state.queued = 0;
+        state.frames = 0;
         state.recipients = OutboundTable::default();
         state.known = KnownIds::default();
         state.manifests = OutboundTable::default();
@@ -327,14 +332,16 @@ impl OutboundLane {
     /// The stream's I/O error.
     pub(crate) async fn write_to(&self, stream: &mut BoxStream) -> std::io::Result<()> {
         let mut spare = BytesMut::with_capacity(INITIAL_BUFFER);
+        // Whether the last write carried more than one frame: only then is company likely.
+        let mut batching = false;
         loop {
             let wakeup = self.wakeup.notified();
-            let closed = {
+            let (closed, frames) = {
                 let mut state = self.lock();
                 state.in_use = true;
                 std::mem::swap(&mut state.buf, &mut spare);
                 state.queued = 0;
-                state.closed
+                (state.closed, std::mem::take(&mut state.frames))
             };
             if spare.is_empty() {
                 if closed {
@@ -342,12 +349,18 @@ impl OutboundLane {
                     return Ok(());
                 }
                 wakeup.await;
-                // Let the tasks that are already runnable (typically the actors that woke us,
-                // and their peers) queue their frames first: the wake-up put this task in
-                // front of them. One yield, no timer: at low load it costs a task switch.
-                tokio::task::yield_now().await;
+                // While frames come in company, let the tasks that are already runnable
+                // (typically the actors that woke us, and their peers) queue theirs first: the
+                // wake-up put this task in front of them. One yield, no timer. A yield also
+                // hands this task to the run queue, where another worker may steal it (a
+                // cross-core wake-up), so when frames come alone (a paced sender, a quiet
+                // link) the frame leaves at once instead.
+                if batching {
+                    tokio::task::yield_now().await;
+                }
                 continue;
             }
+            batching = frames > 1;
             stream.write_all(&spare).await?;
             self.stats.writes.fetch_add(1, Ordering::Relaxed);
             self.stats
