@@ -95,7 +95,9 @@ pub(crate) async fn serve(node: Arc<NodeInner>, incoming: Incoming, remote: Stri
         recipients: InboundTable::new(MAX_TABLE_ENTRIES),
         manifests: InboundTable::new(MAX_TABLE_ENTRIES),
     };
-    if let Err(error) = connection.run(stream, buf).await {
+    // The stream stays open until the failure is counted: a peer that sees the close can rely
+    // on the node's figures already showing why.
+    if let Err(error) = connection.run(&mut stream, buf).await {
         match &error {
             InboundFailure::Frame(_) | InboundFailure::Protocol(_) => {
                 node.counters
@@ -107,6 +109,7 @@ pub(crate) async fn serve(node: Arc<NodeInner>, incoming: Incoming, remote: Stri
         }
         tracing::warn!(%remote, peer = %peer.peer.address, %error, "inbound connection closed");
     }
+    drop(stream);
 }
 
 struct Connection {
@@ -120,7 +123,7 @@ struct Connection {
 impl Connection {
     async fn run(
         &mut self,
-        mut stream: BoxStream,
+        stream: &mut BoxStream,
         mut buf: BytesMut,
     ) -> Result<(), InboundFailure> {
         let max = self.node.config.max_frame_bytes;

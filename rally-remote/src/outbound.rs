@@ -362,6 +362,11 @@ impl OutboundLane {
             }
             batching = frames > 1;
             stream.write_all(&spare).await?;
+            // A buffered stream may accept every byte yet hold some back: TLS takes the
+            // plaintext and returns before its records are on the socket when the socket would
+            // block. This connection is write-only, so nothing else would push them out; flush
+            // (a no-op on plain TCP) before waiting for the next batch.
+            stream.flush().await?;
             self.stats.writes.fetch_add(1, Ordering::Relaxed);
             self.stats
                 .bytes
