@@ -301,6 +301,8 @@ pub async fn serve(
     let server = tokio::spawn(async move {
         loop {
             let Ok((stream, _)) = listener.accept().await else {
+                // Out of file descriptors and the like: wait instead of spinning on the error.
+                tokio::time::sleep(Duration::from_millis(50)).await;
                 continue;
             };
             let system = system.clone();

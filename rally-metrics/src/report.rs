@@ -211,44 +211,38 @@ fn compare(before: &Snapshot, now: &Snapshot) -> PeriodReport {
             .map_or(Duration::ZERO, |b| b.on_thread);
         *held.entry(a.dispatcher.as_ref()).or_default() += secs(a.on_thread.saturating_sub(before));
     }
-    let dispatchers: Vec<DispatcherPeriod> = now
+    let dispatchers = now
         .dispatchers
         .iter()
         .map(|d| {
-            dispatcher_period(
+            let figures = dispatcher_period(
                 before_dispatchers.get(&d.name).copied(),
                 d,
                 held.get(d.name.as_ref()).copied(),
                 seconds,
-            )
+            );
+            (figures, d.tolerates_blocking)
         })
-        .collect();
-    let tolerant = now
-        .dispatchers
-        .iter()
-        .map(|s| s.tolerates_blocking)
         .collect();
     let figures = now
         .actors
         .iter()
         .map(|a| actor_period(before_actors.get(&a.id).copied(), a, seconds))
         .collect();
-    judge(seconds, figures, dispatchers, tolerant)
+    judge(seconds, figures, dispatchers)
 }
 
 /// Gives every actor its verdict and sorts the report worst first. `figures` pairs each actor's
-/// figures with whether its queue grew; `tolerant[i]` says whether `dispatchers[i]` is meant for
-/// blocking work.
+/// figures with whether its queue grew; `dispatchers` pairs each dispatcher's figures with
+/// whether it is meant for blocking work.
 fn judge(
     seconds: f64,
     mut figures: Vec<(ActorPeriod, bool)>,
-    dispatchers: Vec<DispatcherPeriod>,
-    tolerant: Vec<bool>,
+    dispatchers: Vec<(DispatcherPeriod, bool)>,
 ) -> PeriodReport {
     let by_name: HashMap<&str, (&DispatcherPeriod, bool)> = dispatchers
         .iter()
-        .zip(tolerant)
-        .map(|(p, t)| (p.name.as_str(), (p, t)))
+        .map(|(p, tolerant)| (p.name.as_str(), (p, *tolerant)))
         .collect();
     // First pass: who is starved or growing; second: who is blocking a dispatcher that has
     // starved actors on it.
@@ -289,7 +283,7 @@ fn judge(
             .then(y.queue.cmp(&x.queue))
             .then(x.path.cmp(&y.path))
     });
-    let mut dispatchers = dispatchers;
+    let mut dispatchers: Vec<DispatcherPeriod> = dispatchers.into_iter().map(|(p, _)| p).collect();
     dispatchers.sort_by(|x, y| y.utilization.total_cmp(&x.utilization));
     PeriodReport {
         seconds,
@@ -531,8 +525,7 @@ mod tests {
         let report = judge(
             1.0,
             vec![(actor("/user/a", "default", 0.95, 0.0, 40), true)],
-            vec![dispatcher("default", 4, 0.3)],
-            vec![false],
+            vec![(dispatcher("default", 4, 0.3), false)],
         );
         let (verdict, text) = judged(&report, "/user/a");
         assert_eq!(verdict, Verdict::Saturated);
@@ -548,8 +541,7 @@ mod tests {
                 (actor("/user/receiver", "default", 0.03, 0.0, 300), true),
                 (actor("/user/worker-1", "default", 1.0, 1.0, 0), false),
             ],
-            vec![dispatcher("default", 4, 0.98)],
-            vec![false],
+            vec![(dispatcher("default", 4, 0.98), false)],
         );
         let (verdict, text) = judged(&report, "/user/receiver");
         assert_eq!(verdict, Verdict::StarvedForThreads);
@@ -574,8 +566,7 @@ mod tests {
         let report = judge(
             1.0,
             vec![(actor("/user/a", "busy", 0.1, 0.0, 9), true)],
-            vec![dispatcher("busy", 2, 0.95)],
-            vec![false],
+            vec![(dispatcher("busy", 2, 0.95), false)],
         );
         let (verdict, text) = judged(&report, "/user/a");
         assert_eq!(verdict, Verdict::StarvedForThreads);
@@ -587,15 +578,13 @@ mod tests {
         let on_pool = judge(
             1.0,
             vec![(actor("/user/w", "io", 0.9, 1.0, 0), false)],
-            vec![dispatcher("io", 64, 0.95)],
-            vec![true],
+            vec![(dispatcher("io", 64, 0.95), true)],
         );
         assert_eq!(judged(&on_pool, "/user/w").0, Verdict::Healthy);
         let spare = judge(
             1.0,
             vec![(actor("/user/w", "default", 0.9, 1.0, 0), false)],
-            vec![dispatcher("default", 4, 0.3)],
-            vec![false],
+            vec![(dispatcher("default", 4, 0.3), false)],
         );
         assert_eq!(judged(&spare, "/user/w").0, Verdict::Healthy);
     }
@@ -606,8 +595,7 @@ mod tests {
         let report = judge(
             1.0,
             vec![(actor("/user/a", "default", 0.2, 0.0, 5), true)],
-            vec![dispatcher("default", 4, 0.2)],
-            vec![false],
+            vec![(dispatcher("default", 4, 0.2), false)],
         );
         let (verdict, text) = judged(&report, "/user/a");
         assert_eq!(verdict, Verdict::Healthy);

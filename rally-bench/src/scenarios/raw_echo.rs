@@ -82,7 +82,7 @@ async fn paced(port: u16, rate: u64, seconds: u64) -> anyhow::Result<(Histogram<
     let sent = tokio::task::spawn_blocking(move || sender.join())
         .await?
         .map_err(|_| anyhow::anyhow!("the pacer thread panicked"))?;
-    sent.into_iter().collect::<Result<Vec<()>, _>>()?;
+    sent.into_iter().try_for_each(|written| written)?;
     Ok((histogram, start.elapsed()))
 }
 
