@@ -191,9 +191,14 @@ pub enum ReplyError {
     /// The handler failed (returned an error or panicked).
     #[error("the handler failed: {0}")]
     Failed(String),
-    /// The message could not be delivered (for example, a transport refused it).
+    /// The message was never handed to the target (for example, a transport refused it, or
+    /// the node was down before the message left): it was not and will not be handled.
     #[error("the message could not be delivered: {0}")]
     Undeliverable(String),
+    /// The message left for another node, but the link failed before a reply came: it may or
+    /// may not have been handled (it will not be handled twice).
+    #[error("the message was sent but its outcome is unknown: {0}")]
+    OutcomeUnknown(String),
 }
 
 /// Receives a reply on behalf of someone; implemented by [`Recipient`](crate::Recipient) targets
@@ -253,6 +258,22 @@ impl<R: Send + 'static> ReplyTo<R> {
         !matches!(self.0, ReplyInner::Ignore)
     }
 
+    /// Whether an `ask` waiting for this reply has given up (timed out or was cancelled): a
+    /// transport that keeps a slot for the reply may free it.
+    ///
+    /// # Example
+    ///
+    /// ```
+    /// let reply = rally_actor::ReplyTo::<u32>::ignore();
+    /// assert!(!reply.is_abandoned());
+    /// ```
+    pub fn is_abandoned(&self) -> bool {
+        match &self.0 {
+            ReplyInner::Ask(tx) => tx.is_closed(),
+            _ => false,
+        }
+    }
+
     /// Delivers the reply.
     pub fn send(self, reply: Result<R, ReplyError>) {
         match self.0 {
@@ -276,6 +297,11 @@ impl ErasedReply {
         self.0.is_wanted()
     }
 
+    /// Whether the `ask` waiting for this reply has given up (see [`ReplyTo::is_abandoned`]).
+    pub fn is_abandoned(&self) -> bool {
+        self.0.is_abandoned()
+    }
+
     /// Delivers a reply given as `Box<dyn Any>`; a value of the wrong type is reported to the
     /// waiting side as [`ReplyError::Undeliverable`].
     pub fn send(self, reply: Result<Box<dyn Any + Send>, ReplyError>) {
@@ -285,12 +311,17 @@ impl ErasedReply {
 
 trait ErasedReplyTo: Send {
     fn is_wanted(&self) -> bool;
+    fn is_abandoned(&self) -> bool;
     fn send_any(self: Box<Self>, reply: Result<Box<dyn Any + Send>, ReplyError>);
 }
 
 impl<R: Send + 'static> ErasedReplyTo for ReplyTo<R> {
     fn is_wanted(&self) -> bool {
         ReplyTo::is_wanted(self)
+    }
+
+    fn is_abandoned(&self) -> bool {
+        ReplyTo::is_abandoned(self)
     }
 
     fn send_any(self: Box<Self>, reply: Result<Box<dyn Any + Send>, ReplyError>) {

@@ -79,9 +79,14 @@ pub enum AskError {
     /// The handler failed (returned an error or panicked) while handling this message.
     #[error("the handler failed: {0}")]
     Failed(String),
-    /// A transport refused or lost the message or its reply.
+    /// The message was never handed to the actor: a transport refused it, or its node was
+    /// down or unreachable before the message left. It was not and will not be handled.
     #[error("the message or its reply could not be delivered: {0}")]
     Undeliverable(String),
+    /// The message left for another node, but that node was declared down (or the link
+    /// failed) before its reply came: it may or may not have been handled. Never handled twice.
+    #[error("the message was sent but its outcome is unknown: {0}")]
+    OutcomeUnknown(String),
 }
 
 /// Why an actor could not be spawned.

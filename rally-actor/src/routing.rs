@@ -497,6 +497,7 @@ impl<A: Actor> BalancingPool<A> {
                 ReplyError::MailboxFull => AskError::Full,
                 ReplyError::Failed(why) => AskError::Failed(why),
                 ReplyError::Undeliverable(why) => AskError::Undeliverable(why),
+                ReplyError::OutcomeUnknown(why) => AskError::OutcomeUnknown(why),
             }),
         }
     }
