@@ -18,7 +18,7 @@ pub type ActorResult<T> = Result<T, ActorError>;
 /// # Example
 ///
 /// ```
-/// use rally_actor::{Actor, ActorResult, Context, Handler, Message};
+/// use rally::{Actor, ActorResult, Context, Handler, Message};
 ///
 /// #[derive(Default)]
 /// struct Counter(u64);

@@ -86,7 +86,7 @@ pub trait ExternalTarget<A: Actor>: Send + Sync + 'static {
 ///
 /// ```
 /// use std::time::Duration;
-/// use rally_actor::{Actor, ActorResult, ActorSystem, Context, Handler, Message};
+/// use rally::{Actor, ActorResult, ActorSystem, Context, Handler, Message};
 ///
 /// struct Double;
 /// impl Actor for Double {}
@@ -266,8 +266,11 @@ impl<A: Actor> ActorRef<A> {
         }
         match tokio::time::timeout(timeout, rx).await {
             Err(_) => Err(AskError::Timeout(timeout)),
-            // The reply sender was dropped unanswered: the handler panicked and unwound.
-            Ok(Err(_)) => Err(AskError::Failed("the handler panicked".to_owned())),
+            // The reply destination was dropped unanswered (a handler that took it with
+            // `reply_later` and let it go); a panic sends its message before unwinding.
+            Ok(Err(_)) => Err(AskError::Failed(
+                "the reply destination was dropped unanswered".to_owned(),
+            )),
             Ok(Ok(reply)) => reply.map_err(|error| match error {
                 ReplyError::Stopped => AskError::Stopped,
                 ReplyError::MailboxFull => AskError::Full,
@@ -509,7 +512,7 @@ impl<A: Actor> WeakActorRef<A> {
 /// # Example
 ///
 /// ```
-/// use rally_actor::{Actor, ActorResult, ActorSystem, Context, Handler, Message, Recipient};
+/// use rally::{Actor, ActorResult, ActorSystem, Context, Handler, Message, Recipient};
 ///
 /// #[derive(Clone)]
 /// struct Log(String);

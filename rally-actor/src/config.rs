@@ -1,5 +1,7 @@
 //! System-wide settings, in code or from a TOML file.
 
+// Without the `toml` feature only the error type is used.
+#[cfg_attr(not(feature = "toml"), allow(dead_code, unused_imports))]
 mod file;
 
 use std::time::Duration;
@@ -14,19 +16,26 @@ const DEFAULT_SHUTDOWN_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// Settings for an [`ActorSystem`](crate::ActorSystem).
 ///
-/// Every field has a default; the same settings can come from a TOML file
-/// ([`SystemConfig::from_toml`], keys listed in `docs/configuration.md`).
+/// Every field has a default; build one with [`SystemConfig::builder`], or start from
+/// `default()` and set fields. The same settings can come from a TOML file
+/// (`SystemConfig::from_toml`, feature `toml`; keys listed in `docs/configuration.md`).
+/// Non-exhaustive, so a new setting is not a breaking change.
 ///
 /// # Example
 ///
 /// ```
-/// use rally_actor::{DispatcherConfig, DispatcherKind, SystemConfig};
+/// use rally::{DispatcherConfig, DispatcherKind, SystemConfig};
 ///
-/// let mut config = SystemConfig { throughput: 16, ..SystemConfig::default() };
-/// config.dispatchers.push(DispatcherConfig::new("io", DispatcherKind::blocking()));
+/// let config = SystemConfig::builder()
+///     .throughput(16)
+///     .dispatcher(DispatcherConfig::new("io", DispatcherKind::blocking()))
+///     .build()
+///     .unwrap();
 /// assert_eq!(config.throughput, 16);
+/// assert_eq!(config.dispatchers[0].name, "io");
 /// ```
 #[derive(Debug, Clone)]
+#[non_exhaustive]
 pub struct SystemConfig {
     /// Messages an actor handles before yielding its thread, for dispatchers that do not set
     /// their own (default 64).
@@ -64,6 +73,11 @@ impl Default for SystemConfig {
 }
 
 impl SystemConfig {
+    /// A builder starting from the defaults.
+    pub fn builder() -> SystemConfigBuilder {
+        SystemConfigBuilder::default()
+    }
+
     /// Reads settings from TOML text; every key is optional.
     ///
     /// # Errors
@@ -74,7 +88,7 @@ impl SystemConfig {
     /// # Example
     ///
     /// ```
-    /// use rally_actor::SystemConfig;
+    /// use rally::SystemConfig;
     ///
     /// let config = SystemConfig::from_toml(r#"
     ///     throughput = 5
@@ -88,6 +102,7 @@ impl SystemConfig {
     /// let error = SystemConfig::from_toml("thruput = 5").unwrap_err();
     /// assert_eq!(error.key(), Some("thruput"));
     /// ```
+    #[cfg(feature = "toml")]
     pub fn from_toml(text: &str) -> Result<Self, ConfigError> {
         file::parse(text)
     }
@@ -98,6 +113,7 @@ impl SystemConfig {
     ///
     /// As for [`from_toml`](Self::from_toml), and [`ConfigError::Read`] when the file cannot
     /// be read.
+    #[cfg(feature = "toml")]
     pub fn from_file(path: impl AsRef<std::path::Path>) -> Result<Self, ConfigError> {
         let path = path.as_ref();
         let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
@@ -114,14 +130,17 @@ impl SystemConfig {
 ///
 /// ```
 /// use std::time::Duration;
-/// use rally_actor::{DispatcherConfig, DispatcherKind};
+/// use rally::{DispatcherConfig, DispatcherKind};
 ///
 /// let mut fair = DispatcherConfig::new("fair", DispatcherKind::shared());
 /// fair.throughput = Some(1);
 /// fair.throughput_deadline = Some(Duration::from_millis(5));
 /// assert!(!fair.monitored);
 /// ```
+///
+/// Non-exhaustive: made with [`DispatcherConfig::new`], then its fields set.
 #[derive(Debug, Clone, PartialEq)]
+#[non_exhaustive]
 pub struct DispatcherConfig {
     /// The name actors use in `Props::on_dispatcher`.
     pub name: String,
@@ -145,5 +164,113 @@ impl DispatcherConfig {
             throughput_deadline: None,
             monitored: false,
         }
+    }
+}
+
+/// Builds a [`SystemConfig`]: setters take `&mut self`, [`build`](Self::build) checks the
+/// whole.
+///
+/// # Example
+///
+/// ```
+/// use std::time::Duration;
+/// use rally::{MailboxConfig, Overflow, SystemConfig};
+///
+/// let mut builder = SystemConfig::builder();
+/// builder
+///     .shutdown_timeout(Duration::from_secs(2))
+///     .default_mailbox(MailboxConfig::bounded(1_000, Overflow::Fail));
+/// let config = builder.build().unwrap();
+/// assert_eq!(config.shutdown_timeout, Duration::from_secs(2));
+///
+/// let error = SystemConfig::builder().throughput(0).build().unwrap_err();
+/// assert_eq!(error.key(), Some("throughput"));
+/// ```
+#[derive(Debug, Clone, Default)]
+pub struct SystemConfigBuilder {
+    config: SystemConfig,
+}
+
+impl SystemConfigBuilder {
+    /// Messages an actor handles before yielding its thread (at least 1; default 64).
+    pub fn throughput(&mut self, messages: usize) -> &mut Self {
+        self.config.throughput = messages;
+        self
+    }
+
+    /// The longest an actor keeps its thread while messages remain (default: unbounded).
+    pub fn throughput_deadline(&mut self, deadline: Option<Duration>) -> &mut Self {
+        self.config.throughput_deadline = deadline;
+        self
+    }
+
+    /// The mailbox of actors spawned without one (default: unbounded).
+    pub fn default_mailbox(&mut self, mailbox: MailboxConfig) -> &mut Self {
+        self.config.default_mailbox = mailbox;
+        self
+    }
+
+    /// How the system supervises top-level actors.
+    pub fn guardian_strategy(&mut self, strategy: SupervisorStrategy) -> &mut Self {
+        self.config.guardian_strategy = strategy;
+        self
+    }
+
+    /// How long `shutdown` waits (default 10 s).
+    pub fn shutdown_timeout(&mut self, timeout: Duration) -> &mut Self {
+        self.config.shutdown_timeout = timeout;
+        self
+    }
+
+    /// The dispatcher actors use unless told otherwise (default: the current tokio runtime).
+    pub fn default_dispatcher(&mut self, dispatcher: DispatcherConfig) -> &mut Self {
+        self.config.default_dispatcher = dispatcher;
+        self
+    }
+
+    /// Adds a named dispatcher, started with the system.
+    pub fn dispatcher(&mut self, dispatcher: DispatcherConfig) -> &mut Self {
+        self.config.dispatchers.push(dispatcher);
+        self
+    }
+
+    /// What is monitored and how.
+    pub fn monitoring(&mut self, monitoring: MonitoringConfig) -> &mut Self {
+        self.config.monitoring = monitoring;
+        self
+    }
+
+    /// The settings.
+    ///
+    /// # Errors
+    ///
+    /// [`ConfigError::Invalid`] naming the setting (as its TOML key): a throughput of 0, a
+    /// named dispatcher called `default` or named twice.
+    pub fn build(&self) -> Result<SystemConfig, ConfigError> {
+        let config = &self.config;
+        let invalid = |key: &str, reason: &str| ConfigError::Invalid {
+            key: key.to_owned(),
+            reason: reason.to_owned(),
+        };
+        if config.throughput == 0 {
+            return Err(invalid("throughput", "must be at least 1"));
+        }
+        let mut names = std::collections::HashSet::new();
+        for d in &config.dispatchers {
+            let key = format!("dispatchers.{}", d.name);
+            if d.name == "default" || d.name.is_empty() {
+                return Err(invalid(
+                    &key,
+                    "a named dispatcher needs a name other than \"default\"",
+                ));
+            }
+            if !names.insert(d.name.as_str()) {
+                return Err(invalid(&key, "named twice"));
+            }
+            if d.throughput == Some(0) {
+                return Err(invalid(&format!("{key}.throughput"), "must be at least 1"));
+            }
+        }
+        Ok(config.clone())
     }
 }

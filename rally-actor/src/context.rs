@@ -2,6 +2,7 @@
 
 use std::any::Any;
 use std::collections::{HashMap, VecDeque};
+use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -12,8 +13,8 @@ use crate::supervision::RestartRecord;
 use crate::system::{ChildControl, ParentControl};
 use crate::watch::{LocalWatcher, TerminationSink};
 use crate::{
-    Actor, ActorId, ActorRef, ActorSystem, Dispatcher, Envelope, Handler, Message, Props,
-    SpawnError, Terminated,
+    Actor, ActorId, ActorRef, ActorResult, ActorSystem, Dispatcher, Envelope, Handler, Message,
+    Props, Recipient, ReplyTo, SpawnError, Terminated, TerminationReason,
 };
 
 /// Identifies a timer started with [`Context::send_after`] or [`Context::send_interval`].
@@ -34,7 +35,27 @@ pub struct Context<A: Actor> {
     pub(crate) unstashed: VecDeque<Envelope<A>>,
     stash_request: Option<Box<dyn Any + Send>>,
     pub(crate) stopping: bool,
+    /// Why the actor is stopping, when not simply asked to.
+    pub(crate) stop_reason: Option<TerminationReason>,
+    receive_timeout: Option<ReceiveTimeout<A>>,
+    /// Futures started with `pipe`/`pipe_to`, aborted when the actor stops.
+    tasks: Vec<AbortHandle>,
+    /// The reply destination of the message being handled (a boxed `ReplyTo<R>`), until the
+    /// handler takes it with `reply_later`.
+    pub(crate) current_reply: Option<Box<dyn Any + Send>>,
 }
+
+/// The message an idle actor is sent, and after how long.
+struct ReceiveTimeout<A: Actor> {
+    idle: Duration,
+    make: Box<dyn Fn() -> Envelope<A> + Send>,
+}
+
+/// The marker a handler returns (through [`Context::deferred`]) after taking its reply with
+/// [`Context::reply_later`]: not a failure.
+#[derive(Debug, thiserror::Error)]
+#[error("the reply is deferred")]
+pub(crate) struct Deferred;
 
 /// A parent's record of one child.
 pub(crate) struct ChildEntry {
@@ -62,6 +83,10 @@ impl<A: Actor> Context<A> {
             unstashed: VecDeque::new(),
             stash_request: None,
             stopping: false,
+            stop_reason: None,
+            receive_timeout: None,
+            tasks: Vec::new(),
+            current_reply: None,
         }
     }
 
@@ -200,6 +225,264 @@ impl<A: Actor> Context<A> {
         let id = TimerId(self.next_timer);
         self.timers.insert(id, handle);
         id
+    }
+
+    /// The parent of this actor, if it is an actor of type `P` (`None` for a top-level actor,
+    /// whose parent is the system, or when the parent is of another type).
+    ///
+    /// # Example
+    ///
+    /// ```
+    /// use rally::{Actor, ActorResult, Context, Handler, Message};
+    ///
+    /// struct Boss;
+    /// impl Actor for Boss {}
+    /// struct Done;
+    /// impl Message for Done { type Reply = (); }
+    /// impl Handler<Done> for Boss {
+    ///     async fn handle(&mut self, _: Done, _: &mut Context<Self>) -> ActorResult<()> { Ok(()) }
+    /// }
+    ///
+    /// struct Worker;
+    /// impl Actor for Worker {
+    ///     async fn started(&mut self, ctx: &mut Context<Self>) -> ActorResult<()> {
+    ///         if let Some(boss) = ctx.parent::<Boss>() {
+    ///             boss.tell(Done)?;
+    ///         }
+    ///         Ok(())
+    ///     }
+    /// }
+    /// ```
+    pub fn parent<P: Actor>(&self) -> Option<ActorRef<P>> {
+        let mailbox = self
+            .parent
+            .clone()
+            .as_any()?
+            .downcast::<Mailbox<P>>()
+            .ok()?;
+        Some(ActorRef::local(mailbox, self.system.dead_letters().clone()))
+    }
+
+    /// The parent's path: `/user` for a top-level actor, whose parent is the system.
+    pub fn parent_path(&self) -> &str {
+        let path: &str = self.myself.path();
+        path.rsplit_once('/').map_or("", |(parent, _)| parent)
+    }
+
+    /// Sends `msg` to this actor whenever it has received nothing for `idle` (Akka's receive
+    /// timeout): once per idle period, again after each further period of silence. A new call
+    /// replaces the previous setting; [`cancel_receive_timeout`](Self::cancel_receive_timeout)
+    /// removes it.
+    ///
+    /// # Example
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use rally::{Actor, ActorResult, Context, Handler, Message};
+    ///
+    /// #[derive(Clone)]
+    /// struct Idle;
+    /// impl Message for Idle { type Reply = (); }
+    ///
+    /// struct Session;
+    /// impl Actor for Session {
+    ///     async fn started(&mut self, ctx: &mut Context<Self>) -> ActorResult<()> {
+    ///         ctx.set_receive_timeout(Duration::from_secs(30), Idle);
+    ///         Ok(())
+    ///     }
+    /// }
+    /// impl Handler<Idle> for Session {
+    ///     async fn handle(&mut self, _: Idle, ctx: &mut Context<Self>) -> ActorResult<()> {
+    ///         ctx.stop(); // nobody talked to us for 30 s
+    ///         Ok(())
+    ///     }
+    /// }
+    /// ```
+    pub fn set_receive_timeout<M>(&mut self, idle: Duration, msg: M)
+    where
+        M: Message + Clone,
+        A: Handler<M>,
+    {
+        self.receive_timeout = Some(ReceiveTimeout {
+            idle,
+            make: Box::new(move || Envelope::new(msg.clone(), ReplyTo::ignore())),
+        });
+    }
+
+    /// Removes the receive timeout.
+    pub fn cancel_receive_timeout(&mut self) {
+        self.receive_timeout = None;
+    }
+
+    pub(crate) fn receive_timeout(&self) -> Option<Duration> {
+        self.receive_timeout.as_ref().map(|t| t.idle)
+    }
+
+    pub(crate) fn receive_timeout_message(&self) -> Option<Envelope<A>> {
+        self.receive_timeout.as_ref().map(|t| (t.make)())
+    }
+
+    /// Runs `future` on this actor's dispatcher and sends its output to this actor as a message
+    /// (Akka's `pipeTo self`): the handler returns at once and the actor keeps handling other
+    /// messages meanwhile. The future is aborted if the actor stops first.
+    ///
+    /// # Example
+    ///
+    /// ```
+    /// use rally::{Actor, ActorResult, Context, Handler, Message};
+    ///
+    /// struct Fetch(String);
+    /// impl Message for Fetch { type Reply = (); }
+    /// struct Fetched(usize);
+    /// impl Message for Fetched { type Reply = (); }
+    ///
+    /// struct Crawler { total: usize }
+    /// impl Actor for Crawler {}
+    /// impl Handler<Fetch> for Crawler {
+    ///     async fn handle(&mut self, msg: Fetch, ctx: &mut Context<Self>) -> ActorResult<()> {
+    ///         // Slow I/O runs apart from the actor; its result comes back as `Fetched`.
+    ///         ctx.pipe(async move { Fetched(msg.0.len()) });
+    ///         Ok(())
+    ///     }
+    /// }
+    /// impl Handler<Fetched> for Crawler {
+    ///     async fn handle(&mut self, msg: Fetched, _: &mut Context<Self>) -> ActorResult<()> {
+    ///         self.total += msg.0;
+    ///         Ok(())
+    ///     }
+    /// }
+    /// ```
+    pub fn pipe<M>(&mut self, future: impl Future<Output = M> + Send + 'static)
+    where
+        M: Message,
+        A: Handler<M>,
+    {
+        let target = self.myself.downgrade();
+        let handle = self.dispatcher.spawn(async move {
+            let msg = future.await;
+            if let Some(me) = target.upgrade() {
+                // Stopped meanwhile: the message is counted as a dead letter.
+                let _ = me.tell(msg);
+            }
+        });
+        self.add_task(handle);
+    }
+
+    /// Runs `future` on this actor's dispatcher and sends its output to `recipient`. The
+    /// future is aborted if this actor stops first.
+    ///
+    /// # Example
+    ///
+    /// ```
+    /// use rally::{Actor, ActorResult, Context, Handler, Message, Recipient};
+    ///
+    /// struct Total(u64);
+    /// impl Message for Total { type Reply = (); }
+    /// struct Sum { numbers: Vec<u64>, to: Recipient<Total> }
+    /// impl Message for Sum { type Reply = (); }
+    ///
+    /// struct Adder;
+    /// impl Actor for Adder {}
+    /// impl Handler<Sum> for Adder {
+    ///     async fn handle(&mut self, msg: Sum, ctx: &mut Context<Self>) -> ActorResult<()> {
+    ///         ctx.pipe_to(async move { Total(msg.numbers.iter().sum()) }, msg.to);
+    ///         Ok(())
+    ///     }
+    /// }
+    /// ```
+    pub fn pipe_to<M: Message>(
+        &mut self,
+        future: impl Future<Output = M> + Send + 'static,
+        recipient: Recipient<M>,
+    ) {
+        let handle = self.dispatcher.spawn(async move {
+            let msg = future.await;
+            // A stopped recipient is counted as a dead letter.
+            let _ = recipient.tell(msg);
+        });
+        self.add_task(handle);
+    }
+
+    fn add_task(&mut self, handle: AbortHandle) {
+        if self.tasks.len() >= 64 {
+            self.tasks.retain(|h| !h.is_finished());
+        }
+        self.tasks.push(handle);
+    }
+
+    pub(crate) fn abort_tasks(&mut self) {
+        for handle in self.tasks.drain(..) {
+            handle.abort();
+        }
+    }
+
+    /// Takes the reply destination of the message being handled, to answer it later (after
+    /// other messages, from another task...): an `ask` waits for what is sent through it. The
+    /// handler then returns [`deferred`](Self::deferred). `None` outside a handler, when `R` is
+    /// not the message's reply type, or when already taken.
+    ///
+    /// # Example
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use rally::{Actor, ActorResult, ActorSystem, Context, Handler, Message, ReplyTo};
+    ///
+    /// /// Answers each `Wait` only when `Open` arrives.
+    /// #[derive(Default)]
+    /// struct Gate { waiting: Vec<ReplyTo<&'static str>> }
+    /// impl Actor for Gate {}
+    ///
+    /// struct Wait;
+    /// impl Message for Wait { type Reply = &'static str; }
+    /// struct Open;
+    /// impl Message for Open { type Reply = (); }
+    ///
+    /// impl Handler<Wait> for Gate {
+    ///     async fn handle(&mut self, _: Wait, ctx: &mut Context<Self>) -> ActorResult<&'static str> {
+    ///         self.waiting.extend(ctx.reply_later());
+    ///         ctx.deferred()
+    ///     }
+    /// }
+    /// impl Handler<Open> for Gate {
+    ///     async fn handle(&mut self, _: Open, _: &mut Context<Self>) -> ActorResult<()> {
+    ///         for reply in self.waiting.drain(..) {
+    ///             reply.send(Ok("open"));
+    ///         }
+    ///         Ok(())
+    ///     }
+    /// }
+    ///
+    /// # #[tokio::main] async fn main() {
+    /// let system = ActorSystem::new("doc");
+    /// let gate = system.spawn(Gate::default()).unwrap();
+    /// // The ask's message is queued first, so `Wait` is handled before `Open`.
+    /// let (answer, ()) = tokio::join!(gate.ask(Wait, Duration::from_secs(5)), async {
+    ///     gate.tell(Open).unwrap();
+    /// });
+    /// assert_eq!(answer, Ok("open"));
+    /// # system.shutdown().await.unwrap();
+    /// # }
+    /// ```
+    pub fn reply_later<R: Send + 'static>(&mut self) -> Option<ReplyTo<R>> {
+        let boxed = self.current_reply.take()?;
+        match boxed.downcast::<ReplyTo<R>>() {
+            Ok(reply) => Some(*reply),
+            Err(other) => {
+                self.current_reply = Some(other);
+                None
+            }
+        }
+    }
+
+    /// What a handler returns after [`reply_later`](Self::reply_later): the reply goes out
+    /// through the taken [`ReplyTo`], and this return is not a failure.
+    ///
+    /// # Errors
+    ///
+    /// Always an error value, which the runtime recognises; see
+    /// [`reply_later`](Self::reply_later) for an example.
+    pub fn deferred<T>(&self) -> ActorResult<T> {
+        Err(Box::new(Deferred))
     }
 
     pub(crate) fn cancel_all_timers(&mut self) {

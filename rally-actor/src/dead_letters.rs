@@ -44,7 +44,7 @@ impl Message for DeadLetter {
 ///
 /// ```
 /// # #[tokio::main] async fn main() {
-/// let system = rally_actor::ActorSystem::new("doc");
+/// let system = rally::ActorSystem::new("doc");
 /// assert_eq!(system.dead_letters().count(), 0);
 /// # }
 /// ```

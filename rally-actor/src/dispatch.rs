@@ -64,7 +64,7 @@ pub const DEFAULT_QUEUE_SIZE: usize = 0;
 /// # Example
 ///
 /// ```
-/// use rally_actor::DispatcherKind;
+/// use rally::DispatcherKind;
 ///
 /// let shared = DispatcherKind::shared();
 /// assert_eq!(shared.threads_for_cores(8), Some(8));
@@ -181,7 +181,7 @@ pub enum DispatcherError {
 /// # Example
 ///
 /// ```
-/// use rally_actor::{Dispatcher, DispatcherKind};
+/// use rally::{Dispatcher, DispatcherKind};
 ///
 /// let pinned = Dispatcher::start("io", DispatcherKind::Pinned, 1, None).unwrap();
 /// assert_eq!(pinned.name(), "io");
@@ -244,7 +244,7 @@ impl Dispatcher {
     ///
     /// ```
     /// # #[tokio::main] async fn main() {
-    /// let d = rally_actor::Dispatcher::on_runtime("app", tokio::runtime::Handle::current(), 8, None);
+    /// let d = rally::Dispatcher::on_runtime("app", tokio::runtime::Handle::current(), 8, None);
     /// assert_eq!(d.throughput(), 8);
     /// # }
     /// ```
@@ -390,7 +390,7 @@ impl Dispatcher {
     /// # Example
     ///
     /// ```
-    /// use rally_actor::{Dispatcher, DispatcherKind};
+    /// use rally::{Dispatcher, DispatcherKind};
     ///
     /// let d = Dispatcher::start("watched", DispatcherKind::Pinned, 1, None).unwrap();
     /// assert!(d.monitored(true).is_monitored());
@@ -471,7 +471,7 @@ impl Dispatcher {
     /// # Example
     ///
     /// ```
-    /// use rally_actor::{Dispatcher, DispatcherKind};
+    /// use rally::{Dispatcher, DispatcherKind};
     ///
     /// let d = Dispatcher::start("test", DispatcherKind::CallingThread, 1, None).unwrap();
     /// assert_eq!(d.run_until_idle(), 0);

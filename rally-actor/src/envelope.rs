@@ -7,6 +7,7 @@ use std::sync::Arc;
 use futures_util::future::BoxFuture;
 use tokio::sync::oneshot;
 
+use crate::context::Deferred;
 use crate::{Actor, ActorResult, Context, Handler, Message};
 
 /// A message for actor `A`, with its reply destination, as it sits in a mailbox.
@@ -22,7 +23,7 @@ impl<A: Actor> Envelope<A> {
     /// # Example
     ///
     /// ```
-    /// use rally_actor::{Actor, ActorResult, Context, Envelope, Handler, Message, ReplyTo};
+    /// use rally::{Actor, ActorResult, Context, Envelope, Handler, Message, ReplyTo};
     ///
     /// struct Ping;
     /// impl Message for Ping { type Reply = (); }
@@ -125,27 +126,53 @@ where
     ) -> BoxFuture<'a, ActorResult<()>> {
         let Typed { msg, reply } = *self;
         Box::pin(async move {
-            let result = actor.handle(msg, ctx).await;
+            // The handler may take the reply with `Context::reply_later`.
+            let previous = ctx.current_reply.replace(Box::new(reply));
+            let result = match crate::panic::catch(actor.handle(msg, ctx)).await {
+                Ok(result) => result,
+                Err(panic) => {
+                    if let Some(reply) = take_reply::<A, M>(ctx, previous) {
+                        reply.send(Err(ReplyError::Failed(format!("panicked: {panic}"))));
+                    }
+                    // Unwinds on to the runner, which counts the failure; the hook stays quiet.
+                    std::panic::resume_unwind(Box::new(panic));
+                }
+            };
+            let reply = take_reply::<A, M>(ctx, previous);
             if let Some(stashed) = ctx.take_stash_request() {
-                match stashed.downcast::<M>() {
-                    Ok(msg) => {
+                match (stashed.downcast::<M>(), reply) {
+                    (Ok(msg), Some(reply)) => {
                         ctx.push_stashed(Envelope::new(*msg, reply));
                         return Ok(());
                     }
-                    Err(_) => {
+                    (Ok(msg), None) => {
+                        ctx.push_stashed(Envelope::new(*msg, ReplyTo::ignore()));
+                        return Ok(());
+                    }
+                    (Err(_), _) => {
                         return Err("Context::stash was given a value that is not the message being handled".into());
                     }
                 }
             }
-            match result {
-                Ok(value) => {
+            match (result, reply) {
+                (Ok(value), Some(reply)) => {
                     reply.send(Ok(value));
                     Ok(())
                 }
-                Err(error) => {
+                (Err(error), Some(reply)) if error.is::<Deferred>() => {
+                    let why =
+                        "the handler deferred its reply without taking it (Context::reply_later)";
+                    reply.send(Err(ReplyError::Failed(why.to_owned())));
+                    Err(why.into())
+                }
+                (Err(error), Some(reply)) => {
                     reply.send(Err(ReplyError::Failed(error.to_string())));
                     Err(error)
                 }
+                // The handler took the reply: whatever it returned is not the answer.
+                (Ok(_), None) => Ok(()),
+                (Err(error), None) if error.is::<Deferred>() => Ok(()),
+                (Err(error), None) => Err(error),
             }
         })
     }
@@ -176,6 +203,20 @@ where
         reply.send(Err(error));
         Box::new(msg)
     }
+}
+
+/// Takes back the reply destination a handler did not claim, restoring what was there before
+/// (a handler's message handled inside another's, which the runtime never does, stays sound).
+fn take_reply<A: Actor, M: Message>(
+    ctx: &mut Context<A>,
+    previous: Option<Box<dyn Any + Send>>,
+) -> Option<ReplyTo<M::Reply>> {
+    let current = std::mem::replace(&mut ctx.current_reply, previous)?;
+    Some(
+        *current
+            .downcast::<ReplyTo<M::Reply>>()
+            .expect("the slot holds the reply destination put there for this message"),
+    )
 }
 
 /// Why a reply never came from the handler.
@@ -224,7 +265,7 @@ impl<R: Send + 'static> ReplyTo<R> {
     /// # Example
     ///
     /// ```
-    /// let reply = rally_actor::ReplyTo::<u32>::ignore();
+    /// let reply = rally::ReplyTo::<u32>::ignore();
     /// reply.send(Ok(1));
     /// ```
     pub fn ignore() -> Self {
@@ -241,7 +282,7 @@ impl<R: Send + 'static> ReplyTo<R> {
     /// # Example
     ///
     /// ```
-    /// let reply = rally_actor::ReplyTo::callback(|r: Result<u32, _>| assert_eq!(r, Ok(7)));
+    /// let reply = rally::ReplyTo::callback(|r: Result<u32, _>| assert_eq!(r, Ok(7)));
     /// reply.send(Ok(7));
     /// ```
     pub fn callback(f: impl FnOnce(Result<R, ReplyError>) + Send + 'static) -> Self {
@@ -264,7 +305,7 @@ impl<R: Send + 'static> ReplyTo<R> {
     /// # Example
     ///
     /// ```
-    /// let reply = rally_actor::ReplyTo::<u32>::ignore();
+    /// let reply = rally::ReplyTo::<u32>::ignore();
     /// assert!(!reply.is_abandoned());
     /// ```
     pub fn is_abandoned(&self) -> bool {

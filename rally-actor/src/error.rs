@@ -8,7 +8,7 @@ use std::time::Duration;
 /// # Example
 ///
 /// ```
-/// use rally_actor::SendError;
+/// use rally::SendError;
 ///
 /// let err = SendError::Stopped("hello");
 /// assert_eq!(err.into_inner(), "hello");

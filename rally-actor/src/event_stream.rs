@@ -12,7 +12,7 @@ use crate::{ActorId, Message, Recipient, SendError};
 /// # Example
 ///
 /// ```
-/// use rally_actor::{Actor, ActorResult, ActorSystem, Context, Handler, Message};
+/// use rally::{Actor, ActorResult, ActorSystem, Context, Handler, Message};
 ///
 /// #[derive(Clone)]
 /// struct Tick;

@@ -11,7 +11,7 @@
 //!
 //! ```
 //! use std::time::Duration;
-//! use rally_actor::{Actor, ActorResult, ActorSystem, Context, Handler, Message};
+//! use rally::{Actor, ActorResult, ActorSystem, Context, Handler, Message};
 //!
 //! #[derive(Default)]
 //! struct Counter(u64);
@@ -46,8 +46,10 @@
 //! - failure: [`SupervisorStrategy`], [`Directive`], [`Backoff`], [`Terminated`]
 //! - system: [`ActorSystem`], [`SystemConfig`] (also from TOML), [`Dispatcher`] and
 //!   [`DispatcherKind`], [`EventStream`], [`DeadLetters`]
-//! - routing: [`Router`] (round-robin, random, smallest mailbox, consistent hashing, broadcast,
-//!   optional [`Resizer`]) and [`BalancingPool`]
+//! - routing: [`Pool`], a router that is an ordinary actor (children, supervision, a
+//!   cloneable `ActorRef`); [`Router`] (round-robin, random, smallest mailbox, consistent
+//!   hashing, broadcast, optional [`Resizer`]) and [`BalancingPool`] as handles
+//! - waiting for an end: [`ActorRef::terminated`] ([`Termination`], [`TerminationReason`])
 //! - [`monitor`]: per-actor and per-dispatcher counters and their snapshots
 //!
 //! # Features
@@ -55,9 +57,16 @@
 //! | feature | default | adds |
 //! |---|---|---|
 //! | `monitoring` | yes | the counters behind [`monitor`]; off, they are a zero-sized no-op |
+//! | `toml` | yes | `SystemConfig::from_toml` and `from_file` |
 //!
 //! Semantics (ordering, supervision, ask timeouts, shutdown) are written down in
 //! `docs/runtime-semantics.md` at the repository root.
+//!
+//! A handler that panics is a failure like a returned error: its supervisor decides, an `ask`
+//! waiting on it gets [`AskError::Failed`] with the panic message, and the runtime logs it
+//! once through `tracing` with the actor's path. To keep such panics from printing as if the
+//! process crashed, the first [`ActorSystem`] installs a panic hook that stays silent for
+//! panics inside a handler and passes every other panic to the hook that was there before.
 
 mod actor;
 mod actor_ref;
@@ -71,6 +80,8 @@ mod event_stream;
 mod mailbox;
 mod message;
 pub mod monitor;
+mod panic;
+mod pool;
 mod props;
 mod routing;
 mod runner;
@@ -82,7 +93,7 @@ pub use actor::{Actor, ActorError, ActorResult, Handler};
 pub use actor_ref::{
     ActorId, ActorRef, DeliveryError, ExternalTarget, Recipient, Undelivered, WeakActorRef,
 };
-pub use config::{ConfigError, DispatcherConfig, SystemConfig};
+pub use config::{ConfigError, DispatcherConfig, SystemConfig, SystemConfigBuilder};
 pub use context::{Context, TimerId};
 pub use dead_letters::{DeadLetter, DeadLetterReason, DeadLetters};
 pub use dispatch::{
@@ -94,13 +105,14 @@ pub use envelope::{Envelope, ErasedReply, ReplyError, ReplySink, ReplyTo};
 pub use error::{AskError, LookupError, SendError, ShutdownError, SpawnError};
 pub use event_stream::EventStream;
 pub use mailbox::{MailboxConfig, Overflow};
-pub use message::{Message, Terminated};
+pub use message::{Message, Terminated, TerminationReason};
 pub use monitor::{Monitor, MonitoringConfig};
+pub use pool::Pool;
 pub use props::Props;
 pub use routing::{BalancingPool, Resizer, Router, Routing};
 pub use supervision::{Backoff, Directive, Failure, Scope, SupervisorStrategy};
 pub use system::ActorSystem;
-pub use watch::TerminationSink;
+pub use watch::{Termination, TerminationSink};
 
 /// The names most actor code needs.
 pub mod prelude {

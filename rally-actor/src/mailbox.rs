@@ -31,13 +31,16 @@ pub(crate) use capacity::Capacity;
 /// # Example
 ///
 /// ```
-/// use rally_actor::{MailboxConfig, Overflow};
+/// use rally::{MailboxConfig, Overflow};
 ///
 /// let bounded = MailboxConfig::bounded(1_000, Overflow::DropNewest);
 /// assert_eq!(bounded.capacity, Some(1_000));
 /// assert_eq!(MailboxConfig::default().capacity, None);
 /// ```
+///
+/// Non-exhaustive: made with [`bounded`](Self::bounded) or [`unbounded`](Self::unbounded).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[non_exhaustive]
 pub struct MailboxConfig {
     /// Maximum queued user messages; `None` is unbounded (the default, as in Akka).
     pub capacity: Option<usize>,
@@ -120,6 +123,8 @@ pub(crate) struct Mailbox<A: Actor> {
     bound: Option<Capacity>,
     pub(crate) overflow: Overflow,
     space: Notify,
+    /// Why the actor stopped, set once just before its mailbox closes.
+    pub(crate) reason: std::sync::OnceLock<crate::TerminationReason>,
     /// Counters, when the actor is monitored.
     pub(crate) monitor: Slot,
 }
@@ -168,6 +173,7 @@ impl<A: Actor> Mailbox<A> {
             bound: config.capacity.map(|limit| Capacity::new(Some(limit))),
             overflow: config.overflow,
             space: Notify::new(),
+            reason: std::sync::OnceLock::new(),
             monitor,
         });
         (

@@ -8,7 +8,7 @@
 /// # Example
 ///
 /// ```
-/// use rally_actor::Message;
+/// use rally::Message;
 ///
 /// struct Add(u64);
 /// impl Message for Add {
@@ -28,7 +28,7 @@ pub trait Message: Send + 'static {
 /// # Example
 ///
 /// ```
-/// use rally_actor::{Actor, ActorResult, Context, Handler, Terminated};
+/// use rally::{Actor, ActorResult, Context, Handler, Terminated};
 ///
 /// struct Watcher;
 /// impl Actor for Watcher {}
@@ -49,4 +49,68 @@ pub struct Terminated {
 
 impl Message for Terminated {
     type Reply = ();
+}
+
+impl Terminated {
+    /// The notification for the actor `id` at `path`.
+    ///
+    /// # Example
+    ///
+    /// ```
+    /// use std::sync::Arc;
+    /// use rally::{ActorSystem, Terminated};
+    ///
+    /// # #[tokio::main] async fn main() {
+    /// let system = ActorSystem::new("doc");
+    /// let t = Terminated::new(system.next_id(), Arc::from("/user/worker"));
+    /// assert_eq!(&*t.path, "/user/worker");
+    /// # }
+    /// ```
+    pub fn new(id: crate::ActorId, path: std::sync::Arc<str>) -> Self {
+        Self { id, path }
+    }
+}
+
+/// Why an actor stopped, as told to code that awaits its end
+/// ([`ActorRef::terminated`](crate::ActorRef::terminated)).
+///
+/// # Example
+///
+/// ```
+/// use rally::{Actor, ActorSystem, TerminationReason};
+///
+/// struct Idle;
+/// impl Actor for Idle {}
+///
+/// # #[tokio::main] async fn main() {
+/// let system = ActorSystem::new("doc");
+/// let idle = system.spawn(Idle).unwrap();
+/// let end = idle.terminated();
+/// idle.stop();
+/// assert_eq!(end.await, TerminationReason::Stopped);
+/// # }
+/// ```
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum TerminationReason {
+    /// It was asked to stop ([`ActorRef::stop`](crate::ActorRef::stop),
+    /// [`Context::stop`](crate::Context::stop)), or its parent or the system stopped.
+    Stopped,
+    /// It failed and its supervisor stopped it; the failure's text.
+    Failed(String),
+    /// Its node is down or unreachable (told by a transport).
+    NodeDown,
+    /// The one who reported the stop did not say why (a transport that reports no reason).
+    Unknown,
+}
+
+impl std::fmt::Display for TerminationReason {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Self::Stopped => f.write_str("stopped"),
+            Self::Failed(why) => write!(f, "failed: {why}"),
+            Self::NodeDown => f.write_str("its node is down"),
+            Self::Unknown => f.write_str("stopped for a reason not reported"),
+        }
+    }
 }

@@ -40,12 +40,17 @@ pub const DEFAULT_BLOCKING_THRESHOLD: Duration = Duration::from_millis(1);
 /// # Example
 ///
 /// ```
-/// use rally_actor::MonitoringConfig;
+/// use rally::MonitoringConfig;
 ///
-/// let all = MonitoringConfig { all_actors: true, ..MonitoringConfig::default() };
+/// let mut all = MonitoringConfig::default();
+/// all.all_actors = true;
 /// assert_eq!(all.sample_every, 16);
 /// ```
+///
+/// Non-exhaustive: start from `default()` and set fields, so a new setting is not a breaking
+/// change.
 #[derive(Debug, Clone, PartialEq)]
+#[non_exhaustive]
 pub struct MonitoringConfig {
     /// Monitor every actor (default `false`: only actors or dispatchers that opt in).
     pub all_actors: bool,
@@ -152,7 +157,7 @@ pub(crate) trait Probe: Send + Sync + 'static {
 ///
 /// ```
 /// # #[tokio::main] async fn main() {
-/// let system = rally_actor::ActorSystem::new("doc");
+/// let system = rally::ActorSystem::new("doc");
 /// let snapshot = system.monitor().snapshot();
 /// assert!(snapshot.actors.is_empty());
 /// assert_eq!(snapshot.dispatchers[0].name.as_ref(), "default");

@@ -11,7 +11,7 @@ use crate::{Actor, MailboxConfig};
 /// # Example
 ///
 /// ```
-/// use rally_actor::{Actor, MailboxConfig, Overflow, Props};
+/// use rally::{Actor, MailboxConfig, Overflow, Props};
 ///
 /// #[derive(Default)]
 /// struct Worker;

@@ -44,12 +44,16 @@ const VIRTUAL_NODES: usize = 64;
 /// # Example
 ///
 /// ```
-/// use rally_actor::Resizer;
+/// use rally::Resizer;
 ///
-/// let resizer = Resizer { lower_bound: 2, upper_bound: 8, ..Resizer::default() };
+/// let resizer = Resizer::new(2, 8);
 /// assert_eq!(resizer.messages_per_resize, 10);
 /// ```
+///
+/// Non-exhaustive: made with [`Resizer::new`] or `default()` and then its fields set, so a new
+/// setting is not a breaking change.
 #[derive(Debug, Clone, PartialEq)]
+#[non_exhaustive]
 pub struct Resizer {
     /// The fewest routees (default 1).
     pub lower_bound: usize,
@@ -66,6 +70,17 @@ pub struct Resizer {
     pub backoff_threshold: f64,
     /// Check after this many messages (default 10, Akka's).
     pub messages_per_resize: usize,
+}
+
+impl Resizer {
+    /// Between `lower_bound` and `upper_bound` routees, other settings at their defaults.
+    pub fn new(lower_bound: usize, upper_bound: usize) -> Self {
+        Self {
+            lower_bound,
+            upper_bound,
+            ..Self::default()
+        }
+    }
 }
 
 impl Default for Resizer {
@@ -87,7 +102,7 @@ impl Default for Resizer {
 ///
 /// ```
 /// use std::time::Duration;
-/// use rally_actor::{Actor, ActorResult, ActorSystem, Context, Handler, Message, Props, Router, Routing};
+/// use rally::{Actor, ActorResult, ActorSystem, Context, Handler, Message, Props, Router, Routing};
 ///
 /// struct Square;
 /// impl Actor for Square {}
@@ -360,7 +375,7 @@ fn random() -> u64 {
 ///
 /// ```
 /// use std::time::Duration;
-/// use rally_actor::{Actor, ActorResult, ActorSystem, BalancingPool, Context, Handler, Message, Props};
+/// use rally::{Actor, ActorResult, ActorSystem, BalancingPool, Context, Handler, Message, Props};
 ///
 /// struct Worker;
 /// impl Actor for Worker {}
@@ -491,7 +506,9 @@ impl<A: Actor> BalancingPool<A> {
         self.submit(msg, reply);
         match tokio::time::timeout(timeout, rx).await {
             Err(_) => Err(AskError::Timeout(timeout)),
-            Ok(Err(_)) => Err(AskError::Failed("the handler panicked".to_owned())),
+            Ok(Err(_)) => Err(AskError::Failed(
+                "the reply destination was dropped unanswered".to_owned(),
+            )),
             Ok(Ok(reply)) => reply.map_err(|error| match error {
                 ReplyError::Stopped => AskError::Stopped,
                 ReplyError::MailboxFull => AskError::Full,

@@ -1,19 +1,18 @@
 //! The life of one actor: start, the message loop, failure and supervision, stop.
 
 use std::future::Future;
-use std::panic::AssertUnwindSafe;
 use std::sync::Arc;
 use std::time::Instant;
 
-use futures_util::FutureExt;
 use tracing::Instrument;
 
 use crate::dead_letters::DeadLetterReason;
 use crate::envelope::ReplyError;
 use crate::mailbox::{Mailbox, MailboxReceiver, Next, SystemMsg};
+use crate::panic::catch;
 use crate::props::Source;
 use crate::supervision::{Decision, Failure, Scope};
-use crate::{Actor, ActorResult, Context, Envelope, Terminated};
+use crate::{Actor, ActorResult, Context, Envelope, Terminated, TerminationReason};
 
 /// Everything an actor's task owns.
 pub(crate) struct Cell<A: Actor> {
@@ -48,8 +47,13 @@ pub(crate) async fn run<A: Actor>(cell: Cell<A>) {
 
     loop {
         if let Some(failed) = failure.take() {
+            let text = failed.to_string();
             // Failure handling is rare: boxed, so it does not enlarge every actor's task.
             let decision = Box::pin(await_decision(&mut ctx, &mut receiver, failed)).await;
+            if matches!(decision, Decision::Stop | Decision::Escalate) {
+                ctx.stop_reason
+                    .get_or_insert(TerminationReason::Failed(text));
+            }
             failure = Box::pin(apply(
                 decision,
                 &mut actor,
@@ -74,9 +78,19 @@ pub(crate) async fn run<A: Actor>(cell: Cell<A>) {
             if let (Some(c), Some(start)) = (&counters, run_start.take()) {
                 c.pause(start);
             }
-            let next = receiver.next().await;
+            let next = match ctx.receive_timeout() {
+                None => Some(receiver.next().await),
+                // `next` takes a message only when it returns it, so a timeout loses nothing.
+                Some(idle) => tokio::time::timeout(idle, receiver.next()).await.ok(),
+            };
             run_start = counters.as_ref().map(|c| c.resume());
-            (next, true)
+            match next {
+                Some(next) => (next, true),
+                None => match ctx.receive_timeout_message() {
+                    Some(envelope) => (Next::User(envelope), false),
+                    None => continue,
+                },
+            }
         };
         match next {
             Next::System(msg) => {
@@ -207,7 +221,12 @@ async fn await_decision<A: Actor>(
     receiver: &mut MailboxReceiver<A>,
     failure: Failure,
 ) -> Decision {
-    tracing::debug!(actor = %ctx.myself().path(), %failure, "actor failed");
+    if failure.panicked {
+        // Logged here, once: the panic hook stayed quiet for it (see `panic`).
+        tracing::error!(actor = %ctx.myself().path(), panic = %failure.message, "a handler panicked");
+    } else {
+        tracing::debug!(actor = %ctx.myself().path(), %failure, "actor failed");
+    }
     ctx.parent.child_failed(ctx.id(), failure);
     let mut deferred = Vec::new();
     let decision = loop {
@@ -325,8 +344,12 @@ async fn stop<A: Actor>(
     stop_children(&mut ctx, &mut receiver).await;
     quiet(actor.stopped(&mut ctx)).await;
     ctx.cancel_all_timers();
+    ctx.abort_tasks();
     drop(actor);
 
+    let reason = ctx.stop_reason.take().unwrap_or(TerminationReason::Stopped);
+    // Set before the mailbox closes, so a watch arriving after the close can read it.
+    let _ = mailbox.reason.set(reason.clone());
     let (queued, system) = receiver.close();
     let dead = ctx.system().dead_letters().clone();
     let path = mailbox.path.clone();
@@ -352,12 +375,9 @@ async fn stop<A: Actor>(
             _ => {}
         }
     }
-    let terminated = Terminated {
-        id: mailbox.id,
-        path: path.clone(),
-    };
+    let terminated = Terminated::new(mailbox.id, path.clone());
     for watcher in ctx.watchers.values() {
-        watcher.notify(terminated.clone());
+        watcher.notify_reason(terminated.clone(), reason.clone());
     }
     if registered {
         ctx.system().unregister(&path);
@@ -370,14 +390,14 @@ async fn stop<A: Actor>(
 
 /// Runs a fallible hook or handler, turning an error or a panic into a [`Failure`].
 async fn guarded<T>(future: impl Future<Output = ActorResult<T>>) -> Result<T, Failure> {
-    match AssertUnwindSafe(future).catch_unwind().await {
+    match catch(future).await {
         Ok(Ok(value)) => Ok(value),
         Ok(Err(error)) => Err(Failure {
             message: error.to_string(),
             panicked: false,
         }),
         Err(panic) => Err(Failure {
-            message: panic_text(&*panic),
+            message: panic,
             panicked: true,
         }),
     }
@@ -385,17 +405,7 @@ async fn guarded<T>(future: impl Future<Output = ActorResult<T>>) -> Result<T, F
 
 /// Runs an infallible hook; a panic in it is logged, not propagated.
 async fn quiet(future: impl Future<Output = ()>) {
-    if let Err(panic) = AssertUnwindSafe(future).catch_unwind().await {
-        tracing::warn!(panic = %panic_text(&*panic), "an actor hook panicked");
-    }
-}
-
-fn panic_text(panic: &(dyn std::any::Any + Send)) -> String {
-    if let Some(text) = panic.downcast_ref::<&str>() {
-        (*text).to_owned()
-    } else if let Some(text) = panic.downcast_ref::<String>() {
-        text.clone()
-    } else {
-        "a panic with a non-text payload".to_owned()
+    if let Err(panic) = catch(future).await {
+        tracing::warn!(%panic, "an actor hook panicked");
     }
 }

@@ -53,7 +53,10 @@ pub enum Scope {
 
 /// Exponential backoff between restarts: `min × factor^(n-1)`, capped at `max`, where `n` is
 /// the number of restarts within the current window.
+///
+/// Non-exhaustive: made with [`Backoff::new`], so a new setting is not a breaking change.
 #[derive(Debug, Clone, Copy, PartialEq)]
+#[non_exhaustive]
 pub struct Backoff {
     /// Delay before the first restart.
     pub min: Duration,
@@ -64,15 +67,30 @@ pub struct Backoff {
 }
 
 impl Backoff {
+    /// Starts at `min`, multiplies by `factor` per restart, never exceeds `max`.
+    ///
+    /// # Example
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use rally::Backoff;
+    ///
+    /// let b = Backoff::new(Duration::from_millis(100), Duration::from_secs(1), 2.0);
+    /// assert_eq!(b.factor, 2.0);
+    /// ```
+    pub fn new(min: Duration, max: Duration, factor: f64) -> Self {
+        Self { min, max, factor }
+    }
+
     /// The delay before restart number `n` (1-based).
     ///
     /// # Example
     ///
     /// ```
     /// use std::time::Duration;
-    /// use rally_actor::Backoff;
+    /// use rally::Backoff;
     ///
-    /// let b = Backoff { min: Duration::from_millis(100), max: Duration::from_secs(1), factor: 2.0 };
+    /// let b = Backoff::new(Duration::from_millis(100), Duration::from_secs(1), 2.0);
     /// assert_eq!(b.delay(1), Duration::from_millis(100));
     /// assert_eq!(b.delay(3), Duration::from_millis(400));
     /// assert_eq!(b.delay(10), Duration::from_secs(1));
@@ -90,11 +108,11 @@ impl Backoff {
 ///
 /// ```
 /// use std::time::Duration;
-/// use rally_actor::{Backoff, Directive, SupervisorStrategy};
+/// use rally::{Backoff, Directive, SupervisorStrategy};
 ///
 /// let strategy = SupervisorStrategy::one_for_one()
 ///     .with_max_restarts(3, Duration::from_secs(10))
-///     .with_backoff(Backoff { min: Duration::from_millis(10), max: Duration::from_secs(1), factor: 2.0 })
+///     .with_backoff(Backoff::new(Duration::from_millis(10), Duration::from_secs(1), 2.0))
 ///     .with_decider(|failure| if failure.panicked { Directive::Restart } else { Directive::Resume });
 /// # let _ = strategy;
 /// ```

@@ -24,7 +24,7 @@ use crate::{
 /// # Example
 ///
 /// ```
-/// use rally_actor::{Actor, ActorSystem, Props};
+/// use rally::{Actor, ActorSystem, Props};
 ///
 /// struct Idle;
 /// impl Actor for Idle {}
@@ -101,7 +101,7 @@ impl ActorSystem {
     /// # Example
     ///
     /// ```
-    /// use rally_actor::{ActorSystem, SystemConfig};
+    /// use rally::{ActorSystem, SystemConfig};
     ///
     /// let config = SystemConfig::from_toml(r#"
     ///     [default-dispatcher]
@@ -144,6 +144,7 @@ impl ActorSystem {
         default_dispatcher: Dispatcher,
         others: Vec<Dispatcher>,
     ) -> Self {
+        crate::panic::install_hook();
         let event_stream = EventStream::default();
         let dead_letters = DeadLetters::new(event_stream.clone());
         let guardian = Arc::new(Guardian {
@@ -418,6 +419,8 @@ impl ActorSystem {
 pub(crate) trait ParentControl: Send + Sync + 'static {
     fn child_failed(&self, child: ActorId, failure: Failure);
     fn child_stopped(&self, child: ActorId);
+    /// The parent actor's mailbox, to make a typed ref to it (`None` for the guardian).
+    fn as_any(self: Arc<Self>) -> Option<Arc<dyn Any + Send + Sync>>;
 }
 
 /// How a parent commands a child.
@@ -434,6 +437,10 @@ impl<A: Actor> ParentControl for Mailbox<A> {
 
     fn child_stopped(&self, child: ActorId) {
         let _ = self.system(SystemMsg::ChildStopped(child));
+    }
+
+    fn as_any(self: Arc<Self>) -> Option<Arc<dyn Any + Send + Sync>> {
+        Some(self)
     }
 }
 
@@ -494,7 +501,12 @@ impl ParentControl for Guardian {
                 Decision::Escalate => Decision::Stop,
                 other => other,
             };
-            tracing::warn!(actor = %child, %failure, ?decision, "top-level actor failed");
+            if failure.panicked {
+                // The actor logged the panic itself, with its path: once is enough.
+                tracing::debug!(actor = %child, %failure, ?decision, "top-level actor failed");
+            } else {
+                tracing::warn!(actor = %child, %failure, ?decision, "top-level actor failed");
+            }
             entry.control.supervise(decision);
         }
     }
@@ -507,5 +519,9 @@ impl ParentControl for Guardian {
         if children.remove(&child).is_some() && self.live.fetch_sub(1, Ordering::SeqCst) == 1 {
             self.all_stopped.notify_waiters();
         }
+    }
+
+    fn as_any(self: Arc<Self>) -> Option<Arc<dyn Any + Send + Sync>> {
+        None
     }
 }

@@ -1,12 +1,12 @@
 //! Rally's observer: it reads the runtime's monitoring counters and turns them into figures per
 //! period, a diagnosis in plain words, and a Prometheus endpoint. Nothing depends on it; the
-//! runtime only counts (see `rally_actor::monitor`).
+//! runtime only counts (see `rally::monitor`).
 //!
 //! # Example
 //!
 //! ```
-//! use rally_actor::{Actor, ActorSystem, Props};
-//! use rally_metrics::Recorder;
+//! use rally::{Actor, ActorSystem, Props};
+//! use rally::metrics::Recorder;
 //!
 //! struct Idle;
 //! impl Actor for Idle {}
@@ -17,7 +17,7 @@
 //! let mut recorder = Recorder::new(&system);
 //! let report = recorder.period();
 //! assert_eq!(report.actors[0].path, "/user/idle");
-//! assert_eq!(report.actors[0].diagnosis.verdict, rally_metrics::Verdict::Healthy);
+//! assert_eq!(report.actors[0].diagnosis.verdict, rally::metrics::Verdict::Healthy);
 //! system.shutdown().await.unwrap();
 //! # }
 //! ```

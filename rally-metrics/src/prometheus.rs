@@ -31,8 +31,8 @@ use crate::report::periodic;
 ///
 /// ```
 /// # #[tokio::main] async fn main() {
-/// let system = rally_actor::ActorSystem::new("doc");
-/// let text = rally_metrics::prometheus::render(&system.monitor().snapshot(), &Default::default());
+/// let system = rally::ActorSystem::new("doc");
+/// let text = rally::metrics::prometheus::render(&system.monitor().snapshot(), &Default::default());
 /// assert!(text.contains("rally_dispatcher_threads{dispatcher=\"default\"}"));
 /// # }
 /// ```
@@ -260,8 +260,8 @@ impl Drop for Endpoint {
 ///
 /// ```
 /// # #[tokio::main] async fn main() {
-/// let system = rally_actor::ActorSystem::new("doc");
-/// let endpoint = rally_metrics::prometheus::serve(
+/// let system = rally::ActorSystem::new("doc");
+/// let endpoint = rally::metrics::prometheus::serve(
 ///     &system,
 ///     "127.0.0.1:0".parse().unwrap(),
 ///     std::time::Duration::from_secs(1),

@@ -9,7 +9,7 @@
 //!
 //! ```
 //! use std::time::Duration;
-//! use rally_actor::{ActorSystem, Message};
+//! use rally::{ActorSystem, Message};
 //! use rally_test::Probe;
 //!
 //! #[derive(Debug, PartialEq)]

@@ -40,6 +40,7 @@
 //! | `rally-actor` | local runtime: actors, refs, mailboxes, supervision, watch, timers | the root |
 //! | `rally-remote` | nodes, remote refs, batching transport | [`remote`] (feature `remote`) |
 //! | `rally-wire` | the wire protocol, no I/O | used by `rally-remote` |
+//! | `rally-metrics` | period reports, the diagnosis, the `/metrics` endpoint | [`metrics`] (feature `metrics`) |
 //! | `rally-test` | probes and paused time for tests | a dev-dependency of yours |
 //!
 //! # Features
@@ -48,6 +49,13 @@
 //! |---|---|---|
 //! | `remote` | yes | [`remote`]: [`remote::RemoteNode`] and friends |
 //! | `monitoring` | yes | the counters behind [`monitor`]; off, they compile to a no-op |
+//! | `toml` | yes | [`SystemConfig::from_toml`] and `from_file` |
+//! | `metrics` | no | [`metrics`]: the period recorder, the diagnosis and the HTTP endpoint `rally top` reads |
+//!
+//! # Logs
+//!
+//! Rally logs through [`tracing`](https://docs.rs/tracing): install any subscriber, e.g.
+//! `tracing_subscriber::fmt::init();` at the start of `main`, to see them.
 
 pub use rally_actor::{
     Actor, ActorError, ActorId, ActorRef, ActorResult, ActorSystem, AskError, Backoff, Context,
@@ -55,11 +63,11 @@ pub use rally_actor::{
     Dispatcher, Envelope, ErasedReply, EventStream, ExternalTarget, Failure, Handler, LookupError,
     MailboxConfig, Message, Overflow, Props, Recipient, ReplyError, ReplySink, ReplyTo, Scope,
     SendError, ShutdownError, SpawnError, SupervisorStrategy, SystemConfig, Terminated,
-    TerminationSink, TimerId, Undelivered, WeakActorRef,
+    Termination, TerminationReason, TerminationSink, TimerId, Undelivered, WeakActorRef,
 };
 pub use rally_actor::{
     BalancingPool, ConfigError, DispatcherConfig, DispatcherError, DispatcherKind, Monitor,
-    MonitoringConfig, PoolStatus, Resizer, Router, Routing, monitor,
+    MonitoringConfig, Pool, PoolStatus, Resizer, Router, Routing, SystemConfigBuilder, monitor,
 };
 
 /// Actors on other nodes: [`RemoteNode`](remote::RemoteNode), registration of remote message
@@ -67,6 +75,15 @@ pub use rally_actor::{
 #[cfg(feature = "remote")]
 pub mod remote {
     pub use rally_remote::*;
+    /// Types that appear in [`RemoteConfig`]'s fields and in address parsing.
+    pub use rally_wire::{AddressParseError, PhiAccrualConfig};
+}
+
+/// Monitoring reports: the period [`Recorder`](metrics::Recorder), the diagnosis that names the
+/// bottleneck, and the HTTP endpoint (`/metrics`, `/report`) that `rally top` reads.
+#[cfg(feature = "metrics")]
+pub mod metrics {
+    pub use rally_metrics::*;
 }
 
 /// The names most actor code needs.

@@ -130,10 +130,10 @@ async fn shutdown_stops_everything_and_refuses_new_actors() {
 
 #[tokio::test]
 async fn shutdown_gives_up_on_a_stuck_actor_after_the_timeout() {
-    let config = SystemConfig {
-        shutdown_timeout: Duration::from_millis(100),
-        ..SystemConfig::default()
-    };
+    let config = SystemConfig::builder()
+        .shutdown_timeout(Duration::from_millis(100))
+        .build()
+        .unwrap();
     let system = ActorSystem::with_config("t", config);
     let log = log();
     let stuck = system.spawn(Recorder::new("stuck", &log)).unwrap();

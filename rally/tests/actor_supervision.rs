@@ -172,15 +172,11 @@ async fn escalate_fails_the_parent() {
 #[test]
 fn backoff_delays_restarts_in_virtual_time() {
     rally_test::paused_runtime().block_on(async {
-        let backoff = Backoff {
-            min: Duration::from_secs(1),
-            max: Duration::from_secs(8),
-            factor: 2.0,
-        };
-        let config = SystemConfig {
-            guardian_strategy: SupervisorStrategy::one_for_one().with_backoff(backoff),
-            ..SystemConfig::default()
-        };
+        let backoff = Backoff::new(Duration::from_secs(1), Duration::from_secs(8), 2.0);
+        let config = SystemConfig::builder()
+            .guardian_strategy(SupervisorStrategy::one_for_one().with_backoff(backoff))
+            .build()
+            .unwrap();
         let system = ActorSystem::with_config("t", config);
         let log = log();
         let kid = system

@@ -179,11 +179,10 @@ async fn a_resizer_grows_a_busy_pool_up_to_its_bound() {
     let f = Fixture::new();
     let mut router = Router::pool(&system, 1, Routing::RoundRobin, f.props())
         .unwrap()
-        .with_resizer(Resizer {
-            lower_bound: 1,
-            upper_bound: 3,
-            messages_per_resize: 2,
-            ..Resizer::default()
+        .with_resizer({
+            let mut resizer = Resizer::new(1, 3);
+            resizer.messages_per_resize = 2;
+            resizer
         });
     for n in 0..20 {
         router.tell(Job { n, gated: true }).unwrap();
@@ -221,12 +220,11 @@ async fn a_resizer_shrinks_an_idle_pool_without_losing_a_message() {
     let f = Fixture::new();
     let mut router = Router::pool(&system, 4, Routing::SmallestMailbox, f.props())
         .unwrap()
-        .with_resizer(Resizer {
-            lower_bound: 2,
-            upper_bound: 4,
-            backoff_threshold: 0.5,
-            messages_per_resize: 1,
-            ..Resizer::default()
+        .with_resizer({
+            let mut resizer = Resizer::new(2, 4);
+            resizer.backoff_threshold = 0.5;
+            resizer.messages_per_resize = 1;
+            resizer
         });
     // The last worker holds a gated job and three more wait behind it; the others are idle, so
     // every check finds fewer than half busy and retires one, never the one with work waiting.

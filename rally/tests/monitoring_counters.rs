@@ -128,13 +128,12 @@ async fn only_actors_that_opt_in_are_monitored_unless_all_are() {
     assert_eq!(snapshot.dispatchers[0].name.as_ref(), "default");
     system.shutdown().await.unwrap();
 
-    let config = SystemConfig {
-        monitoring: MonitoringConfig {
-            all_actors: true,
-            ..MonitoringConfig::default()
-        },
-        ..SystemConfig::default()
-    };
+    let mut monitoring = MonitoringConfig::default();
+    monitoring.all_actors = true;
+    let config = SystemConfig::builder()
+        .monitoring(monitoring)
+        .build()
+        .unwrap();
     let system = ActorSystem::with_config("all", config);
     system
         .spawn(Props::new(Gated(gate)).named("plain"))

@@ -17,7 +17,7 @@ use crate::{MailboxConfig, Overflow};
 /// # Example
 ///
 /// ```
-/// use rally_actor::SystemConfig;
+/// use rally::SystemConfig;
 ///
 /// let error = SystemConfig::from_toml("[dispatchers.io]\ntype = \"blocking\"\nmax-pool-size = 0")
 ///     .unwrap_err();
@@ -109,6 +109,7 @@ struct Monitoring {
     blocking_threshold: Option<String>,
 }
 
+#[cfg(feature = "toml")]
 pub(super) fn parse(text: &str) -> Result<SystemConfig, ConfigError> {
     let file: File = toml::from_str(text).map_err(|error| ConfigError::Syntax {
         key: error
@@ -378,7 +379,7 @@ fn key_at(text: &str, offset: usize) -> String {
     }
 }
 
-#[cfg(test)]
+#[cfg(all(test, feature = "toml"))]
 mod tests {
     use super::*;
 

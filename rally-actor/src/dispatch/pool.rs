@@ -23,7 +23,7 @@ type Task = Pin<Box<dyn Future<Output = ()> + Send>>;
 /// # Example
 ///
 /// ```
-/// use rally_actor::{Dispatcher, DispatcherKind};
+/// use rally::{Dispatcher, DispatcherKind};
 ///
 /// let d = Dispatcher::start("t", DispatcherKind::CallingThread, 1, None).unwrap();
 /// let status = d.pool_status().unwrap();

@@ -36,13 +36,12 @@ fn start(
 }
 
 fn monitored_config() -> SystemConfig {
-    SystemConfig {
-        monitoring: MonitoringConfig {
-            all_actors: true,
-            ..MonitoringConfig::default()
-        },
-        ..SystemConfig::default()
-    }
+    let mut monitoring = MonitoringConfig::default();
+    monitoring.all_actors = true;
+    SystemConfig::builder()
+        .monitoring(monitoring)
+        .build()
+        .expect("the defaults with monitoring on are valid")
 }
 
 // ---------------------------------------------------------------------------------------------

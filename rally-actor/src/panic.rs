@@ -1,0 +1,103 @@
+//! Panics in handlers are failures the supervisor handles, not crashes: while a handler runs,
+//! the process's panic hook stays quiet and only notes where the panic happened; the runtime
+//! logs the failure once, through `tracing`, with the actor's path.
+
+use std::cell::{Cell, RefCell};
+use std::future::Future;
+use std::panic::AssertUnwindSafe;
+use std::sync::Once;
+
+use futures_util::FutureExt;
+
+thread_local! {
+    /// How many handler polls this thread is inside (nested when a handler polls another
+    /// actor's future, which never happens in practice but costs nothing to allow).
+    static CATCHING: Cell<u32> = const { Cell::new(0) };
+    /// Where the last quiet panic on this thread happened.
+    static LOCATION: RefCell<Option<String>> = const { RefCell::new(None) };
+}
+
+static INSTALL: Once = Once::new();
+
+/// Installs, once per process, a panic hook that is silent for panics the runtime catches and
+/// calls the hook that was there before for every other panic.
+pub(crate) fn install_hook() {
+    INSTALL.call_once(|| {
+        let previous = std::panic::take_hook();
+        std::panic::set_hook(Box::new(move |info| {
+            if CATCHING.with(Cell::get) > 0 {
+                let location = info.location().map(ToString::to_string);
+                LOCATION.with(|slot| *slot.borrow_mut() = location);
+            } else {
+                previous(info);
+            }
+        }));
+    });
+}
+
+/// Marks this thread as inside a handler poll until dropped (also when unwinding).
+struct Catching;
+
+impl Catching {
+    fn enter() -> Self {
+        CATCHING.with(|c| c.set(c.get() + 1));
+        Self
+    }
+}
+
+impl Drop for Catching {
+    fn drop(&mut self) {
+        CATCHING.with(|c| c.set(c.get() - 1));
+    }
+}
+
+/// Polls `future`, catching a panic as its text (with the place it happened, when known)
+/// without the panic hook printing it.
+pub(crate) async fn catch<F: Future>(future: F) -> Result<F::Output, String> {
+    let mut future = std::pin::pin!(future);
+    let quiet = std::future::poll_fn(|cx| {
+        let _inside = Catching::enter();
+        future.as_mut().poll(cx)
+    });
+    match AssertUnwindSafe(quiet).catch_unwind().await {
+        Ok(value) => Ok(value),
+        Err(panic) => {
+            let text = panic_text(&*panic);
+            Err(match LOCATION.with(|slot| slot.borrow_mut().take()) {
+                Some(location) => format!("{text} (at {location})"),
+                None => text,
+            })
+        }
+    }
+}
+
+/// The text of a panic payload.
+pub(crate) fn panic_text(panic: &(dyn std::any::Any + Send)) -> String {
+    if let Some(text) = panic.downcast_ref::<&str>() {
+        (*text).to_owned()
+    } else if let Some(text) = panic.downcast_ref::<String>() {
+        text.clone()
+    } else {
+        "a panic with a non-text payload".to_owned()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn a_caught_panic_comes_back_as_its_text_and_place() {
+        install_hook();
+        let caught = catch(async { panic!("boom {}", 7) }).await;
+        let text = caught.expect_err("the future panicked");
+        assert!(text.starts_with("boom 7 (at "), "{text}");
+        assert!(text.contains("panic.rs"), "{text}");
+    }
+
+    #[tokio::test]
+    async fn a_future_that_completes_is_untouched() {
+        assert_eq!(catch(async { 5 }).await, Ok(5));
+        assert_eq!(CATCHING.with(Cell::get), 0);
+    }
+}

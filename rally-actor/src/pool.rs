@@ -1,0 +1,159 @@
+//! A router that is an ordinary actor: [`Pool`] spawns its routees as its own children and
+//! forwards each message to one of them with the sender's reply destination, so an `ask`
+//! through the pool gets the routee's answer.
+//!
+//! Because it is an actor, a pool is made like any other: under the system, or as the child
+//! of a supervisor (and restarted with it: a restart stops the routees and `started` spawns
+//! fresh ones). Its handle is an ordinary `ActorRef<Pool<A>>`: cloned freely and used from
+//! many tasks at once, watched, looked up by name.
+
+use crate::{
+    Actor, ActorRef, ActorResult, Context, DeliveryError, Envelope, Handler, Message, Props,
+    ReplyError, Routing, Undelivered,
+};
+
+/// A pool of `size` routees of type `A`, as an actor. Every message `A` handles, the pool
+/// handles by forwarding.
+///
+/// Routing: [`Routing::RoundRobin`], [`Routing::Random`] or [`Routing::SmallestMailbox`];
+/// keyed routing needs a key per message, which [`Router`](crate::Router) offers.
+///
+/// # Example
+///
+/// ```
+/// use std::time::Duration;
+/// use rally::{Actor, ActorResult, ActorSystem, Context, Handler, Message, Pool, Props, Routing};
+///
+/// struct Square;
+/// impl Actor for Square {}
+/// struct N(u64);
+/// impl Message for N { type Reply = u64; }
+/// impl Handler<N> for Square {
+///     async fn handle(&mut self, n: N, _: &mut Context<Self>) -> ActorResult<u64> { Ok(n.0 * n.0) }
+/// }
+///
+/// # #[tokio::main] async fn main() {
+/// let system = ActorSystem::new("doc");
+/// let pool = system
+///     .spawn(Props::new(Pool::new(3, Routing::RoundRobin, || Props::new(Square))).named("squares"))
+///     .unwrap();
+/// // An ordinary ActorRef: clone it into as many tasks as you like.
+/// let tasks: Vec<_> = (1..=4u64)
+///     .map(|i| {
+///         let pool = pool.clone();
+///         tokio::spawn(async move { pool.ask(N(i), Duration::from_secs(1)).await })
+///     })
+///     .collect();
+/// for (i, task) in (1..=4u64).zip(tasks) {
+///     assert_eq!(task.await.unwrap(), Ok(i * i));
+/// }
+/// system.shutdown().await.unwrap();
+/// # }
+/// ```
+pub struct Pool<A: Actor> {
+    size: usize,
+    routing: Routing,
+    props: Box<dyn FnMut() -> Props<A> + Send>,
+    routees: Vec<ActorRef<A>>,
+    next: usize,
+}
+
+impl<A: Actor> std::fmt::Debug for Pool<A> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Pool")
+            .field("size", &self.size)
+            .field("routing", &self.routing)
+            .field("routees", &self.routees.len())
+            .finish_non_exhaustive()
+    }
+}
+
+impl<A: Actor> Pool<A> {
+    /// A pool of `size` routees (at least 1) made from `props`, spawned when the pool starts.
+    /// [`Routing::ConsistentHashing`] routes as round-robin here.
+    pub fn new(
+        size: usize,
+        routing: Routing,
+        props: impl FnMut() -> Props<A> + Send + 'static,
+    ) -> Self {
+        Self {
+            size: size.max(1),
+            routing,
+            props: Box::new(props),
+            routees: Vec::new(),
+            next: 0,
+        }
+    }
+
+    /// The index of the routee for the next message.
+    fn pick(&mut self) -> usize {
+        let n = self.routees.len();
+        match self.routing {
+            Routing::Random => random_below(n),
+            Routing::SmallestMailbox => (0..n)
+                .min_by_key(|&i| self.routees[i].mailbox_len().unwrap_or(usize::MAX))
+                .unwrap_or(0),
+            _ => {
+                self.next = self.next.wrapping_add(1);
+                self.next % n
+            }
+        }
+    }
+}
+
+impl<A: Actor> Actor for Pool<A> {
+    async fn started(&mut self, ctx: &mut Context<Self>) -> ActorResult<()> {
+        // After a restart the old routees were stopped with the pool's other children.
+        self.routees.clear();
+        for _ in 0..self.size {
+            let routee = ctx.spawn((self.props)())?;
+            self.routees.push(routee);
+        }
+        Ok(())
+    }
+}
+
+impl<A, M> Handler<M> for Pool<A>
+where
+    A: Handler<M>,
+    M: Message,
+{
+    async fn handle(&mut self, msg: M, ctx: &mut Context<Self>) -> ActorResult<M::Reply> {
+        let reply = ctx
+            .reply_later::<M::Reply>()
+            .expect("a handler's reply destination is there until taken");
+        let mut envelope = Envelope::new(msg, reply);
+        // A routee its supervisor stopped leaves the pool; the message goes to the next one.
+        while !self.routees.is_empty() {
+            let routee = self.pick();
+            match self.routees[routee].deliver(envelope) {
+                Ok(()) => return ctx.deferred(),
+                Err(DeliveryError {
+                    envelope: back,
+                    reason: Undelivered::Stopped,
+                }) => {
+                    self.routees.swap_remove(routee);
+                    envelope = back;
+                }
+                Err(error) => {
+                    let why = match error.reason {
+                        Undelivered::Full => ReplyError::MailboxFull,
+                        Undelivered::Refused(why) => ReplyError::Undeliverable(why),
+                        _ => ReplyError::Stopped,
+                    };
+                    drop(error.envelope.reject(why));
+                    return ctx.deferred();
+                }
+            }
+        }
+        drop(envelope.reject(ReplyError::Stopped));
+        ctx.deferred()
+    }
+}
+
+fn random_below(n: usize) -> usize {
+    use std::hash::{BuildHasher, Hasher};
+    let mut hasher = std::collections::hash_map::RandomState::new().build_hasher();
+    hasher.write_usize(n);
+    (hasher.finish() % n as u64) as usize
+}
