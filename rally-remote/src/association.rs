@@ -1,54 +1,53 @@
-//! Everything this node keeps about one peer: outbound lanes, pending requests, remote watches,
-//! the failure detector and the peer's incarnation.
+//! This node's view of one peer node: its lanes, which life of it is current, the requests
+//! waiting for its replies, and the watches of its actors. The decisions are `rally-wire`'s
+//! sans-I/O [`Liveness`] and [`RequestTable`]; this module holds them behind locks and carries
+//! out their consequences (lanes reset, asks failed, watchers told).
 
 use std::collections::HashMap;
 use std::hash::{Hash, Hasher};
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Instant;
 
 use rally_actor::{ReplyError, Terminated, TerminationSink};
 use rally_wire::{
-    FastHashMap, Incarnation, Lane, NodeAddress, PhiAccrualConfig, PhiAccrualDetector, ReplyStatus,
+    Incarnation, Lane, Liveness, NodeAddress, Observed, Outcome, PhiAccrualConfig, ReplyStatus,
+    RequestTable,
 };
 
 use crate::outbound::OutboundLane;
 use crate::registry::PendingReply;
 
-/// A request slot: reserved before the frame is queued, so a reply that races ahead of the
-/// bookkeeping is kept rather than lost.
-enum Slot {
-    Waiting(PendingReply),
-    Early(Result<Vec<u8>, ReplyError>),
+/// Locks a mutex whose holders run no user code and leave it consistent: poison is ignored.
+pub(crate) fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
+    mutex.lock().unwrap_or_else(PoisonError::into_inner)
 }
 
-/// Requests waiting for their reply, and replies that arrived before their request was
-/// registered.
-#[derive(Default)]
-struct PendingTable {
-    slots: FastHashMap<u64, Slot>,
-    early: usize,
+/// The peer's lives and whether it can be reached at all.
+struct PeerState {
+    liveness: Liveness,
+    /// Set while connecting fails for a reason retrying cannot fix (another secret, another
+    /// version, a quarantined incarnation): sends fail at once with it instead of timing out.
+    refused: Option<String>,
 }
-
-/// Early replies kept at most: legitimately a handful at a time; the bound stops a peer that
-/// answers requests never made from growing the table.
-const MAX_EARLY_REPLIES: usize = 1024;
 
 /// This node's view of one peer node.
 pub(crate) struct Association {
     pub(crate) remote: NodeAddress,
     /// `[control, ordinary.., large]`.
     pub(crate) lanes: Vec<Arc<OutboundLane>>,
-    incarnation: Mutex<Option<Incarnation>>,
-    pending: Mutex<PendingTable>,
-    next_request: AtomicU64,
+    peer: Mutex<PeerState>,
+    /// Mirrors `peer.refused.is_some()`, so a send checks it without the lock.
+    refused_flag: std::sync::atomic::AtomicBool,
+    requests: Mutex<RequestTable<PendingReply>>,
     watches: Mutex<HashMap<String, Vec<Arc<dyn TerminationSink>>>>,
-    detector: Mutex<PhiAccrualDetector>,
-    detector_config: PhiAccrualConfig,
-    heard: AtomicBool,
-    down: AtomicBool,
     /// Watchers on this node registered on behalf of the peer: (watchee, watcher) -> sink id.
     pub(crate) remote_watchers: Mutex<HashMap<(String, String), rally_actor::ActorId>>,
+}
+
+/// What a generation's end left to do outside the locks.
+pub(crate) struct Ended {
+    /// Messages dropped from the lanes.
+    pub(crate) dropped: u64,
 }
 
 impl Association {
@@ -79,14 +78,13 @@ impl Association {
         Self {
             remote,
             lanes,
-            incarnation: Mutex::new(None),
-            pending: Mutex::new(PendingTable::default()),
-            next_request: AtomicU64::new(1),
+            peer: Mutex::new(PeerState {
+                liveness: Liveness::new(detector),
+                refused: None,
+            }),
+            refused_flag: std::sync::atomic::AtomicBool::new(false),
+            requests: Mutex::new(RequestTable::default()),
             watches: Mutex::new(HashMap::new()),
-            detector: Mutex::new(PhiAccrualDetector::new(detector.clone())),
-            detector_config: detector,
-            heard: AtomicBool::new(false),
-            down: AtomicBool::new(false),
             remote_watchers: Mutex::new(HashMap::new()),
         }
     }
@@ -117,106 +115,194 @@ impl Association {
         }
     }
 
-    pub(crate) fn is_down(&self) -> bool {
-        self.down.load(Ordering::Acquire)
+    /// The current generation (what a ref resolved now belongs to).
+    pub(crate) fn generation(&self) -> u64 {
+        lock(&self.peer).liveness.generation()
     }
 
-    /// A fresh request id (the frame is queued before the request is registered).
-    pub(crate) fn next_request_id(&self) -> u64 {
-        self.next_request.fetch_add(1, Ordering::Relaxed)
+    /// Why sends to this peer fail at once, if they do.
+    pub(crate) fn refused(&self) -> Option<String> {
+        lock(&self.peer).refused.clone()
     }
 
-    /// Registers where the reply to request `id` goes, once its frame is queued. A reply that
-    /// overtook this registration is delivered at once.
-    pub(crate) fn register_request(&self, id: u64, pending: PendingReply) {
-        let early = {
-            let mut table = self.lock_pending();
-            match table.slots.remove(&id) {
-                Some(Slot::Early(reply)) => {
-                    table.early -= 1;
-                    reply
-                }
-                _ if self.is_down() => Err(ReplyError::Undeliverable(format!(
-                    "node {} is unreachable",
-                    self.remote
-                ))),
-                _ => {
-                    table.slots.insert(id, Slot::Waiting(pending));
-                    return;
-                }
-            }
+    /// Like [`refused`](Self::refused), checking a flag first (the send path).
+    pub(crate) fn refused_fast(&self) -> Option<String> {
+        if self.refused_flag.load(std::sync::atomic::Ordering::Acquire) {
+            self.refused()
+        } else {
+            None
+        }
+    }
+
+    /// Connecting failed for a reason retrying cannot fix. Returns `true` the first time (the
+    /// caller logs it once); every request waiting fails with the reason.
+    pub(crate) fn refuse(&self, reason: String) -> bool {
+        let first = {
+            let mut peer = lock(&self.peer);
+            let first = peer.refused.is_none();
+            peer.refused = Some(reason.clone());
+            self.refused_flag
+                .store(true, std::sync::atomic::Ordering::Release);
+            first
         };
-        pending.complete(early.as_deref().map_err(Clone::clone));
+        if first {
+            self.fail_requests(&reason);
+        }
+        first
+    }
+
+    /// Whether `incarnation` is refused here (declared down earlier).
+    pub(crate) fn is_quarantined(&self, incarnation: Incarnation) -> bool {
+        lock(&self.peer).liveness.is_quarantined(incarnation)
+    }
+
+    /// Whether traffic from `incarnation` belongs to the current generation.
+    pub(crate) fn admits(&self, incarnation: Incarnation) -> bool {
+        lock(&self.peer).liveness.admits(incarnation)
+    }
+
+    /// A handshake showed the peer's incarnation. Returns what it means, and the generation
+    /// now current. A restart ends the old generation here (lanes, requests, watchers).
+    pub(crate) fn observe(
+        &self,
+        incarnation: Incarnation,
+        id_for: impl Fn(&str) -> (rally_actor::ActorId, Arc<str>),
+    ) -> (Observed, u64, Option<Ended>) {
+        let (observed, generation) = {
+            let mut peer = lock(&self.peer);
+            let observed = peer.liveness.observe(incarnation, Instant::now());
+            if observed != Observed::Quarantined {
+                peer.refused = None;
+                self.refused_flag
+                    .store(false, std::sync::atomic::Ordering::Release);
+            }
+            (observed, peer.liveness.generation())
+        };
+        let ended = match observed {
+            Observed::Restarted { generation } => {
+                Some(self.end_generation(generation, "restarted with a new incarnation", id_for))
+            }
+            _ => None,
+        };
+        (observed, generation, ended)
+    }
+
+    /// A heartbeat from `incarnation` arrived.
+    pub(crate) fn heartbeat(&self, incarnation: Incarnation, now: Instant) {
+        lock(&self.peer).liveness.heartbeat(incarnation, now);
+    }
+
+    /// Whether the detector now suspects the peer (only after it has been heard from).
+    pub(crate) fn suspect(&self, now: Instant) -> bool {
+        lock(&self.peer).liveness.suspect(now)
+    }
+
+    /// Declares the current life of the peer down (unreachable, left, broke the protocol): its
+    /// incarnation is quarantined for good, every watcher of its actors gets `Terminated`, every
+    /// waiting request fails, queued frames are dropped. `None` if there was no life to end.
+    pub(crate) fn declare_down(
+        &self,
+        reason: &str,
+        id_for: impl Fn(&str) -> (rally_actor::ActorId, Arc<str>),
+    ) -> Option<Ended> {
+        let generation = {
+            let mut peer = lock(&self.peer);
+            if !peer.liveness.declare_down() {
+                return None;
+            }
+            peer.liveness.generation()
+        };
+        tracing::warn!(peer = %self.remote, reason, "peer declared down; its incarnation is quarantined");
+        Some(self.end_generation(generation, reason, id_for))
+    }
+
+    fn end_generation(
+        &self,
+        generation: u64,
+        reason: &str,
+        id_for: impl Fn(&str) -> (rally_actor::ActorId, Arc<str>),
+    ) -> Ended {
+        // Lanes first, so what a failed request's outcome is judged by can no longer move.
+        let dropped = self
+            .lanes
+            .iter()
+            .map(|lane| lane.begin_generation(generation))
+            .sum();
+        self.fail_requests(&format!("node {} is down: {reason}", self.remote));
+        let watches: Vec<(String, Vec<Arc<dyn TerminationSink>>)> =
+            lock(&self.watches).drain().collect();
+        for (name, watchers) in watches {
+            let (id, path) = id_for(&name);
+            for watcher in watchers {
+                watcher.notify(Terminated {
+                    id,
+                    path: path.clone(),
+                });
+            }
+        }
+        lock(&self.remote_watchers).clear();
+        Ended { dropped }
+    }
+
+    fn fail_requests(&self, reason: &str) {
+        let handed: Vec<u64> = self.lanes.iter().map(|lane| lane.handed()).collect();
+        let failed = lock(&self.requests).fail_all(|lane| handed.get(lane).copied().unwrap_or(0));
+        for (pending, outcome) in failed {
+            let error = match outcome {
+                Outcome::NeverSent => ReplyError::Undeliverable(format!("{reason} (never sent)")),
+                Outcome::Unknown => ReplyError::OutcomeUnknown(format!(
+                    "{reason} (the request had left; it may have been handled)"
+                )),
+            };
+            pending.complete(Err(error));
+        }
+    }
+
+    /// A fresh request id.
+    pub(crate) fn next_request_id(&self) -> u64 {
+        lock(&self.requests).next_id()
+    }
+
+    /// Registers where the reply to request `id` goes, once its frame is queued on `lane` as
+    /// message `sequence`. A reply that overtook this registration is delivered at once.
+    pub(crate) fn register_request(
+        &self,
+        id: u64,
+        pending: PendingReply,
+        lane: usize,
+        sequence: u64,
+    ) {
+        let early = lock(&self.requests).register(id, pending, lane, sequence);
+        if let Some((pending, status, payload)) = early {
+            pending.complete(reply_result(status, &payload));
+        }
     }
 
     /// A reply frame arrived.
     pub(crate) fn complete(&self, id: u64, status: ReplyStatus, payload: &[u8]) {
-        let result = match status {
-            ReplyStatus::Ok => Ok(payload),
-            ReplyStatus::RecipientGone => Err(ReplyError::Stopped),
-            ReplyStatus::HandlerFailed => {
-                Err(ReplyError::Failed("the remote handler failed".to_owned()))
-            }
-            other => Err(ReplyError::Undeliverable(format!(
-                "the remote node answered {other:?}"
-            ))),
-        };
-        let waiting = {
-            let mut table = self.lock_pending();
-            match table.slots.remove(&id) {
-                Some(Slot::Waiting(pending)) => Some(pending),
-                Some(early @ Slot::Early(_)) => {
-                    // A second reply for one request: keep the first.
-                    table.slots.insert(id, early);
-                    None
-                }
-                None if table.early < MAX_EARLY_REPLIES => {
-                    // The reply overtook the registration of its request (the frame left
-                    // before the caller got the lock back): keep it for `register_request`.
-                    table.early += 1;
-                    table
-                        .slots
-                        .insert(id, Slot::Early(result.map(<[u8]>::to_vec)));
-                    return;
-                }
-                None => None,
-            }
-        };
+        let waiting = lock(&self.requests).complete(id, status, payload);
         match waiting {
-            Some(pending) => pending.complete(result),
-            None => tracing::debug!(request = id, "a reply for an unknown or abandoned request"),
+            Some(pending) => pending.complete(reply_result(status, payload)),
+            None => tracing::trace!(request = id, "a reply for an unknown or abandoned request"),
         }
     }
 
-    fn lock_pending(&self) -> std::sync::MutexGuard<'_, PendingTable> {
-        self.pending
-            .lock()
-            .expect("pending lock is never poisoned: no user code runs under it")
+    /// Frees the slots of asks that gave up. Returns how many.
+    pub(crate) fn sweep_requests(&self) -> usize {
+        lock(&self.requests).sweep(usize::MAX)
     }
 
-    /// Registers a local watcher of the remote actor `name`; `false` if the node is down (the
-    /// caller then notifies at once).
-    pub(crate) fn add_watch(&self, name: &str, watcher: Arc<dyn TerminationSink>) -> bool {
-        if self.is_down() {
-            return false;
-        }
-        let mut watches = self
-            .watches
-            .lock()
-            .expect("watch lock is never poisoned: no user code runs under it");
+    /// Registers a local watcher of the remote actor `name`.
+    pub(crate) fn add_watch(&self, name: &str, watcher: Arc<dyn TerminationSink>) {
+        let mut watches = lock(&self.watches);
         let list = watches.entry(name.to_owned()).or_default();
         if !list.iter().any(|w| w.watcher() == watcher.watcher()) {
             list.push(watcher);
         }
-        true
     }
 
     pub(crate) fn remove_watch(&self, name: &str, watcher: rally_actor::ActorId) {
-        let mut watches = self
-            .watches
-            .lock()
-            .expect("watch lock is never poisoned: no user code runs under it");
-        if let Some(list) = watches.get_mut(name) {
+        if let Some(list) = lock(&self.watches).get_mut(name) {
             list.retain(|w| w.watcher() != watcher);
         }
     }
@@ -227,11 +313,7 @@ impl Association {
         name: &str,
         id_for: impl Fn(&str) -> (rally_actor::ActorId, Arc<str>),
     ) {
-        let watchers = self
-            .watches
-            .lock()
-            .expect("watch lock is never poisoned: no user code runs under it")
-            .remove(name);
+        let watchers = lock(&self.watches).remove(name);
         if let Some(watchers) = watchers {
             let (id, path) = id_for(name);
             for watcher in watchers {
@@ -243,96 +325,24 @@ impl Association {
         }
     }
 
-    /// A heartbeat arrived from the peer.
-    pub(crate) fn heartbeat(&self, now: Instant) {
-        self.detector
-            .lock()
-            .expect("detector lock is never poisoned")
-            .heartbeat(now);
-        self.heard.store(true, Ordering::Release);
-        self.down.store(false, Ordering::Release);
-    }
-
-    /// Whether the detector now suspects the peer (only after it has been heard from).
-    pub(crate) fn suspect(&self, now: Instant) -> bool {
-        self.heard.load(Ordering::Acquire)
-            && !self.is_down()
-            && !self
-                .detector
-                .lock()
-                .expect("detector lock is never poisoned")
-                .is_available(now)
-    }
-
-    /// Declares the peer down (unreachable, restarted, or left): every watcher of its actors
-    /// gets `Terminated`, every pending request fails. Returns `false` if it already was.
-    pub(crate) fn declare_down(
-        &self,
-        reason: &str,
-        id_for: impl Fn(&str) -> (rally_actor::ActorId, Arc<str>),
-    ) -> bool {
-        if self.down.swap(true, Ordering::AcqRel) {
-            return false;
-        }
-        tracing::warn!(peer = %self.remote, reason, "peer declared down");
-        self.heard.store(false, Ordering::Release);
-        *self
-            .detector
-            .lock()
-            .expect("detector lock is never poisoned") =
-            PhiAccrualDetector::new(self.detector_config.clone());
-        let watches: Vec<(String, Vec<Arc<dyn TerminationSink>>)> = self
-            .watches
-            .lock()
-            .expect("watch lock is never poisoned: no user code runs under it")
-            .drain()
-            .collect();
-        for (name, watchers) in watches {
-            let (id, path) = id_for(&name);
-            for watcher in watchers {
-                watcher.notify(Terminated {
-                    id,
-                    path: path.clone(),
-                });
-            }
-        }
-        let slots: Vec<Slot> = {
-            let mut table = self.lock_pending();
-            table.early = 0;
-            table.slots.drain().map(|(_, slot)| slot).collect()
-        };
-        for slot in slots {
-            if let Slot::Waiting(pending) = slot {
-                pending.complete(Err(ReplyError::Undeliverable(format!(
-                    "node {} is down: {reason}",
-                    self.remote
-                ))));
-            }
-        }
-        true
-    }
-
-    /// Records the peer's incarnation; a different one than before means it restarted.
-    /// Returns `true` when it is a restart.
-    pub(crate) fn observe_incarnation(&self, incarnation: Incarnation) -> bool {
-        let mut known = self
-            .incarnation
-            .lock()
-            .expect("incarnation lock is never poisoned");
-        let restarted = known.is_some_and(|old| old != incarnation);
-        *known = Some(incarnation);
-        restarted
-    }
-
-    /// The peer came back (new incarnation after a restart, or heard again).
-    pub(crate) fn revive(&self) {
-        self.down.store(false, Ordering::Release);
-    }
-
-    /// Number of requests waiting for replies.
+    /// Requests waiting for replies (after freeing those whose asker gave up).
     pub(crate) fn pending_requests(&self) -> usize {
-        let table = self.lock_pending();
-        table.slots.len() - table.early
+        let mut requests = lock(&self.requests);
+        requests.sweep(usize::MAX);
+        requests.waiting()
+    }
+}
+
+fn reply_result(status: ReplyStatus, payload: &[u8]) -> Result<&[u8], ReplyError> {
+    match status {
+        ReplyStatus::Ok => Ok(payload),
+        ReplyStatus::RecipientGone => Err(ReplyError::Stopped),
+        ReplyStatus::HandlerFailed => {
+            Err(ReplyError::Failed("the remote handler failed".to_owned()))
+        }
+        other => Err(ReplyError::Undeliverable(format!(
+            "the remote node answered {other:?}"
+        ))),
     }
 }
 
@@ -379,12 +389,23 @@ mod tests {
         Association::new(remote, 1, 1 << 20, 1 << 20, PhiAccrualConfig::default())
     }
 
+    /// Any id and the name as path: these tests have no watchers to tell.
+    fn no_id(name: &str) -> (rally_actor::ActorId, Arc<str>) {
+        thread_local! {
+            static ID: rally_actor::ActorId = tokio::runtime::Builder::new_current_thread()
+                .build()
+                .unwrap()
+                .block_on(async { rally_actor::ActorSystem::new("t").next_id() });
+        }
+        (ID.with(|id| *id), name.into())
+    }
+
     #[test]
     fn replies_reach_their_request_in_either_order() {
         let assoc = association();
         let (first, first_rx) = pending();
         let a = assoc.next_request_id();
-        assoc.register_request(a, first);
+        assoc.register_request(a, first, 1, 1);
         assoc.complete(a, ReplyStatus::Ok, &[7]);
         assert_eq!(first_rx.try_recv().unwrap(), Ok(7));
 
@@ -392,44 +413,42 @@ mod tests {
         let b = assoc.next_request_id();
         assoc.complete(b, ReplyStatus::Ok, &[9]); // overtakes the registration
         assert!(second_rx.try_recv().is_err());
-        assoc.register_request(b, second);
+        assoc.register_request(b, second, 1, 2);
         assert_eq!(second_rx.try_recv().unwrap(), Ok(9));
         assert_eq!(assoc.pending_requests(), 0);
     }
 
     #[test]
-    fn replies_to_requests_never_made_are_bounded() {
+    fn going_down_fails_waiting_requests_as_never_sent_or_unknown() {
         let assoc = association();
-        for id in 1_000..1_000 + 2 * MAX_EARLY_REPLIES as u64 {
-            assoc.complete(id, ReplyStatus::Ok, &[1]);
-        }
-        assert_eq!(assoc.lock_pending().slots.len(), MAX_EARLY_REPLIES);
-    }
-
-    #[test]
-    fn going_down_fails_waiting_and_later_requests() {
-        let assoc = association();
+        assert_eq!(assoc.observe(Incarnation(1), no_id).0, Observed::First);
         let (waiting, waiting_rx) = pending();
         let id = assoc.next_request_id();
-        assoc.register_request(id, waiting);
-        assert!(assoc.declare_down("test", |name| (rally_actor_id(), name.into())));
+        assoc.register_request(id, waiting, 1, 1);
+        assert!(assoc.declare_down("test", no_id).is_some());
+        // Sequence 1 was never handed to a transport: it never left.
         assert!(matches!(
             waiting_rx.try_recv().unwrap(),
             Err(ReplyError::Undeliverable(_))
         ));
-        let (late, late_rx) = pending();
-        assoc.register_request(assoc.next_request_id(), late);
-        assert!(matches!(
-            late_rx.try_recv().unwrap(),
-            Err(ReplyError::Undeliverable(_))
-        ));
+        assert_eq!(assoc.generation(), 2);
+        assert!(assoc.is_quarantined(Incarnation(1)));
+        assert!(assoc.declare_down("again", no_id).is_none());
     }
 
-    fn rally_actor_id() -> rally_actor::ActorId {
-        // Any id: the test has no watchers to tell.
-        tokio::runtime::Builder::new_current_thread()
-            .build()
-            .unwrap()
-            .block_on(async { rally_actor::ActorSystem::new("t").next_id() })
+    #[test]
+    fn a_permanent_refusal_fails_requests_at_once_and_is_reported_once() {
+        let assoc = association();
+        let (waiting, rx) = pending();
+        let id = assoc.next_request_id();
+        assoc.register_request(id, waiting, 1, 1);
+        assert!(assoc.refuse("secrets differ".into()));
+        assert!(!assoc.refuse("secrets differ".into()));
+        assert!(
+            matches!(rx.try_recv().unwrap(), Err(ReplyError::Undeliverable(why)) if why.contains("secrets differ"))
+        );
+        assert_eq!(assoc.refused().as_deref(), Some("secrets differ"));
+        assoc.observe(Incarnation(5), no_id);
+        assert_eq!(assoc.refused(), None);
     }
 }

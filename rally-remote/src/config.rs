@@ -20,9 +20,15 @@ pub const DEFAULT_HEARTBEAT_INTERVAL: Duration = Duration::from_secs(1);
 pub const DEFAULT_HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(5);
 /// Longest wait between reconnection attempts (the wait doubles from 100 ms up to this).
 pub const DEFAULT_MAX_RECONNECT_BACKOFF: Duration = Duration::from_secs(5);
-/// A connection with no complete frame for this long after a partial one is closed (a peer
-/// that sends half a frame then goes silent).
+/// A frame must be complete this long after its first byte arrived, or the connection is
+/// closed (a peer that sends half a frame then goes silent, or drips it a byte at a time):
+/// a 16 MiB frame then needs at least 1.6 MB/s.
 pub const DEFAULT_IDLE_PARTIAL_FRAME_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// Connections that may be in their handshake at once: a burst of peers connecting (each
+/// opens one connection per lane) fits, while memory before authentication stays bounded at
+/// this many times a few KiB of handshake buffer (plus TLS state when TLS is on).
+pub const DEFAULT_MAX_UNAUTHENTICATED_CONNECTIONS: usize = 256;
 
 /// Settings of a [`RemoteNode`](crate::RemoteNode).
 ///
@@ -33,8 +39,9 @@ pub const DEFAULT_IDLE_PARTIAL_FRAME_TIMEOUT: Duration = Duration::from_secs(10)
 ///
 /// let config = RemoteConfig::new("127.0.0.1", 0).with_secret(b"cluster secret".to_vec());
 /// assert_eq!(config.port, 0);
+/// assert!(!format!("{config:?}").contains("cluster secret"));
 /// ```
-#[derive(Debug, Clone)]
+#[derive(Clone)]
 pub struct RemoteConfig {
     /// Host to listen on and to advertise.
     pub host: String,
@@ -58,8 +65,42 @@ pub struct RemoteConfig {
     pub handshake_timeout: Duration,
     /// Longest reconnection backoff.
     pub max_reconnect_backoff: Duration,
-    /// Close a connection stuck on a partial frame for this long.
+    /// Bound on the time from a frame's first byte to its last; a connection whose frame
+    /// takes longer is closed.
     pub partial_frame_timeout: Duration,
+    /// Connections that may be in their handshake at once; more are refused at once and
+    /// counted (`RemoteStats::connections_refused`).
+    pub max_unauthenticated_connections: usize,
+}
+
+impl std::fmt::Debug for RemoteConfig {
+    /// Everything but the secret, of which only the length shows.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RemoteConfig")
+            .field("host", &self.host)
+            .field("port", &self.port)
+            .field(
+                "secret",
+                &format_args!("<{} bytes, not shown>", self.secret.len()),
+            )
+            .field("max_frame_bytes", &self.max_frame_bytes)
+            .field("outbound_lane_bytes", &self.outbound_lane_bytes)
+            .field("ordinary_lanes", &self.ordinary_lanes)
+            .field(
+                "large_message_destinations",
+                &self.large_message_destinations,
+            )
+            .field("heartbeat_interval", &self.heartbeat_interval)
+            .field("failure_detector", &self.failure_detector)
+            .field("handshake_timeout", &self.handshake_timeout)
+            .field("max_reconnect_backoff", &self.max_reconnect_backoff)
+            .field("partial_frame_timeout", &self.partial_frame_timeout)
+            .field(
+                "max_unauthenticated_connections",
+                &self.max_unauthenticated_connections,
+            )
+            .finish()
+    }
 }
 
 impl RemoteConfig {
@@ -79,6 +120,7 @@ impl RemoteConfig {
             handshake_timeout: DEFAULT_HANDSHAKE_TIMEOUT,
             max_reconnect_backoff: DEFAULT_MAX_RECONNECT_BACKOFF,
             partial_frame_timeout: DEFAULT_IDLE_PARTIAL_FRAME_TIMEOUT,
+            max_unauthenticated_connections: DEFAULT_MAX_UNAUTHENTICATED_CONNECTIONS,
         }
     }
 

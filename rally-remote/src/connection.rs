@@ -4,8 +4,8 @@ use std::time::Duration;
 
 use bytes::{Buf, BytesMut};
 use rally_wire::{
-    ClientHandshake, FrameError, FrameKind, HandshakeConfig, HandshakeError, HandshakeEvent, Lane,
-    NodeAddress, PREFACE_LEN, PeerInfo, ServerHandshake, split_frame,
+    ClientHandshake, FrameError, FrameKind, HANDSHAKE_MAX_FRAME, HandshakeConfig, HandshakeError,
+    HandshakeEvent, Lane, NodeAddress, PREFACE_LEN, PeerInfo, ServerHandshake, split_frame,
 };
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
@@ -40,19 +40,15 @@ pub(crate) async fn client(
     lane: Lane,
     deadline: Duration,
 ) -> Result<PeerInfo, ConnectError> {
-    let max = config.max_frame_len;
     let run = async {
         let mut handshake = ClientHandshake::new(config, to, lane, rand::random());
         let mut out = BytesMut::new();
         handshake.start(&mut out);
         stream.write_all(&out).await?;
         out.clear();
-        let (peer, _) = exchange(
-            stream,
-            BytesMut::with_capacity(1024),
-            max,
-            |kind, body, out| handshake.on_frame(kind, body, out),
-        )
+        let (peer, _) = exchange(stream, BytesMut::with_capacity(1024), |kind, body, out| {
+            handshake.on_frame(kind, body, out)
+        })
         .await?;
         Ok(peer)
     };
@@ -65,7 +61,6 @@ pub(crate) async fn client(
 pub(crate) async fn server(
     stream: &mut BoxStream,
     mut handshake: ServerHandshake,
-    max: u32,
     deadline: Duration,
 ) -> Result<(PeerInfo, BytesMut), ConnectError> {
     let run = async {
@@ -78,12 +73,9 @@ pub(crate) async fn server(
             out.clear();
         }
         checked?;
-        exchange(
-            stream,
-            BytesMut::with_capacity(64 * 1024),
-            max,
-            |kind, body, out| handshake.on_frame(kind, body, out),
-        )
+        exchange(stream, BytesMut::with_capacity(1024), |kind, body, out| {
+            handshake.on_frame(kind, body, out)
+        })
         .await
     };
     tokio::time::timeout(deadline, run)
@@ -92,16 +84,17 @@ pub(crate) async fn server(
 }
 
 /// Feeds frames from `stream` to a handshake step function and writes what it produces, until
-/// it reports `Done`; returns the peer and the bytes already read past the handshake.
+/// it reports `Done`; returns the peer and the bytes already read past the handshake. Frames
+/// are bounded by [`HANDSHAKE_MAX_FRAME`], whatever the data-phase maximum: before it has
+/// authenticated, a peer can make us hold a few KiB at most.
 async fn exchange(
     stream: &mut BoxStream,
     mut buf: BytesMut,
-    max: u32,
     mut step: impl FnMut(FrameKind, &[u8], &mut BytesMut) -> Result<HandshakeEvent, HandshakeError>,
 ) -> Result<(PeerInfo, BytesMut), ConnectError> {
     let mut out = BytesMut::new();
     loop {
-        while let Some((kind, body, used)) = split_frame(&buf, max)? {
+        while let Some((kind, body, used)) = split_frame(&buf, HANDSHAKE_MAX_FRAME)? {
             let event = step(kind, body, &mut out);
             buf.advance(used);
             if !out.is_empty() {

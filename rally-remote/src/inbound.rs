@@ -1,5 +1,5 @@
-//! Inbound connections: handshake, then decode frames from large reads and deliver straight
-//! into mailboxes.
+//! Inbound connections: handshake, then decode frames from large reads (with `rally-wire`'s
+//! sans-I/O [`InboundDecoder`]) and deliver straight into mailboxes.
 
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
@@ -7,20 +7,19 @@ use std::time::Instant;
 
 use bytes::{Buf, BytesMut};
 use rally_wire::{
-    FrameKind, InboundTable, PeerInfo, ReplyStatus, ServerHandshake, SystemMessage, split_frame,
+    InboundDecoder, InboundFrame, Incarnation, Observed, PeerInfo, ReplyStatus, ServerHandshake,
+    SystemMessage,
 };
 use tokio::io::AsyncReadExt;
+use tokio::sync::OwnedSemaphorePermit;
 
-use crate::association::Association;
+use crate::association::{Association, lock};
 use crate::connection;
 use crate::node::NodeInner;
 use crate::outbound::ReplyRoute;
 use crate::registry::{Exposed, InboundError};
 use crate::transport::{BoxStream, Incoming};
 
-/// Entries a peer may define per connection table: far above any real use, and a bound on the
-/// memory a peer can make us hold.
-const MAX_TABLE_ENTRIES: u32 = 65_536;
 /// Frames decoded from one read after which the reader yields its thread.
 const YIELD_AFTER_FRAMES: usize = 256;
 /// Bytes to have free before each read: reads are large so one syscall brings many frames.
@@ -31,18 +30,20 @@ const READ_CHUNK: usize = 64 * 1024;
 enum InboundFailure {
     #[error("i/o: {0}")]
     Io(#[from] std::io::Error),
-    #[error("handshake: {0}")]
-    Connect(#[from] connection::ConnectError),
-    #[error("frame: {0}")]
-    Frame(#[from] rally_wire::FrameError),
     #[error("protocol: {0}")]
-    Protocol(String),
-    #[error("no complete frame within {0:?} after a partial one")]
-    Stalled(std::time::Duration),
+    Protocol(#[from] rally_wire::InboundError),
+    #[error("the peer's incarnation was declared down here; it must restart to be admitted")]
+    NotAdmitted,
 }
 
-/// Serves one inbound connection until it closes or misbehaves.
-pub(crate) async fn serve(node: Arc<NodeInner>, incoming: Incoming, remote: String) {
+/// Serves one inbound connection until it closes or misbehaves. `permit` is a slot among the
+/// connections not yet authenticated; it is given back once the handshake is done.
+pub(crate) async fn serve(
+    node: Arc<NodeInner>,
+    incoming: Incoming,
+    remote: String,
+    permit: OwnedSemaphorePermit,
+) {
     let deadline = node.config.handshake_timeout;
     let mut stream = match tokio::time::timeout(deadline, incoming).await {
         Ok(Ok(stream)) => stream,
@@ -62,62 +63,67 @@ pub(crate) async fn serve(node: Arc<NodeInner>, incoming: Incoming, remote: Stri
         }
     };
     let mut handshake = ServerHandshake::new(node.handshake_config(), rand::random());
-    let quarantined = node.quarantine_set();
+    let weak = Arc::downgrade(&node);
     handshake.set_refused(move |peer| {
-        quarantined
-            .lock()
-            .expect("quarantine lock is never poisoned")
-            .contains(&(peer.address.clone(), peer.incarnation))
+        weak.upgrade()
+            .is_some_and(|node| node.is_quarantined(&peer.address, peer.incarnation))
     });
-    let accepted = connection::server(
-        &mut stream,
-        handshake,
-        node.config.max_frame_bytes,
-        node.config.handshake_timeout,
-    )
-    .await;
+    let accepted = connection::server(&mut stream, handshake, node.config.handshake_timeout).await;
+    drop(permit);
     let (peer, buf) = match accepted {
         Ok(accepted) => accepted,
         Err(error) => {
             node.counters
                 .handshake_failures
                 .fetch_add(1, Ordering::Relaxed);
-            tracing::warn!(%remote, %error, "inbound handshake failed; connection closed");
+            node.report_handshake_failure(&remote, &error);
             return;
         }
     };
     let association = node.association(&peer.peer.address);
-    node.observe(&association, &peer.peer);
+    let (observed, generation) = node.observe(&association, &peer.peer);
+    if observed == Observed::Quarantined {
+        tracing::debug!(%remote, peer = %peer.peer.address, "a quarantined incarnation connected; closed");
+        return;
+    }
     let mut connection = Connection {
         node: node.clone(),
         association,
+        decoder: InboundDecoder::new(
+            node.config.max_frame_bytes,
+            node.config.partial_frame_timeout,
+        ),
+        incarnation: peer.peer.incarnation,
+        generation,
+        targets: Vec::new(),
         peer: peer.clone(),
-        recipients: InboundTable::new(MAX_TABLE_ENTRIES),
-        manifests: InboundTable::new(MAX_TABLE_ENTRIES),
     };
     // The stream stays open until the failure is counted: a peer that sees the close can rely
     // on the node's figures already showing why.
     if let Err(error) = connection.run(&mut stream, buf).await {
-        match &error {
-            InboundFailure::Frame(_) | InboundFailure::Protocol(_) => {
-                node.counters
-                    .protocol_errors
-                    .fetch_add(1, Ordering::Relaxed);
-                node.quarantine(&peer.peer, &error.to_string());
-            }
-            _ => {}
+        if let InboundFailure::Protocol(_) = &error {
+            node.counters
+                .protocol_errors
+                .fetch_add(1, Ordering::Relaxed);
+            node.quarantine(&peer.peer, &error.to_string());
         }
         tracing::warn!(%remote, peer = %peer.peer.address, %error, "inbound connection closed");
     }
     drop(stream);
 }
 
+/// A recipient resolved on this connection, with the version of the exposed names it was
+/// resolved under: a later expose or unexpose makes it resolve again.
+type CachedTarget = Option<(u64, Option<Arc<dyn Exposed>>)>;
+
 struct Connection {
     node: Arc<NodeInner>,
     association: Arc<Association>,
+    decoder: InboundDecoder,
+    incarnation: Incarnation,
+    generation: u64,
+    targets: Vec<CachedTarget>,
     peer: PeerInfo,
-    recipients: InboundTable<Option<Arc<dyn Exposed>>>,
-    manifests: InboundTable<String>,
 }
 
 impl Connection {
@@ -126,15 +132,32 @@ impl Connection {
         stream: &mut BoxStream,
         mut buf: BytesMut,
     ) -> Result<(), InboundFailure> {
-        let max = self.node.config.max_frame_bytes;
-        let stall = self.node.config.partial_frame_timeout;
+        let mut now = Instant::now();
         loop {
-            let mut consumed = 0;
+            // Traffic of a life declared down is never delivered, however long the connection
+            // stayed open (a paused peer that wakes up).
+            if !self.association.admits(self.incarnation) {
+                return Err(InboundFailure::NotAdmitted);
+            }
             let mut frames = 0usize;
-            while let Some((kind, body, used)) = split_frame(&buf[consumed..], max)? {
-                self.on_frame(kind, body)?;
-                consumed += used;
+            let mut failure = None;
+            let consumed = self.decoder.decode(&buf, now, |frame| {
                 frames += 1;
+                if let Err(error) = Self::on_frame(
+                    &self.node,
+                    &self.association,
+                    &mut self.targets,
+                    self.incarnation,
+                    self.generation,
+                    &self.peer,
+                    frame,
+                    now,
+                ) {
+                    failure.get_or_insert(error);
+                }
+            })?;
+            if let Some(failure) = failure {
+                return Err(failure);
             }
             buf.advance(consumed);
             // tokio's cooperative budget counts reads, not the work done per read: after a
@@ -143,7 +166,7 @@ impl Connection {
                 tokio::task::yield_now().await;
             }
             // Room for the rest of a large frame in one step (its length was checked against
-            // the maximum by `split_frame`), else for one more large read.
+            // the maximum by the decoder), else for one more large read.
             let announced = buf.get(..4).map_or(0, |p| {
                 u32::from_le_bytes(p.try_into().expect("4 bytes")) as usize + 4
             });
@@ -151,52 +174,63 @@ impl Connection {
             if buf.capacity() - buf.len() < wanted {
                 buf.reserve(wanted.max(READ_CHUNK));
             }
-            let read = if buf.is_empty() {
-                stream.read_buf(&mut buf).await?
-            } else {
-                tokio::time::timeout(stall, stream.read_buf(&mut buf))
-                    .await
-                    .map_err(|_| InboundFailure::Stalled(stall))??
+            let read = match self.decoder.deadline() {
+                None => stream.read_buf(&mut buf).await?,
+                Some(deadline) => {
+                    match tokio::time::timeout_at(deadline.into(), stream.read_buf(&mut buf)).await
+                    {
+                        Ok(read) => read?,
+                        Err(_) => {
+                            self.decoder.check(Instant::now())?;
+                            continue;
+                        }
+                    }
+                }
             };
             if read == 0 {
                 return Ok(());
             }
+            now = Instant::now();
             let counters = &self.node.counters;
             counters.reads.fetch_add(1, Ordering::Relaxed);
             counters.bytes_in.fetch_add(read as u64, Ordering::Relaxed);
         }
     }
 
-    fn on_frame(&mut self, kind: FrameKind, body: &[u8]) -> Result<(), InboundFailure> {
-        self.node.counters.frames_in.fetch_add(1, Ordering::Relaxed);
-        let bad =
-            |e: rally_wire::DecodeError| InboundFailure::Protocol(format!("{kind:?} frame: {e}"));
-        match kind {
-            FrameKind::Message => {
-                let (header, payload) = rally_wire::decode_message(body).map_err(bad)?;
-                let target = self.recipients.resolve(header.recipient).ok_or_else(|| {
-                    InboundFailure::Protocol(format!(
-                        "recipient id {} used before it was defined",
-                        header.recipient
-                    ))
-                })?;
-                let manifest = self.manifests.resolve(header.manifest).ok_or_else(|| {
-                    InboundFailure::Protocol(format!(
-                        "manifest id {} used before it was defined",
-                        header.manifest
-                    ))
-                })?;
-                let route = (header.request_id != 0).then(|| ReplyRoute {
-                    lane: self.association.reply_lane(self.peer.lane).clone(),
-                    request_id: header.request_id,
+    #[allow(clippy::too_many_arguments)]
+    fn on_frame(
+        node: &Arc<NodeInner>,
+        association: &Arc<Association>,
+        targets: &mut Vec<CachedTarget>,
+        incarnation: Incarnation,
+        generation: u64,
+        peer: &PeerInfo,
+        frame: InboundFrame<'_>,
+        now: Instant,
+    ) -> Result<(), InboundFailure> {
+        let counters = &node.counters;
+        counters.frames_in.fetch_add(1, Ordering::Relaxed);
+        match frame {
+            InboundFrame::Message {
+                recipient_id,
+                recipient,
+                manifest,
+                request_id,
+                payload,
+            } => {
+                let route = (request_id != 0).then(|| ReplyRoute {
+                    lane: association.reply_lane(peer.lane).clone(),
+                    generation,
+                    request_id,
                 });
-                let counters = &self.node.counters;
-                let Some(target) = target else {
+                let Some(target) = resolve(node, targets, recipient_id, recipient) else {
                     counters.unknown_recipient.fetch_add(1, Ordering::Relaxed);
                     if let Some(route) = route {
-                        let _ = route
-                            .lane
-                            .push_reply::<()>(route.request_id, Err(ReplyStatus::UnknownRecipient));
+                        let _ = route.lane.push_reply::<()>(
+                            generation,
+                            route.request_id,
+                            Err(ReplyStatus::UnknownRecipient),
+                        );
                     }
                     return Ok(());
                 };
@@ -217,89 +251,89 @@ impl Connection {
                             ReplyStatus::RecipientGone
                         }
                     };
-                    tracing::debug!(peer = %self.peer.peer.address, %error, "inbound message dropped");
-                    if header.request_id != 0 {
-                        let lane = self.association.reply_lane(self.peer.lane);
-                        let _ = lane.push_reply::<()>(header.request_id, Err(status));
+                    tracing::debug!(peer = %peer.peer.address, %error, "inbound message dropped");
+                    if request_id != 0 {
+                        let lane = association.reply_lane(peer.lane);
+                        let _ = lane.push_reply::<()>(generation, request_id, Err(status));
                     }
                 }
             }
-            FrameKind::Reply => {
-                let (header, payload) = rally_wire::decode_reply(body).map_err(bad)?;
-                self.association
-                    .complete(header.request_id, header.status, payload);
-            }
-            FrameKind::DefineRecipient => {
-                let (id, name) = rally_wire::decode_define_recipient(body).map_err(bad)?;
-                let target = self.node.exposed(name);
-                self.recipients
-                    .define(id, target)
-                    .map_err(|e| InboundFailure::Protocol(e.to_string()))?;
-            }
-            FrameKind::DefineManifest => {
-                let (id, manifest) = rally_wire::decode_define_manifest(body).map_err(bad)?;
-                self.manifests
-                    .define(id, manifest.to_owned())
-                    .map_err(|e| InboundFailure::Protocol(e.to_string()))?;
-            }
-            FrameKind::Heartbeat => {
-                rally_wire::decode_heartbeat(body).map_err(bad)?;
-                self.association.heartbeat(Instant::now());
-            }
-            FrameKind::System => self.on_system(rally_wire::decode_system(body).map_err(bad)?),
-            FrameKind::Leave => self.node.declare_down(&self.association, "the peer left"),
-            other => {
-                return Err(InboundFailure::Protocol(format!(
-                    "{other:?} frame after the handshake"
-                )));
-            }
+            InboundFrame::Reply {
+                request_id,
+                status,
+                payload,
+            } => association.complete(request_id, status, payload),
+            InboundFrame::Heartbeat(_) => association.heartbeat(incarnation, now),
+            InboundFrame::System(msg) => on_system(node, association, generation, peer, msg),
+            InboundFrame::Leave => node.declare_down(association, "the peer left"),
         }
         Ok(())
     }
+}
 
-    fn on_system(&mut self, msg: SystemMessage) {
-        let control = self.association.control().clone();
-        match msg {
-            SystemMessage::Watch { watchee, watcher } => {
-                let Some(target) = self.node.exposed(&watchee) else {
-                    let _ = control.push_system(&SystemMessage::Terminated { actor: watchee });
-                    return;
-                };
-                let id = self.node.system.next_id();
-                self.association
-                    .remote_watchers
-                    .lock()
-                    .expect("watcher lock is never poisoned")
-                    .insert((watchee.clone(), watcher), id);
-                target.watch(Arc::new(RemoteWatcher {
-                    id,
-                    watchee,
-                    lane: control,
-                }));
+/// The exposed actor behind `recipient_id` on this connection, resolving `name` again whenever
+/// the node's exposed names changed since the last time (a name exposed late is found, a name
+/// reused reaches its new actor).
+fn resolve(
+    node: &NodeInner,
+    targets: &mut Vec<CachedTarget>,
+    recipient_id: u32,
+    name: &str,
+) -> Option<Arc<dyn Exposed>> {
+    let index = recipient_id as usize;
+    if targets.len() <= index {
+        targets.resize_with(index + 1, || None);
+    }
+    let version = node.exposed_version();
+    match &targets[index] {
+        Some((cached, target)) if *cached == version => target.clone(),
+        _ => {
+            let target = node.exposed(name);
+            targets[index] = Some((version, target.clone()));
+            target
+        }
+    }
+}
+
+fn on_system(
+    node: &Arc<NodeInner>,
+    association: &Arc<Association>,
+    generation: u64,
+    peer: &PeerInfo,
+    msg: SystemMessage,
+) {
+    let control = association.control().clone();
+    match msg {
+        SystemMessage::Watch { watchee, watcher } => {
+            let Some(target) = node.exposed(&watchee) else {
+                let _ =
+                    control.push_system(generation, &SystemMessage::Terminated { actor: watchee });
+                return;
+            };
+            let id = node.system.next_id();
+            lock(&association.remote_watchers).insert((watchee.clone(), watcher), id);
+            target.watch(Arc::new(RemoteWatcher {
+                id,
+                watchee,
+                generation,
+                lane: control,
+            }));
+        }
+        SystemMessage::Unwatch { watchee, watcher } => {
+            let removed = lock(&association.remote_watchers).remove(&(watchee.clone(), watcher));
+            if let (Some(id), Some(target)) = (removed, node.exposed(&watchee)) {
+                target.unwatch(id);
             }
-            SystemMessage::Unwatch { watchee, watcher } => {
-                let removed = self
-                    .association
-                    .remote_watchers
-                    .lock()
-                    .expect("watcher lock is never poisoned")
-                    .remove(&(watchee.clone(), watcher));
-                if let (Some(id), Some(target)) = (removed, self.node.exposed(&watchee)) {
-                    target.unwatch(id);
-                }
+        }
+        SystemMessage::Stop { actor } => match node.exposed(&actor) {
+            Some(target) => target.stop(),
+            None => {
+                tracing::debug!(peer = %peer.peer.address, %actor, "stop for an unknown actor")
             }
-            SystemMessage::Stop { actor } => match self.node.exposed(&actor) {
-                Some(target) => target.stop(),
-                None => {
-                    tracing::debug!(peer = %self.peer.peer.address, %actor, "stop for an unknown actor")
-                }
-            },
-            SystemMessage::Terminated { actor } => {
-                let node = &self.node;
-                let remote = self.association.remote.clone();
-                self.association
-                    .terminated(&actor, |name| node.remote_identity(&remote, name));
-            }
+        },
+        SystemMessage::Terminated { actor } => {
+            let remote = association.remote.clone();
+            association.terminated(&actor, |name| node.remote_identity(&remote, name));
         }
     }
 }
@@ -308,6 +342,7 @@ impl Connection {
 struct RemoteWatcher {
     id: rally_actor::ActorId,
     watchee: String,
+    generation: u64,
     lane: Arc<crate::outbound::OutboundLane>,
 }
 
@@ -317,8 +352,11 @@ impl rally_actor::TerminationSink for RemoteWatcher {
     }
 
     fn notify(&self, _terminated: rally_actor::Terminated) {
-        let _ = self.lane.push_system(&SystemMessage::Terminated {
-            actor: self.watchee.clone(),
-        });
+        let _ = self.lane.push_system(
+            self.generation,
+            &SystemMessage::Terminated {
+                actor: self.watchee.clone(),
+            },
+        );
     }
 }

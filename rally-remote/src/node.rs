@@ -7,10 +7,10 @@ use std::sync::{Arc, Mutex, RwLock, Weak};
 use std::time::{Duration, Instant};
 
 use rally_actor::{ActorId, ActorRef, ActorSystem, DeadLetterReason};
-use rally_wire::{HandshakeConfig, Incarnation, NodeAddress, UniqueAddress};
-use tokio::sync::watch;
+use rally_wire::{HandshakeConfig, Incarnation, NodeAddress, Observed, UniqueAddress};
+use tokio::sync::{Semaphore, watch};
 
-use crate::association::Association;
+use crate::association::{Association, Ended, lock};
 use crate::connection;
 use crate::deploy::{KindFactory, Kinds, RemoteSpawnError, SPAWNER, SpawnRequest, Spawner};
 use crate::inbound;
@@ -35,6 +35,14 @@ pub enum StartError {
     /// The actor system refused the node's own actors (it is shutting down).
     #[error("the actor system refused the node's actors: {0}")]
     System(rally_actor::SpawnError),
+    /// A setting is out of range.
+    #[error("invalid remoting setting {key}: {reason}")]
+    Config {
+        /// The setting.
+        key: &'static str,
+        /// What is wrong with it.
+        reason: String,
+    },
 }
 
 /// Why an actor could not be exposed.
@@ -96,7 +104,12 @@ pub(crate) struct NodeInner {
     transport: Arc<dyn Transport>,
     exposed: RwLock<HashMap<String, ExposedEntry>>,
     associations: Mutex<HashMap<NodeAddress, Arc<Association>>>,
-    quarantined: Arc<Mutex<HashSet<(NodeAddress, Incarnation)>>>,
+    /// Bumped on every expose and unexpose: connections re-resolve their cached recipients.
+    exposed_version: AtomicU64,
+    /// Slots for connections that have not authenticated yet.
+    unauthenticated: Arc<Semaphore>,
+    /// Peers whose handshake failures were already logged as warnings (once per peer).
+    reported: Mutex<HashSet<String>>,
     tables: Mutex<HashMap<TypeId, Arc<dyn Any + Send + Sync>>>,
     remote_ids: Mutex<HashMap<String, ActorId>>,
     kinds: Kinds,
@@ -107,6 +120,27 @@ pub(crate) struct NodeInner {
 struct ExposedEntry {
     exposed: Arc<dyn Exposed>,
     actor: Box<dyn Any + Send + Sync>,
+    id: ActorId,
+}
+
+/// Unexposes an actor's name when the actor stops.
+struct Unexposer {
+    id: ActorId,
+    name: String,
+    actor: ActorId,
+    node: Weak<NodeInner>,
+}
+
+impl rally_actor::TerminationSink for Unexposer {
+    fn watcher(&self) -> ActorId {
+        self.id
+    }
+
+    fn notify(&self, _terminated: rally_actor::Terminated) {
+        if let Some(node) = self.node.upgrade() {
+            node.unexpose(&self.name, Some(self.actor));
+        }
+    }
 }
 
 /// Counters behind [`RemoteStats`].
@@ -118,6 +152,7 @@ pub(crate) struct Counters {
     pub(crate) undelivered: AtomicU64,
     pub(crate) protocol_errors: AtomicU64,
     pub(crate) handshake_failures: AtomicU64,
+    pub(crate) connections_refused: AtomicU64,
     pub(crate) frames_in: AtomicU64,
     pub(crate) bytes_in: AtomicU64,
     pub(crate) reads: AtomicU64,
@@ -144,6 +179,22 @@ impl RemoteNode {
         config: RemoteConfig,
         transport: Arc<dyn Transport>,
     ) -> Result<Self, StartError> {
+        if !(1..=rally_wire::MAX_ORDINARY_LANES).contains(&config.ordinary_lanes) {
+            return Err(StartError::Config {
+                key: "ordinary_lanes",
+                reason: format!(
+                    "{} is not in 1..={}",
+                    config.ordinary_lanes,
+                    rally_wire::MAX_ORDINARY_LANES
+                ),
+            });
+        }
+        if config.max_unauthenticated_connections == 0 {
+            return Err(StartError::Config {
+                key: "max_unauthenticated_connections",
+                reason: "0 would refuse every peer".to_owned(),
+            });
+        }
         let mut listener = transport
             .bind(&config.host, config.port)
             .await
@@ -164,6 +215,7 @@ impl RemoteNode {
             incarnation: Incarnation(rand::random()),
         };
         let (alive, shutdown) = watch::channel(false);
+        let unauthenticated = Arc::new(Semaphore::new(config.max_unauthenticated_connections));
         let inner = Arc::new(NodeInner {
             system: system.clone(),
             config,
@@ -171,7 +223,9 @@ impl RemoteNode {
             transport,
             exposed: RwLock::new(HashMap::new()),
             associations: Mutex::new(HashMap::new()),
-            quarantined: Arc::new(Mutex::new(HashSet::new())),
+            exposed_version: AtomicU64::new(0),
+            unauthenticated,
+            reported: Mutex::new(HashSet::new()),
             tables: Mutex::new(HashMap::new()),
             remote_ids: Mutex::new(HashMap::new()),
             kinds: RwLock::new(HashMap::new()),
@@ -189,9 +243,20 @@ impl RemoteNode {
                 };
                 let Some(node) = weak.upgrade() else { return };
                 match accepted {
-                    Ok((stream, peer)) => {
-                        tokio::spawn(inbound::serve(node, stream, peer));
-                    }
+                    Ok((stream, peer)) => match node.unauthenticated.clone().try_acquire_owned() {
+                        Ok(permit) => {
+                            tokio::spawn(inbound::serve(node, stream, peer, permit));
+                        }
+                        Err(_) => {
+                            // Too many connections are still in their handshake: refuse this
+                            // one at once, so memory before authentication stays bounded.
+                            node.counters
+                                .connections_refused
+                                .fetch_add(1, Ordering::Relaxed);
+                            tracing::debug!(%peer, "too many unauthenticated connections; refused");
+                            drop(stream);
+                        }
+                    },
                     Err(error) => {
                         tracing::warn!(%error, "accept failed");
                         tokio::time::sleep(Duration::from_millis(50)).await;
@@ -235,6 +300,12 @@ impl RemoteNode {
         actor: &ActorRef<A>,
     ) -> Result<(), ExposeError> {
         self.inner.expose(name, actor)
+    }
+
+    /// Makes `name` unreachable from other nodes; returns whether it was exposed. An exposed
+    /// actor that stops is unexposed by itself, so its name can be used again.
+    pub fn unexpose(&self, name: &str) -> bool {
+        self.inner.unexpose(name, None)
     }
 
     /// Registers an actor kind that other nodes may spawn here with
@@ -312,11 +383,13 @@ impl RemoteNode {
             .any(|n| n == name);
         let lane = association.lane_for(name, large);
         let (id, path) = self.inner.remote_identity(node, name);
+        let generation = association.generation();
         ActorRef::external(Arc::new(RemoteRef {
             id,
             path,
             name: name.to_owned(),
             association,
+            generation,
             lane,
             table: self.inner.table::<A>(),
             dead_letters: self.inner.system.dead_letters().clone(),
@@ -352,23 +425,59 @@ impl RemoteNode {
 }
 
 impl NodeInner {
-    fn expose<A: RemoteActor>(&self, name: &str, actor: &ActorRef<A>) -> Result<(), ExposeError> {
+    fn expose<A: RemoteActor>(
+        self: &Arc<Self>,
+        name: &str,
+        actor: &ActorRef<A>,
+    ) -> Result<(), ExposeError> {
+        {
+            let mut exposed = self
+                .exposed
+                .write()
+                .unwrap_or_else(std::sync::PoisonError::into_inner);
+            if exposed.contains_key(name) {
+                return Err(ExposeError::NameTaken(name.to_owned()));
+            }
+            let entry = ExposedEntry {
+                exposed: Arc::new(ExposedActor {
+                    actor: actor.clone(),
+                    table: self.table::<A>(),
+                }),
+                actor: Box::new(actor.clone()),
+                id: actor.id(),
+            };
+            exposed.insert(name.to_owned(), entry);
+            self.exposed_version.fetch_add(1, Ordering::Release);
+        }
+        // The entry goes with the actor, so the name is free again once it stops.
+        actor.watch_with(Arc::new(Unexposer {
+            id: self.system.next_id(),
+            name: name.to_owned(),
+            actor: actor.id(),
+            node: Arc::downgrade(self),
+        }));
+        Ok(())
+    }
+
+    /// Removes `name` (only if it still names `actor`, when given).
+    fn unexpose(&self, name: &str, actor: Option<ActorId>) -> bool {
         let mut exposed = self
             .exposed
             .write()
-            .expect("exposed lock is never poisoned");
-        if exposed.contains_key(name) {
-            return Err(ExposeError::NameTaken(name.to_owned()));
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let matches = exposed
+            .get(name)
+            .is_some_and(|entry| actor.is_none_or(|id| entry.id == id));
+        if matches {
+            exposed.remove(name);
+            self.exposed_version.fetch_add(1, Ordering::Release);
         }
-        let entry = ExposedEntry {
-            exposed: Arc::new(ExposedActor {
-                actor: actor.clone(),
-                table: self.table::<A>(),
-            }),
-            actor: Box::new(actor.clone()),
-        };
-        exposed.insert(name.to_owned(), entry);
-        Ok(())
+        matches
+    }
+
+    /// The version of the exposed names (changes on every expose and unexpose).
+    pub(crate) fn exposed_version(&self) -> u64 {
+        self.exposed_version.load(Ordering::Acquire)
     }
 
     pub(crate) fn kind(&self, kind: &str) -> Option<KindFactory> {
@@ -444,34 +553,68 @@ impl NodeInner {
         }
     }
 
-    pub(crate) fn quarantine_set(&self) -> Arc<Mutex<HashSet<(NodeAddress, Incarnation)>>> {
-        self.quarantined.clone()
+    /// Whether `incarnation` of the node at `address` was declared down here.
+    pub(crate) fn is_quarantined(&self, address: &NodeAddress, incarnation: Incarnation) -> bool {
+        self.lock_associations()
+            .get(address)
+            .is_some_and(|association| association.is_quarantined(incarnation))
     }
 
-    /// A peer broke the protocol after authenticating: refuse this incarnation from now on.
+    /// A peer broke the protocol after authenticating: its life ends here and its incarnation
+    /// is refused from now on.
     pub(crate) fn quarantine(&self, peer: &UniqueAddress, reason: &str) {
         tracing::warn!(peer = %peer.address, incarnation = %peer.incarnation, reason, "peer quarantined");
-        self.quarantined
-            .lock()
-            .expect("quarantine lock is never poisoned")
-            .insert((peer.address.clone(), peer.incarnation));
-        if let Some(association) = self.lock_associations().get(&peer.address) {
-            self.declare_down(association, reason);
+        let association = self.lock_associations().get(&peer.address).cloned();
+        if let Some(association) = association
+            && association.admits(peer.incarnation)
+        {
+            self.declare_down(&association, reason);
         }
     }
 
-    /// Learnt the incarnation of a peer; a new one means the old process is gone.
-    pub(crate) fn observe(&self, association: &Association, peer: &UniqueAddress) {
-        if association.observe_incarnation(peer.incarnation) {
-            self.declare_down(association, "restarted with a new incarnation");
-            association.revive();
+    /// Learnt the incarnation of a peer from a handshake; a new one means the old process is
+    /// gone. Returns what it means and the generation now current.
+    pub(crate) fn observe(
+        &self,
+        association: &Association,
+        peer: &UniqueAddress,
+    ) -> (Observed, u64) {
+        let (observed, generation, ended) = association.observe(peer.incarnation, |name| {
+            self.remote_identity(&association.remote, name)
+        });
+        if let Some(ended) = ended {
+            self.record_dropped(association, ended);
         }
+        (observed, generation)
     }
 
     pub(crate) fn declare_down(&self, association: &Association, reason: &str) {
-        association.declare_down(reason, |name| {
+        let ended = association.declare_down(reason, |name| {
             self.remote_identity(&association.remote, name)
         });
+        if let Some(ended) = ended {
+            self.record_dropped(association, ended);
+        }
+    }
+
+    fn record_dropped(&self, association: &Association, ended: Ended) {
+        record_lost(
+            &self.system,
+            &association.remote,
+            ended.dropped,
+            "(queued for an incarnation that is gone)",
+        );
+    }
+
+    /// Logs a failed handshake: as a warning the first time for a peer, then quietly, so a
+    /// peer that keeps retrying does not flood the log.
+    pub(crate) fn report_handshake_failure(&self, peer: &str, error: &connection::ConnectError) {
+        let first = lock(&self.reported).insert(peer.to_owned());
+        if first {
+            tracing::warn!(%peer, %error, "handshake failed; connection closed (logged once per peer)");
+        } else {
+            tracing::debug!(%peer, %error, "handshake failed; connection closed");
+        }
     }
 
     fn stats(&self) -> RemoteStats {
@@ -484,9 +627,11 @@ impl NodeInner {
                 .sum()
         };
         let c = &self.counters;
+        let replies_sent = lane_sum(|s| &s.replies);
         RemoteStats {
             associations: associations.len(),
-            messages_sent: lane_sum(|s| &s.messages),
+            messages_sent: lane_sum(|s| &s.messages) + replies_sent,
+            replies_sent,
             writes: lane_sum(|s| &s.writes),
             bytes_written: lane_sum(|s| &s.bytes),
             outbound_dropped: lane_sum(|s| &s.dropped),
@@ -500,7 +645,20 @@ impl NodeInner {
             undelivered: c.undelivered.load(Ordering::Relaxed),
             protocol_errors: c.protocol_errors.load(Ordering::Relaxed),
             handshake_failures: c.handshake_failures.load(Ordering::Relaxed),
+            connections_refused: c.connections_refused.load(Ordering::Relaxed),
         }
+    }
+}
+
+/// Records `count` messages lost on the way to `remote` as dead letters.
+fn record_lost(system: &ActorSystem, remote: &NodeAddress, count: u64, what: &'static str) {
+    if count == 0 {
+        return;
+    }
+    let path: Arc<str> = remote.to_string().into();
+    let dead = system.dead_letters();
+    for _ in 0..count {
+        dead.record(&path, what, DeadLetterReason::Unreachable);
     }
 }
 
@@ -521,7 +679,7 @@ async fn run_lane(node: Weak<NodeInner>, association: Arc<Association>, index: u
             inner.config.max_reconnect_backoff,
         );
         let transport = inner.transport.clone();
-        let dead = inner.system.dead_letters().clone();
+        let system = inner.system.clone();
         let mut shutdown = inner.shutdown.clone();
         let node_for_observe = inner.clone();
         drop(inner);
@@ -529,38 +687,72 @@ async fn run_lane(node: Weak<NodeInner>, association: Arc<Association>, index: u
             let mut stream = transport.connect(&remote.host, remote.port).await?;
             let peer =
                 connection::client(&mut stream, config, remote.clone(), lane.lane, timeout).await?;
-            node_for_observe.observe(&association, &peer.peer);
-            drop(node_for_observe);
-            Ok::<_, connection::ConnectError>(stream)
+            Ok::<_, connection::ConnectError>((stream, peer))
         }
         .await;
         match outcome {
-            Ok(mut stream) => {
-                attempt = 0;
-                let written = tokio::select! {
-                    written = lane.write_to(&mut stream) => written,
-                    _ = shutdown.changed() => return,
+            Ok((mut stream, peer)) => {
+                let (observed, generation) = node_for_observe.observe(&association, &peer.peer);
+                let attached = match observed {
+                    Observed::Quarantined => {
+                        let reason = format!(
+                            "node {remote} incarnation {} was declared down; it must restart to be admitted",
+                            peer.peer.incarnation
+                        );
+                        if association.refuse(reason.clone()) {
+                            tracing::warn!(peer = %remote, "{reason}");
+                        }
+                        None
+                    }
+                    _ => lane.attach(generation, peer.max_frame_len),
                 };
-                match written {
-                    Ok(()) => return,
-                    Err(error) => {
-                        tracing::debug!(peer = %remote, lane = ?lane.lane, %error, "connection lost")
+                drop(node_for_observe);
+                if let Some(dropped) = attached {
+                    record_lost(&system, remote, dropped, "(larger than the peer's maximum)");
+                    attempt = 0;
+                    let written = tokio::select! {
+                        written = lane.write_to(&mut stream) => written,
+                        _ = shutdown.changed() => return,
+                    };
+                    match written {
+                        Ok(true) => return,
+                        Ok(false) => {
+                            tracing::debug!(peer = %remote, lane = ?lane.lane, "the peer's incarnation changed; reconnecting");
+                        }
+                        Err(failed) => {
+                            record_lost(&system, remote, failed.lost, "(in a write that failed)");
+                            tracing::debug!(peer = %remote, lane = ?lane.lane, error = %failed.error, "connection lost");
+                        }
                     }
                 }
             }
             Err(error) => {
-                tracing::debug!(peer = %remote, lane = ?lane.lane, %error, "connect failed")
+                if let connection::ConnectError::Handshake(handshake) = &error
+                    && handshake.is_permanent()
+                {
+                    node_for_observe
+                        .counters
+                        .handshake_failures
+                        .fetch_add(1, Ordering::Relaxed);
+                    let reason = match handshake {
+                        rally_wire::HandshakeError::Rejected(
+                            rally_wire::RejectReason::Quarantined,
+                        ) => format!(
+                            "{remote} declared this node's incarnation down (quarantined); this node must restart to be admitted there"
+                        ),
+                        other => format!("cannot connect to {remote}: {other}"),
+                    };
+                    if association.refuse(reason.clone()) {
+                        tracing::warn!(peer = %remote, "{reason} (logged once)");
+                    }
+                } else {
+                    tracing::debug!(peer = %remote, lane = ?lane.lane, %error, "connect failed");
+                }
+                drop(node_for_observe);
             }
         }
         let dropped = lane.reset_after_disconnect();
-        let path: Arc<str> = remote.to_string().into();
-        for _ in 0..dropped {
-            dead.record(
-                &path,
-                "(queued for a lost connection)",
-                DeadLetterReason::Unreachable,
-            );
-        }
+        record_lost(&system, remote, dropped, "(queued for a lost connection)");
         tokio::select! {
             () = tokio::time::sleep(backoff(attempt, max_backoff)) => {}
             _ = shutdown.changed() => return,
@@ -589,6 +781,8 @@ async fn heartbeats(node: Weak<NodeInner>, mut shutdown: watch::Receiver<bool>) 
         let now = Instant::now();
         for association in associations {
             let _ = association.control().push_heartbeat(sequence);
+            // Asks that gave up free their slots here at the latest (also on each new ask).
+            association.sweep_requests();
             if association.suspect(now) {
                 inner.declare_down(&association, "failure detector: no heartbeat");
             }

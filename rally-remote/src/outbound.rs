@@ -7,6 +7,7 @@
 //! heavy load everything that queued during one write goes out in the next, so batches grow by
 //! themselves. Steady state allocates nothing: the two buffers are reused.
 
+use std::panic::AssertUnwindSafe;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
@@ -14,8 +15,8 @@ use std::time::Duration;
 use bytes::BytesMut;
 use rally_actor::ReplyError;
 use rally_wire::{
-    FastHashMap, FrameKind, Lane, MessageHeader, OutboundTable, ReplyHeader, ReplyStatus,
-    SystemMessage, begin_frame, finish_frame,
+    EncodeError, ManifestKey, OutboundEncoder, RecipientKey, ReplyQueued, ReplyStatus,
+    SystemMessage,
 };
 use serde::Serialize;
 use tokio::io::AsyncWriteExt;
@@ -24,11 +25,11 @@ use tokio::sync::Notify;
 use crate::codec;
 use crate::transport::BoxStream;
 
-/// Initial size of each lane buffer; it grows to the largest batch and stays there.
-const INITIAL_BUFFER: usize = 64 * 1024;
 /// A buffer that grew past this (a large message went through) is replaced by a fresh one after
 /// the write, so one 10 MB message does not pin 10 MB per lane forever.
 const SHRINK_ABOVE: usize = 4 * 1024 * 1024;
+/// Initial size of the writer's spare buffer.
+const INITIAL_BUFFER: usize = 64 * 1024;
 
 /// Why a frame was not queued.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -37,261 +38,214 @@ pub enum PushError {
     /// The lane's bounded buffer is full.
     #[error("the outbound lane is full")]
     Full,
-    /// The encoded message exceeds the maximum frame size.
+    /// The encoded message exceeds the maximum frame size (this node's or, once known, the
+    /// peer's, whichever is smaller).
     #[error("the message encodes to {size} bytes, more than the maximum of {max}")]
     TooLarge {
         /// Encoded size.
         size: usize,
-        /// The configured maximum.
+        /// The maximum in force.
         max: u32,
     },
-    /// The message failed to encode.
+    /// The message failed to encode (its `Serialize` returned an error or panicked).
     #[error("the message failed to encode: {0}")]
     Encode(String),
     /// The association is closed.
     #[error("the association is closed")]
     Closed,
+    /// The peer's life the message was meant for has ended (declared down, or restarted as a
+    /// new incarnation): nothing meant for it may reach another.
+    #[error("the node's incarnation this ref was resolved against is down")]
+    PeerDown,
 }
 
-/// A recipient as the sender knows it: a process-unique number for the remote actor, and its
-/// name on the wire.
-#[derive(Debug, Clone, Copy)]
-pub(crate) struct RecipientKey<'a> {
-    pub(crate) id: u64,
-    pub(crate) name: &'a str,
+impl From<EncodeError> for PushError {
+    fn from(error: EncodeError) -> Self {
+        match error {
+            EncodeError::TooLarge { size, max } => Self::TooLarge { size, max },
+            EncodeError::Encode(why) => Self::Encode(why),
+            other => Self::Encode(other.to_string()),
+        }
+    }
 }
 
-/// Shortcuts to the compression tables' ids.
-#[derive(Debug, Default)]
-struct KnownIds {
-    recipients: FastHashMap<u64, u32>,
-    manifests: FastHashMap<usize, u32>,
+/// Runs a user's `Serialize` so that an error or a panic becomes a refusal: nothing unwinds
+/// through the lane, and no lock is poisoned.
+pub(crate) fn guarded_encode(
+    encode: impl FnOnce(&mut BytesMut) -> Result<(), postcard::Error>,
+    buf: &mut BytesMut,
+) -> Result<(), String> {
+    match std::panic::catch_unwind(AssertUnwindSafe(|| encode(buf))) {
+        Ok(Ok(())) => Ok(()),
+        Ok(Err(error)) => Err(error.to_string()),
+        Err(panic) => Err(format!(
+            "its Serialize panicked: {}",
+            rally_actor_panic_message(&panic)
+        )),
+    }
+}
+
+fn rally_actor_panic_message(panic: &Box<dyn std::any::Any + Send>) -> String {
+    if let Some(s) = panic.downcast_ref::<&str>() {
+        (*s).to_owned()
+    } else if let Some(s) = panic.downcast_ref::<String>() {
+        s.clone()
+    } else {
+        "(a non-string panic payload)".to_owned()
+    }
 }
 
 /// Counters of one lane.
 #[derive(Debug, Default)]
 pub(crate) struct LaneStats {
     pub(crate) messages: AtomicU64,
+    pub(crate) replies: AtomicU64,
     pub(crate) writes: AtomicU64,
     pub(crate) bytes: AtomicU64,
     pub(crate) dropped: AtomicU64,
 }
 
-/// One outbound lane to one peer.
+/// One outbound lane to one peer: the sans-I/O encoder behind a short lock, and the writer's
+/// wake-up.
 pub(crate) struct OutboundLane {
-    pub(crate) lane: Lane,
+    pub(crate) lane: rally_wire::Lane,
     state: Mutex<LaneState>,
     wakeup: Notify,
-    max_frame: u32,
     capacity: usize,
     pub(crate) stats: LaneStats,
 }
 
 struct LaneState {
-    buf: BytesMut,
-    recipients: OutboundTable,
-    /// Ids already resolved, by the ref's number and by the manifest's address.
-    known: KnownIds,
-    manifests: OutboundTable,
-    /// Messages in `buf` (to count them as dead letters if the connection drops them).
-    queued: u64,
-    /// Frames of any kind in `buf` (the writer's sign of company).
-    frames: u32,
-    /// The buffer's frames use tables a connection has already seen.
-    in_use: bool,
+    encoder: OutboundEncoder,
+    /// The peer's life the queued frames are for.
+    generation: u64,
+    /// The peer's life the current connection reaches (0: none).
+    attached: u64,
     closed: bool,
 }
 
+/// A write failed; `lost` messages were in the batch.
+#[derive(Debug)]
+pub(crate) struct WriteFailed {
+    pub(crate) error: std::io::Error,
+    pub(crate) lost: u64,
+}
+
 impl OutboundLane {
-    pub(crate) fn new(lane: Lane, max_frame: u32, capacity: usize) -> Self {
+    pub(crate) fn new(lane: rally_wire::Lane, max_frame: u32, capacity: usize) -> Self {
         Self {
             lane,
             state: Mutex::new(LaneState {
-                buf: BytesMut::with_capacity(INITIAL_BUFFER),
-                recipients: OutboundTable::default(),
-                known: KnownIds::default(),
-                manifests: OutboundTable::default(),
-                queued: 0,
-                frames: 0,
-                in_use: false,
+                encoder: OutboundEncoder::new(max_frame),
+                generation: 1,
+                attached: 0,
                 closed: false,
             }),
             wakeup: Notify::new(),
-            max_frame,
             capacity,
             stats: LaneStats::default(),
         }
     }
 
+    /// The lock; poison-tolerant, though no user code runs under it (user `Serialize` is
+    /// caught by [`guarded_encode`]).
     fn lock(&self) -> MutexGuard<'_, LaneState> {
         self.state
             .lock()
-            .expect("lane lock is never poisoned: encoding under it does not panic")
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
-    /// Appends frames with `write` under the lock, then wakes the writer if it may be idle.
-    fn push(
+    /// Runs `write` on the encoder under the lock, for the peer's life `generation` (`None`:
+    /// any), then wakes the writer if the buffer went from empty to not empty. The wake-up
+    /// depends on the buffer alone, never on `write`'s outcome: no error path can skip it.
+    fn push<T>(
         &self,
-        count_as_message: bool,
-        write: impl FnOnce(&mut LaneState) -> Result<(), PushError>,
-    ) -> Result<(), PushError> {
-        let was_empty = {
+        generation: Option<u64>,
+        write: impl FnOnce(&mut OutboundEncoder) -> T,
+    ) -> Result<T, PushError> {
+        let (out, wake) = {
             let mut state = self.lock();
             if state.closed {
                 return Err(PushError::Closed);
             }
-            if state.buf.len() >= self.capacity {
+            if generation.is_some_and(|g| g != state.generation) {
+                return Err(PushError::PeerDown);
+            }
+            if state.encoder.len() >= self.capacity {
                 self.stats.dropped.fetch_add(1, Ordering::Relaxed);
                 return Err(PushError::Full);
             }
-            let was_empty = state.buf.is_empty();
-            write(&mut state)?;
-            state.frames = state.frames.saturating_add(1);
-            if count_as_message {
-                state.queued += 1;
-            }
-            was_empty
+            let was_empty = state.encoder.is_empty();
+            let out = write(&mut state.encoder);
+            (out, was_empty && !state.encoder.is_empty())
         };
-        if count_as_message {
-            self.stats.messages.fetch_add(1, Ordering::Relaxed);
-        }
-        if was_empty {
+        if wake {
             self.wakeup.notify_one();
         }
-        Ok(())
+        Ok(out)
     }
 
-    /// Queues a message frame for `recipient`, encoding the payload with `encode`.
+    /// Queues a message frame for `recipient` of the peer's life `generation`, encoding the
+    /// payload with `encode`; returns its sequence number on this lane.
     pub(crate) fn push_message(
         &self,
+        generation: u64,
         recipient: RecipientKey<'_>,
         manifest: &'static str,
         request_id: u64,
         encode: impl FnOnce(&mut BytesMut) -> Result<(), postcard::Error>,
-    ) -> Result<(), PushError> {
-        let max = self.max_frame;
-        self.push(true, |state| {
-            let LaneState {
-                buf,
-                recipients,
-                manifests,
-                known,
-                ..
-            } = state;
-            // The common case resolves by the ref's number and the manifest's address, without
-            // hashing strings; the name tables decide the ids the first time.
-            let recipient_id = match known.recipients.get(&recipient.id) {
-                Some(&id) => id,
-                None => {
-                    let (id, new) = recipients.lookup_or_insert(recipient.name);
-                    if new {
-                        rally_wire::encode_define_recipient(buf, id, recipient.name);
-                    }
-                    known.recipients.insert(recipient.id, id);
-                    id
-                }
-            };
-            let manifest_key = manifest.as_ptr() as usize;
-            let manifest_id = match known.manifests.get(&manifest_key) {
-                Some(&id) => id,
-                None => {
-                    let (id, new) = manifests.lookup_or_insert(manifest);
-                    if new {
-                        rally_wire::encode_define_manifest(buf, id, manifest);
-                    }
-                    known.manifests.insert(manifest_key, id);
-                    id
-                }
-            };
-            let frame_start = buf.len();
-            let mark = begin_frame(buf, FrameKind::Message);
-            rally_wire::write_message_header(
-                buf,
-                &MessageHeader {
-                    recipient: recipient_id,
-                    manifest: manifest_id,
-                    request_id,
-                },
-            );
-            if let Err(error) = encode(buf) {
-                // Nothing partial is ever left in the buffer.
-                buf.truncate(frame_start);
-                return Err(PushError::Encode(error.to_string()));
-            }
-            finish_frame(buf, mark, max)
-                .map(drop)
-                .map_err(|e| PushError::TooLarge { size: e.size, max })
-        })
+    ) -> Result<u64, PushError> {
+        let manifest = ManifestKey {
+            id: manifest.as_ptr() as usize,
+            name: manifest,
+        };
+        let sequence = self.push(Some(generation), |encoder| {
+            encoder.push_message(recipient, manifest, request_id, |buf| {
+                guarded_encode(encode, buf)
+            })
+        })??;
+        self.stats.messages.fetch_add(1, Ordering::Relaxed);
+        Ok(sequence)
     }
 
-    /// Queues a reply frame.
+    /// Queues a reply frame for the peer's life `generation`. A reply that cannot be encoded
+    /// goes as an `EncodeFailed` status, so the asker hears; that case returns the reason.
     pub(crate) fn push_reply<R: Serialize>(
         &self,
+        generation: u64,
         request_id: u64,
         reply: Result<&R, ReplyStatus>,
+    ) -> Result<ReplyQueued, PushError> {
+        let queued = self.push(Some(generation), |encoder| match reply {
+            Ok(value) => encoder.push_reply(
+                request_id,
+                Ok(&mut |buf: &mut BytesMut| {
+                    guarded_encode(|buf| codec::encode_into(value, buf), buf)
+                }),
+            ),
+            Err(status) => encoder.push_reply(request_id, Err(status)),
+        })?;
+        self.stats.replies.fetch_add(1, Ordering::Relaxed);
+        Ok(queued)
+    }
+
+    /// Queues a system message for the peer's life `generation`.
+    pub(crate) fn push_system(
+        &self,
+        generation: u64,
+        msg: &SystemMessage,
     ) -> Result<(), PushError> {
-        let max = self.max_frame;
-        self.push(false, |state| {
-            let buf = &mut state.buf;
-            let frame_start = buf.len();
-            let mark = begin_frame(buf, FrameKind::Reply);
-            match reply {
-                Ok(value) => {
-                    rally_wire::write_reply_header(
-                        buf,
-                        &ReplyHeader {
-                            request_id,
-                            status: ReplyStatus::Ok,
-                        },
-                    );
-                    if let Err(error) = codec::encode_into(value, buf) {
-                        // Replace the half-written frame by an error reply, so the asker hears.
-                        buf.truncate(frame_start);
-                        let mark = begin_frame(buf, FrameKind::Reply);
-                        rally_wire::write_reply_header(
-                            buf,
-                            &ReplyHeader {
-                                request_id,
-                                status: ReplyStatus::EncodeFailed,
-                            },
-                        );
-                        finish_frame(buf, mark, max)
-                            .map_err(|e| PushError::TooLarge { size: e.size, max })?;
-                        return Err(PushError::Encode(error.to_string()));
-                    }
-                }
-                Err(status) => {
-                    rally_wire::write_reply_header(buf, &ReplyHeader { request_id, status })
-                }
-            }
-            finish_frame(buf, mark, max)
-                .map(drop)
-                .map_err(|e| PushError::TooLarge { size: e.size, max })
-        })
+        self.push(Some(generation), |encoder| encoder.push_system(msg))
     }
 
-    /// Queues a system message.
-    pub(crate) fn push_system(&self, msg: &SystemMessage) -> Result<(), PushError> {
-        self.push(false, |state| {
-            rally_wire::encode_system(&mut state.buf, msg);
-            Ok(())
-        })
-    }
-
-    /// Queues a heartbeat.
+    /// Queues a heartbeat (for whichever life the connection reaches).
     pub(crate) fn push_heartbeat(&self, sequence: u64) -> Result<(), PushError> {
-        self.push(false, |state| {
-            rally_wire::encode_heartbeat(&mut state.buf, sequence);
-            Ok(())
-        })
+        self.push(None, |encoder| encoder.push_heartbeat(sequence))
     }
 
     /// Queues a leave notice.
     pub(crate) fn push_leave(&self) -> Result<(), PushError> {
-        self.push(false, |state| {
-            rally_wire::encode_leave(&mut state.buf);
-            Ok(())
-        })
+        self.push(None, |encoder| encoder.push_leave())
     }
 
     /// Stops taking frames; the writer flushes what is queued, then ends.
@@ -302,51 +256,86 @@ impl OutboundLane {
 
     /// Whether every queued byte has been written (or dropped).
     pub(crate) fn is_drained(&self) -> bool {
-        self.lock().buf.is_empty()
+        self.lock().encoder.is_empty()
+    }
+
+    /// The highest message sequence handed to the transport.
+    pub(crate) fn handed(&self) -> u64 {
+        self.lock().encoder.handed()
+    }
+
+    /// The peer's life `generation` begins: everything queued for an earlier one is dropped,
+    /// and a connection to an earlier one is left (the writer sees it at its next wake-up).
+    /// Returns the messages dropped.
+    pub(crate) fn begin_generation(&self, generation: u64) -> u64 {
+        let dropped = {
+            let mut state = self.lock();
+            if state.generation >= generation {
+                return 0;
+            }
+            state.generation = generation;
+            state.encoder.discard()
+        };
+        self.stats.dropped.fetch_add(dropped, Ordering::Relaxed);
+        self.wakeup.notify_one();
+        dropped
+    }
+
+    /// A connection to the peer's life `generation` is ready, and the peer takes frames of at
+    /// most `peer_max` bytes. Returns the messages dropped for exceeding it, or `None` if the
+    /// generation is no longer current (the caller drops the connection).
+    pub(crate) fn attach(&self, generation: u64, peer_max: u32) -> Option<u64> {
+        let mut state = self.lock();
+        if state.generation != generation {
+            return None;
+        }
+        state.attached = generation;
+        let dropped = state.encoder.set_peer_max(peer_max);
+        self.stats.dropped.fetch_add(dropped, Ordering::Relaxed);
+        Some(dropped)
     }
 
     /// A connection is gone: frames already encoded for it reference its compression tables,
     /// so they are dropped (at-most-once) and the tables start again. Returns how many
     /// messages were dropped.
     pub(crate) fn reset_after_disconnect(&self) -> u64 {
-        let mut state = self.lock();
-        if !state.in_use {
-            return 0;
-        }
-        let dropped = state.queued;
-        state.buf.clear();
-        state.queued = 0;
-        state.frames = 0;
-        state.recipients = OutboundTable::default();
-        state.known = KnownIds::default();
-        state.manifests = OutboundTable::default();
-        state.in_use = false;
+        let dropped = {
+            let mut state = self.lock();
+            state.attached = 0;
+            state.encoder.reset_after_disconnect()
+        };
         self.stats.dropped.fetch_add(dropped, Ordering::Relaxed);
         dropped
     }
 
-    /// Writes everything queued to `stream` until the lane closes or the stream fails.
+    /// Writes everything queued to `stream` until the lane closes, the stream fails, or the
+    /// peer's life the connection reaches ends (then `Ok(false)`: reconnect).
     ///
     /// # Errors
     ///
-    /// The stream's I/O error.
-    pub(crate) async fn write_to(&self, stream: &mut BoxStream) -> std::io::Result<()> {
+    /// The stream's I/O error, with the number of messages in the failed batch.
+    pub(crate) async fn write_to(&self, stream: &mut BoxStream) -> Result<bool, WriteFailed> {
         let mut spare = BytesMut::with_capacity(INITIAL_BUFFER);
         // Whether the last write carried more than one frame: only then is company likely.
         let mut batching = false;
         loop {
             let wakeup = self.wakeup.notified();
-            let (closed, frames) = {
+            let (closed, batch) = {
                 let mut state = self.lock();
-                state.in_use = true;
-                std::mem::swap(&mut state.buf, &mut spare);
-                state.queued = 0;
-                (state.closed, std::mem::take(&mut state.frames))
+                if state.attached != state.generation {
+                    return Ok(false);
+                }
+                let batch = state.encoder.take(&mut spare);
+                (state.closed, batch)
+            };
+            let failed = |error| WriteFailed {
+                error,
+                lost: batch.messages,
             };
             if spare.is_empty() {
                 if closed {
-                    stream.flush().await?;
-                    return Ok(());
+                    stream.flush().await.map_err(failed)?;
+                    return Ok(true);
                 }
                 wakeup.await;
                 // While frames come in company, let the tasks that are already runnable
@@ -360,13 +349,13 @@ impl OutboundLane {
                 }
                 continue;
             }
-            batching = frames > 1;
-            stream.write_all(&spare).await?;
+            batching = batch.frames > 1;
+            stream.write_all(&spare).await.map_err(failed)?;
             // A buffered stream may accept every byte yet hold some back: TLS takes the
             // plaintext and returns before its records are on the socket when the socket would
             // block. This connection is write-only, so nothing else would push them out; flush
             // (a no-op on plain TCP) before waiting for the next batch.
-            stream.flush().await?;
+            stream.flush().await.map_err(failed)?;
             self.stats.writes.fetch_add(1, Ordering::Relaxed);
             self.stats
                 .bytes
@@ -380,9 +369,11 @@ impl OutboundLane {
     }
 }
 
-/// Where the reply to one inbound request goes: the lane back to the requesting node.
+/// Where the reply to one inbound request goes: the lane back to the requesting node, for the
+/// life of it that asked.
 pub(crate) struct ReplyRoute {
     pub(crate) lane: Arc<OutboundLane>,
+    pub(crate) generation: u64,
     pub(crate) request_id: u64,
 }
 
@@ -390,13 +381,22 @@ impl ReplyRoute {
     /// Encodes and queues the reply (or the reason there is none).
     pub(crate) fn send<R: Serialize>(self, result: Result<R, ReplyError>) {
         let outcome = match &result {
-            Ok(value) => self.lane.push_reply(self.request_id, Ok(value)),
-            Err(error) => self
+            Ok(value) => self
                 .lane
-                .push_reply::<()>(self.request_id, Err(status_of(error))),
+                .push_reply(self.generation, self.request_id, Ok(value)),
+            Err(error) => {
+                self.lane
+                    .push_reply::<()>(self.generation, self.request_id, Err(status_of(error)))
+            }
         };
-        if let Err(error) = outcome {
-            tracing::debug!(%error, request = self.request_id, "a reply could not be queued");
+        match outcome {
+            Ok(ReplyQueued::AsGiven) => {}
+            Ok(ReplyQueued::Replaced(error)) => {
+                tracing::warn!(%error, request = self.request_id, "a reply could not be encoded; the asker gets an error");
+            }
+            Err(error) => {
+                tracing::debug!(%error, request = self.request_id, "a reply could not be queued");
+            }
         }
     }
 }

@@ -248,6 +248,12 @@ pub(crate) struct PendingReply {
     pub(crate) reply: ErasedReply,
 }
 
+impl rally_wire::Waiting for PendingReply {
+    fn is_abandoned(&self) -> bool {
+        self.reply.is_abandoned()
+    }
+}
+
 impl PendingReply {
     pub(crate) fn complete(self, payload: Result<&[u8], ReplyError>) {
         let value = payload.and_then(|bytes| {

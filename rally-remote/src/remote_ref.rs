@@ -6,21 +6,33 @@ use rally_actor::{
     Actor, ActorId, DeadLetterReason, DeadLetters, DeliveryError, Envelope, ExternalTarget,
     ReplyError, Terminated, TerminationSink, Undelivered,
 };
-use rally_wire::SystemMessage;
+use rally_wire::{RecipientKey, SystemMessage};
 
 use crate::association::Association;
-use crate::outbound::{PushError, RecipientKey};
+use crate::outbound::PushError;
 use crate::registry::{MessageTable, PendingReply};
 
-/// The transport behind an `ActorRef<A>` whose actor lives on another node.
+/// The transport behind an `ActorRef<A>` whose actor lives on another node. It belongs to the
+/// peer's life (`generation`) it was resolved against: once that life ends, messages to it are
+/// dead letters and asks fail as undeliverable, whoever listens at the address next.
 pub(crate) struct RemoteRef<A: Actor> {
     pub(crate) id: ActorId,
     pub(crate) path: Arc<str>,
     pub(crate) name: String,
     pub(crate) association: Arc<Association>,
+    pub(crate) generation: u64,
     pub(crate) lane: usize,
     pub(crate) table: Arc<MessageTable<A>>,
     pub(crate) dead_letters: DeadLetters,
+}
+
+impl<A: Actor> RemoteRef<A> {
+    /// Drops the message to dead letters; an ask waiting for it hears `error`.
+    fn dead_letter(&self, envelope: Envelope<A>, reason: DeadLetterReason, error: ReplyError) {
+        self.dead_letters
+            .record(&self.path, envelope.type_name(), reason);
+        drop(envelope.reject(error));
+    }
 }
 
 impl<A: Actor> ExternalTarget<A> for RemoteRef<A> {
@@ -43,6 +55,14 @@ impl<A: Actor> ExternalTarget<A> for RemoteRef<A> {
                 reason: Undelivered::Refused(reason),
             });
         };
+        if let Some(reason) = self.association.refused_fast() {
+            self.dead_letter(
+                envelope,
+                DeadLetterReason::Unreachable,
+                ReplyError::Undeliverable(reason.clone()),
+            );
+            return Ok(());
+        }
         let wants_reply = envelope.is_reply_wanted();
         let request_id = if wants_reply {
             self.association.next_request_id()
@@ -51,6 +71,7 @@ impl<A: Actor> ExternalTarget<A> for RemoteRef<A> {
         };
         let lane = &self.association.lanes[self.lane];
         let pushed = lane.push_message(
+            self.generation,
             RecipientKey {
                 id: self.id.as_u64(),
                 name: &self.name,
@@ -60,7 +81,7 @@ impl<A: Actor> ExternalTarget<A> for RemoteRef<A> {
             |buf| (outgoing.encode)(envelope.message(), buf),
         );
         match pushed {
-            Ok(()) => {
+            Ok(sequence) => {
                 if wants_reply {
                     self.association.register_request(
                         request_id,
@@ -68,43 +89,68 @@ impl<A: Actor> ExternalTarget<A> for RemoteRef<A> {
                             decode: outgoing.decode_reply,
                             reply: envelope.into_reply(),
                         },
+                        self.lane,
+                        sequence,
                     );
                 }
                 Ok(())
             }
             Err(PushError::Full) => {
                 // The documented overflow policy: drop the newest message to dead letters.
+                self.dead_letter(
+                    envelope,
+                    DeadLetterReason::OutboundFull,
+                    ReplyError::Undeliverable("the outbound queue to the node is full".to_owned()),
+                );
+                Ok(())
+            }
+            Err(PushError::PeerDown) => {
+                let why = format!(
+                    "{} was resolved against an incarnation of {} that is down",
+                    self.path, self.association.remote
+                );
+                self.dead_letter(
+                    envelope,
+                    DeadLetterReason::Unreachable,
+                    ReplyError::Undeliverable(why),
+                );
+                Ok(())
+            }
+            Err(error) => {
+                // Refused here (too large, failed to encode, closed): the caller hears why,
+                // and the dead letters count it.
                 self.dead_letters.record(
                     &self.path,
                     envelope.type_name(),
-                    DeadLetterReason::OutboundFull,
+                    DeadLetterReason::Unreachable,
                 );
-                drop(envelope.reject(ReplyError::Undeliverable(
-                    "the outbound queue to the node is full".to_owned(),
-                )));
-                Ok(())
+                Err(DeliveryError {
+                    envelope,
+                    reason: Undelivered::Refused(error.to_string()),
+                })
             }
-            Err(error) => Err(DeliveryError {
-                envelope,
-                reason: Undelivered::Refused(error.to_string()),
-            }),
         }
     }
 
     fn watch(&self, watcher: Arc<dyn TerminationSink>) {
-        let watcher_key = watcher.watcher().as_u64().to_string();
-        if !self.association.add_watch(&self.name, watcher.clone()) {
+        if self.association.generation() != self.generation {
             watcher.notify(Terminated {
                 id: self.id,
                 path: self.path.clone(),
             });
             return;
         }
+        let watcher_key = watcher.watcher().as_u64().to_string();
+        self.association.add_watch(&self.name, watcher);
         let msg = SystemMessage::Watch {
             watchee: self.name.clone(),
             watcher: watcher_key,
         };
-        if let Err(error) = self.association.control().push_system(&msg) {
+        if let Err(error) = self
+            .association
+            .control()
+            .push_system(self.generation, &msg)
+        {
             tracing::warn!(%error, target = %self.path, "could not send a remote watch");
         }
     }
@@ -115,14 +161,21 @@ impl<A: Actor> ExternalTarget<A> for RemoteRef<A> {
             watchee: self.name.clone(),
             watcher: watcher.as_u64().to_string(),
         };
-        let _ = self.association.control().push_system(&msg);
+        let _ = self
+            .association
+            .control()
+            .push_system(self.generation, &msg);
     }
 
     fn stop(&self) {
         let msg = SystemMessage::Stop {
             actor: self.name.clone(),
         };
-        if let Err(error) = self.association.control().push_system(&msg) {
+        if let Err(error) = self
+            .association
+            .control()
+            .push_system(self.generation, &msg)
+        {
             tracing::warn!(%error, target = %self.path, "could not send a remote stop");
         }
     }

@@ -5,8 +5,10 @@
 pub struct RemoteStats {
     /// Peers this node has an association with.
     pub associations: usize,
-    /// Messages queued for sending.
+    /// Messages queued for sending, replies included.
     pub messages_sent: u64,
+    /// Of those, replies to other nodes' requests.
+    pub replies_sent: u64,
     /// Write system calls issued by the lane writers.
     pub writes: u64,
     /// Bytes written.
@@ -31,8 +33,12 @@ pub struct RemoteStats {
     pub undelivered: u64,
     /// Connections closed for breaking the protocol after authenticating.
     pub protocol_errors: u64,
-    /// Inbound connections that failed their handshake.
+    /// Handshakes that failed: inbound ones, and outbound ones refused for good (another
+    /// secret, version or address; a quarantined incarnation).
     pub handshake_failures: u64,
+    /// Inbound connections refused at once because too many others had not authenticated yet
+    /// (`RemoteConfig::max_unauthenticated_connections`).
+    pub connections_refused: u64,
 }
 
 impl RemoteStats {

@@ -140,14 +140,23 @@ async fn a_wrong_secret_fails_the_handshake_on_both_sides() {
     // The node proves itself first, so a client with the wrong secret stops at the challenge.
     let error = authenticated(&b, b"not the secret").await.unwrap_err();
     assert_eq!(error, rally_wire::HandshakeError::BadServerProof);
-    // A whole node with the wrong secret gets no answer; the ask fails with a timeout.
+    // A whole node with the wrong secret: the caller gets a typed error naming the cause, not
+    // a timeout, and both sides count the failure.
     let (_as, stranger) = client_node("stranger", config().with_secret(b"wrong".to_vec())).await;
     let target = stranger.lookup::<Target>(b.address(), "target");
+    match target.ask(Echo(1), T).await {
+        Err(rally_actor::AskError::Undeliverable(why)) => {
+            assert!(why.contains("different secret"), "{why}")
+        }
+        other => panic!("expected a typed refusal, got {other:?}"),
+    }
+    assert!(stranger.stats().handshake_failures >= 1);
+    assert!(b.stats().handshake_failures >= 2);
+    // Later sends fail at once with the same reason.
     assert!(matches!(
-        target.ask(Echo(1), Duration::from_millis(500)).await,
-        Err(rally_actor::AskError::Timeout(_))
+        target.ask(Echo(2), T).await,
+        Err(rally_actor::AskError::Undeliverable(_))
     ));
-    assert!(b.stats().handshake_failures >= 1);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -250,4 +259,52 @@ async fn an_id_used_before_its_definition_closes_the_connection() {
     stream.write_all(&message(7, 7, 0, b"")).await.unwrap();
     assert!(closed_by_peer(&mut stream, Duration::from_secs(5)).await);
     assert_eq!(b.stats().protocol_errors, 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_hello_announcing_a_large_frame_is_refused_before_authentication() {
+    // Before authentication a frame may be a few KiB at most, whatever the data-phase maximum:
+    // an unauthenticated peer must not make the node buffer megabytes.
+    let mut patient = config();
+    patient.handshake_timeout = Duration::from_secs(60);
+    let (_bs, b) = target_node("b", patient).await;
+    let mut stream = connect(&b).await;
+    let mut out = BytesMut::new();
+    rally_wire::encode_preface(&mut out);
+    out.extend_from_slice(&(1024u32 * 1024).to_le_bytes());
+    out.extend_from_slice(&[FrameKind::Hello as u8, 0, 0, 0]);
+    stream.write_all(&out).await.unwrap();
+    assert!(
+        closed_by_peer(&mut stream, Duration::from_secs(10)).await,
+        "a 1 MiB Hello must be refused at once, not buffered until the handshake deadline"
+    );
+    assert_eq!(b.stats().handshake_failures, 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_partial_frame_dripped_a_byte_at_a_time_is_bounded_as_a_whole() {
+    // The bound is on the whole frame: a peer that sends one byte every 200 ms of a 100-byte
+    // frame never lets a read wait the full 1 s, yet the frame is not done after 1 s.
+    let mut short = config();
+    short.partial_frame_timeout = Duration::from_secs(1);
+    let (_bs, b) = target_node("b", short).await;
+    let mut stream = authenticated(&b, SECRET).await.unwrap();
+    stream.write_all(&[100, 0, 0, 0, 0x10]).await.unwrap();
+    let closed = tokio::time::timeout(Duration::from_secs(10), async {
+        for _ in 0..50 {
+            tokio::time::sleep(Duration::from_millis(200)).await;
+            if stream.write_all(&[0]).await.is_err() {
+                return true;
+            }
+            let mut probe = [0u8; 1];
+            if let Ok(Ok(0)) =
+                tokio::time::timeout(Duration::from_millis(1), stream.read(&mut probe)).await
+            {
+                return true;
+            }
+        }
+        false
+    })
+    .await;
+    assert_eq!(closed, Ok(true), "the dripping peer was never cut off");
 }

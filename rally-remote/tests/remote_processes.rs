@@ -12,7 +12,7 @@ use std::process::Stdio;
 use std::time::{Duration, Instant};
 
 use nodes::{Blob, Check, Echo, Record, T, Target, client_node, config, target_node};
-use rally_actor::Terminated;
+use rally_actor::{AskError, Terminated};
 use rally_remote::NodeAddress;
 use rally_test::Probe;
 use tokio::io::{AsyncBufReadExt, BufReader};
@@ -39,13 +39,20 @@ fn peer_process() {
         let (system, node) = target_node("peer", config).await;
         let big = system.spawn(Target::new()).unwrap();
         node.expose("big", &big).unwrap();
+        let target = node.lookup::<Target>(node.address(), "target");
         println!(
             "PEER {} {}",
             node.address(),
             node.unique_address().incarnation
         );
+        // "count" on stdin: print how many records the target has handled.
         let mut lines = BufReader::new(tokio::io::stdin()).lines();
-        while let Ok(Some(_)) = lines.next_line().await {}
+        while let Ok(Some(line)) = lines.next_line().await {
+            if line == "count" {
+                let (count, _) = target.ask(Check, T).await.unwrap();
+                println!("COUNT {count}");
+            }
+        }
     });
 }
 
@@ -53,6 +60,35 @@ struct Peer {
     child: Child,
     address: NodeAddress,
     incarnation: String,
+    lines: tokio::io::Lines<BufReader<tokio::process::ChildStdout>>,
+}
+
+impl Peer {
+    /// How many `Record`s the peer's target has handled, read from the peer's stdout.
+    async fn count(&mut self) -> u64 {
+        use tokio::io::AsyncWriteExt;
+        let stdin = self.child.stdin.as_mut().unwrap();
+        stdin.write_all(b"count\n").await.unwrap();
+        tokio::time::timeout(T, async {
+            loop {
+                let line = self.lines.next_line().await.unwrap().unwrap();
+                if let Some(at) = line.find("COUNT ") {
+                    return line[at + 6..].trim().parse().unwrap();
+                }
+            }
+        })
+        .await
+        .expect("the peer answers within 10 s")
+    }
+
+    fn signal(&self, signal: &str) {
+        let pid = self.child.id().unwrap().to_string();
+        let status = std::process::Command::new("kill")
+            .args([signal, &pid])
+            .status()
+            .unwrap();
+        assert!(status.success());
+    }
 }
 
 async fn start_peer(port: u16) -> Peer {
@@ -87,6 +123,7 @@ async fn start_peer(port: u16) -> Peer {
         child,
         address,
         incarnation,
+        lines,
     }
 }
 
@@ -145,14 +182,94 @@ async fn a_restarted_peer_is_reached_again_under_a_new_incarnation() {
     );
     // The old incarnation's watchers are told it is gone (detector or the new handshake).
     probe.expect_msg(Duration::from_secs(10)).await.unwrap();
-    // The same ref reaches the new process once the lanes have reconnected.
+    // A ref resolved against the old incarnation never reaches the new one.
+    assert!(matches!(
+        target.ask(Echo(2), T).await,
+        Err(AskError::Undeliverable(_))
+    ));
+    // A new lookup reaches the new process once the lanes have reconnected.
+    let fresh = a.lookup::<Target>(&second.address, "target");
     let deadline = Instant::now() + Duration::from_secs(15);
     loop {
-        match target.ask(Echo(2), Duration::from_millis(500)).await {
-            Ok(2) => break,
+        match fresh.ask(Echo(3), Duration::from_millis(500)).await {
+            Ok(3) => break,
             other => assert!(Instant::now() < deadline, "never reconnected: {other:?}"),
         }
     }
+    assert!(matches!(
+        target.ask(Echo(4), T).await,
+        Err(AskError::Undeliverable(_))
+    ));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_peer_paused_past_the_detector_is_down_for_good_and_undeliverable_asks_never_ran() {
+    if in_peer_mode() {
+        return;
+    }
+    let mut peer = start_peer(0).await;
+    let (a_system, a) = client_node("a", config()).await;
+    let target = a.lookup::<Target>(&peer.address, "target");
+    assert_eq!(target.ask(Echo(1), T).await, Ok(1));
+    let mut probe = Probe::<Terminated>::spawn(&a_system);
+    probe.watch(&target);
+    peer.signal("-STOP");
+    // Asks sent while it is paused: some leave (they sit in the socket buffers), and once the
+    // detector declares the peer down each gets an answer that says what is known.
+    let asks: Vec<_> = (1..=300u64)
+        .map(|i| {
+            let target = target.clone();
+            tokio::spawn(async move { target.ask(Record(i), Duration::from_secs(30)).await })
+        })
+        .collect();
+    probe
+        .expect_msg(Duration::from_secs(10))
+        .await
+        .expect("Terminated once the detector gives up on the paused peer");
+    let (mut unknown, mut undeliverable) = (0u64, 0u64);
+    for ask in asks {
+        match ask.await.unwrap() {
+            Err(AskError::OutcomeUnknown(_)) => unknown += 1,
+            Err(AskError::Undeliverable(_)) => undeliverable += 1,
+            other => panic!("a paused peer cannot answer: {other:?}"),
+        }
+    }
+    peer.signal("-CONT");
+    // Down is final for that incarnation: old refs and new lookups alike are refused, never
+    // answered by the process that woke up.
+    assert!(matches!(
+        target.ask(Echo(2), T).await,
+        Err(AskError::Undeliverable(_))
+    ));
+    let fresh = a.lookup::<Target>(&peer.address, "target");
+    let deadline = Instant::now() + Duration::from_secs(15);
+    loop {
+        match fresh.ask(Echo(3), Duration::from_millis(500)).await {
+            // Refused either way: this node quarantined the paused incarnation, and the woken
+            // process, whose own detector gave up on us, quarantined ours.
+            Err(AskError::Undeliverable(why)) if why.contains("declared") => break,
+            Ok(_) => panic!("a quarantined incarnation answered"),
+            other => assert!(Instant::now() < deadline, "never refused: {other:?}"),
+        }
+    }
+    // What the woken process ran is at most what was reported as "outcome unknown": every
+    // ask reported undeliverable never ran. Its reader drains what was in its socket within
+    // moments of waking; read the count until it holds still (bounded).
+    let mut count = peer.count().await;
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        let again = peer.count().await;
+        if again == count {
+            break;
+        }
+        count = again;
+    }
+    eprintln!("paused peer: {unknown} outcome unknown, {undeliverable} undeliverable, {count} ran");
+    assert!(
+        count <= unknown,
+        "{count} ran but only {unknown} were reported as possibly sent"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

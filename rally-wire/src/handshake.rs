@@ -2,9 +2,9 @@
 //!
 //! ```text
 //! client                                   server
-//!   preface, Hello{from, to, lane, Nc}  ->
-//!                                       <-  Challenge{from, Ns, MACs}
-//!   Proof{MACc}                         ->
+//!   preface, Hello{from, to, lane, max, Nc} ->
+//!                                       <-  Challenge{from, max, Ns, MACs}
+//!   Proof{MACc} | Reject{bad proof}     ->
 //!                                       <-  Accept | Reject{reason}
 //! MACs = HMAC-SHA256(secret, "rally-server-v1" | Nc | Ns | client | server)
 //! MACc = HMAC-SHA256(secret, "rally-client-v1" | Ns | Nc | client | server)
@@ -28,6 +28,14 @@ type HmacSha256 = Hmac<Sha256>;
 /// Longest system or host name in a handshake.
 const MAX_NAME_LEN: usize = 255;
 
+/// Largest frame accepted before a peer has authenticated, whatever the data-phase maximum:
+/// the largest handshake frame (a Hello with two 255-byte names each way) is under 1,200
+/// bytes, so an unauthenticated peer can make a node buffer at most this much per connection.
+pub const HANDSHAKE_MAX_FRAME: u32 = 4 * 1024;
+
+/// The smallest data-phase maximum a peer may announce: every control frame fits.
+const MIN_PEER_MAX_FRAME: u32 = 1024;
+
 /// This node's side of handshakes.
 #[derive(Debug, Clone)]
 pub struct HandshakeConfig {
@@ -35,7 +43,8 @@ pub struct HandshakeConfig {
     pub local: UniqueAddress,
     /// The shared cluster secret.
     pub secret: Vec<u8>,
-    /// Largest frame we accept.
+    /// Largest data-phase frame we accept; announced to the peer, which then refuses larger
+    /// messages at its end.
     pub max_frame_len: u32,
 }
 
@@ -46,6 +55,8 @@ pub struct PeerInfo {
     pub peer: UniqueAddress,
     /// The lane the connection serves.
     pub lane: Lane,
+    /// The largest data-phase frame the peer accepts.
+    pub max_frame_len: u32,
 }
 
 /// What a handshake step produced.
@@ -124,6 +135,36 @@ pub enum HandshakeError {
     /// The client's incarnation is quarantined here.
     #[error("{0} is quarantined")]
     Quarantined(NodeAddress),
+    /// The client could not verify our proof and hung up (different secret).
+    #[error("the client refused our proof (different secret?)")]
+    ClientRefusedProof,
+}
+
+impl HandshakeError {
+    /// Whether retrying cannot help until someone changes a configuration or restarts a
+    /// process: a secret, a version or an address that differs, or a quarantined incarnation.
+    ///
+    /// # Example
+    ///
+    /// ```
+    /// use rally_wire::{HandshakeError, RejectReason};
+    ///
+    /// assert!(HandshakeError::BadServerProof.is_permanent());
+    /// assert!(HandshakeError::Rejected(RejectReason::Quarantined).is_permanent());
+    /// assert!(!HandshakeError::Rejected(RejectReason::Protocol).is_permanent());
+    /// ```
+    pub fn is_permanent(&self) -> bool {
+        match self {
+            Self::BadServerProof
+            | Self::BadClientProof
+            | Self::ClientRefusedProof
+            | Self::WrongAddress { .. }
+            | Self::Quarantined(_) => true,
+            Self::Preface(PrefaceError::UnsupportedVersion { .. }) => true,
+            Self::Rejected(reason) => !matches!(reason, RejectReason::Protocol),
+            _ => false,
+        }
+    }
 }
 
 fn put_unique(out: &mut BytesMut, id: &UniqueAddress) {
@@ -142,6 +183,17 @@ fn read_address(reader: &mut Reader<'_>) -> Result<NodeAddress, DecodeError> {
         value: port,
     })?;
     Ok(NodeAddress { system, host, port })
+}
+
+fn read_max_frame(reader: &mut Reader<'_>) -> Result<u32, DecodeError> {
+    let max = reader.varint_u32("max frame")?;
+    if max < MIN_PEER_MAX_FRAME {
+        return Err(DecodeError::OutOfRange {
+            field: "max frame",
+            value: u64::from(max),
+        });
+    }
+    Ok(max)
 }
 
 fn read_unique(reader: &mut Reader<'_>) -> Result<UniqueAddress, DecodeError> {
@@ -244,7 +296,7 @@ pub struct ClientHandshake {
     lane: Lane,
     nonce: [u8; 32],
     state: ClientState,
-    server: Option<UniqueAddress>,
+    server: Option<(UniqueAddress, u32)>,
 }
 
 impl ClientHandshake {
@@ -269,6 +321,7 @@ impl ClientHandshake {
             put_str(out, &self.to.host);
             put_varint(out, u64::from(self.to.port));
             out.put_u8(self.lane.to_u8());
+            put_varint(out, u64::from(self.config.max_frame_len));
             out.put_slice(&self.nonce);
         });
         self.state = ClientState::AwaitChallenge;
@@ -290,6 +343,7 @@ impl ClientHandshake {
             (ClientState::AwaitChallenge, FrameKind::Challenge) => {
                 let mut reader = Reader::new(body);
                 let server = read_unique(&mut reader)?;
+                let server_max = read_max_frame(&mut reader)?;
                 let server_nonce: [u8; 32] = reader.array()?;
                 let server_mac: [u8; 32] = reader.array()?;
                 reader.finish()?;
@@ -307,9 +361,11 @@ impl ClientHandshake {
                     &self.config.local,
                     &server,
                 );
-                expected
-                    .verify_slice(&server_mac)
-                    .map_err(|_| HandshakeError::BadServerProof)?;
+                if expected.verify_slice(&server_mac).is_err() {
+                    // Tell the server why we hang up, so both sides name the cause.
+                    reject(out, RejectReason::BadProof);
+                    return Err(HandshakeError::BadServerProof);
+                }
                 let proof = mac(
                     &self.config.secret,
                     b"rally-client-v1",
@@ -321,20 +377,21 @@ impl ClientHandshake {
                 .finalize()
                 .into_bytes();
                 frame(out, FrameKind::Proof, |out| out.put_slice(&proof));
-                self.server = Some(server);
+                self.server = Some((server, server_max));
                 self.state = ClientState::AwaitAccept;
                 Ok(HandshakeEvent::Continue)
             }
             (ClientState::AwaitAccept, FrameKind::Accept) => {
                 Reader::new(body).finish()?;
                 self.state = ClientState::Done;
-                let peer = self
+                let (peer, max_frame_len) = self
                     .server
                     .clone()
                     .expect("the challenge stored the server's identity");
                 Ok(HandshakeEvent::Done(PeerInfo {
                     peer,
                     lane: self.lane,
+                    max_frame_len,
                 }))
             }
             (state, kind) => Err(HandshakeError::UnexpectedFrame {
@@ -370,7 +427,7 @@ pub struct ServerHandshake {
     config: HandshakeConfig,
     nonce: [u8; 32],
     state: ServerState,
-    client: Option<(UniqueAddress, Lane, [u8; 32])>,
+    client: Option<(UniqueAddress, Lane, u32, [u8; 32])>,
     refused: RefusedFn,
 }
 
@@ -448,11 +505,12 @@ impl ServerHandshake {
                         field: "lane",
                         value: lane_byte,
                     })?;
+                    let max = read_max_frame(&mut reader)?;
                     let nonce: [u8; 32] = reader.array()?;
                     reader.finish()?;
-                    Ok::<_, DecodeError>((client, to, lane, nonce))
+                    Ok::<_, DecodeError>((client, to, lane, max, nonce))
                 })();
-                let (client, to, lane, client_nonce) = match parsed {
+                let (client, to, lane, client_max, client_nonce) = match parsed {
                     Ok(hello) => hello,
                     Err(error) => {
                         reject(out, RejectReason::Protocol);
@@ -482,15 +540,16 @@ impl ServerHandshake {
                 .into_bytes();
                 frame(out, FrameKind::Challenge, |out| {
                     put_unique(out, &self.config.local);
+                    put_varint(out, u64::from(self.config.max_frame_len));
                     out.put_slice(&self.nonce);
                     out.put_slice(&server_mac);
                 });
-                self.client = Some((client, lane, client_nonce));
+                self.client = Some((client, lane, client_max, client_nonce));
                 self.state = ServerState::AwaitProof;
                 Ok(HandshakeEvent::Continue)
             }
             (ServerState::AwaitProof, FrameKind::Proof) => {
-                let (client, lane, client_nonce) =
+                let (client, lane, client_max, client_nonce) =
                     self.client.clone().expect("the hello stored the client");
                 let mut reader = Reader::new(body);
                 let proof: [u8; 32] = match reader.array().and_then(|p| reader.finish().map(|()| p))
@@ -515,8 +574,19 @@ impl ServerHandshake {
                 }
                 frame(out, FrameKind::Accept, |_| {});
                 self.state = ServerState::Done;
-                Ok(HandshakeEvent::Done(PeerInfo { peer: client, lane }))
+                Ok(HandshakeEvent::Done(PeerInfo {
+                    peer: client,
+                    lane,
+                    max_frame_len: client_max,
+                }))
             }
+            (ServerState::AwaitProof, FrameKind::Reject) => match read_reject(body) {
+                // The client found our proof wrong: the secrets differ.
+                HandshakeError::Rejected(RejectReason::BadProof) => {
+                    Err(HandshakeError::ClientRefusedProof)
+                }
+                other => Err(other),
+            },
             (state, kind) => {
                 reject(out, RejectReason::Protocol);
                 Err(HandshakeError::UnexpectedFrame {
@@ -613,14 +683,16 @@ mod tests {
             c.unwrap(),
             PeerInfo {
                 peer: id(2),
-                lane: Lane::Ordinary(0)
+                lane: Lane::Ordinary(0),
+                max_frame_len: 1 << 20,
             }
         );
         assert_eq!(
             s.unwrap().unwrap(),
             PeerInfo {
                 peer: id(1),
-                lane: Lane::Ordinary(0)
+                lane: Lane::Ordinary(0),
+                max_frame_len: 1 << 20,
             }
         );
     }
@@ -632,7 +704,8 @@ mod tests {
             ServerHandshake::new(config(2, b"b"), [2; 32]),
         );
         assert_eq!(c.unwrap_err(), HandshakeError::BadServerProof);
-        assert!(s.is_none(), "the client hangs up before sending a proof");
+        // The client says why it hangs up, so the server names the cause too.
+        assert_eq!(s.unwrap().unwrap_err(), HandshakeError::ClientRefusedProof);
     }
 
     #[test]
@@ -716,13 +789,13 @@ mod tests {
             "a version mismatch is answered with a Reject"
         );
         let mut server = ServerHandshake::new(config(2, b"k"), [2; 32]);
-        server.on_preface(b"RALY\x00\x01", &mut out).unwrap();
+        server.on_preface(b"RALY\x00\x02", &mut out).unwrap();
         assert!(matches!(
             server.on_frame(FrameKind::Proof, &[0; 32], &mut out),
             Err(HandshakeError::UnexpectedFrame { .. })
         ));
         let mut server = ServerHandshake::new(config(2, b"k"), [2; 32]);
-        server.on_preface(b"RALY\x00\x01", &mut out).unwrap();
+        server.on_preface(b"RALY\x00\x02", &mut out).unwrap();
         assert!(matches!(
             server.on_frame(FrameKind::Hello, &[3, b'a'], &mut out),
             Err(HandshakeError::Decode(_))

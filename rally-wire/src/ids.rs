@@ -104,12 +104,27 @@ pub enum Lane {
     Large,
 }
 
+/// Ordinary lanes a node may have: bytes 1..=254 on the wire.
+pub const MAX_ORDINARY_LANES: u8 = 254;
+
 impl Lane {
-    /// The byte on the wire: 0 control, 1..=254 ordinary, 255 large.
+    /// The byte on the wire: 0 control, 1..=254 ordinary, 255 large. Every lane has its own
+    /// byte.
+    ///
+    /// # Panics
+    ///
+    /// For `Ordinary(n)` with `n >= MAX_ORDINARY_LANES` (254), which has no byte; a node
+    /// refuses to start with more ordinary lanes than that, so it never makes one.
     pub fn to_u8(self) -> u8 {
         match self {
             Self::Control => 0,
-            Self::Ordinary(n) => n.saturating_add(1).min(254),
+            Self::Ordinary(n) => {
+                assert!(
+                    n < MAX_ORDINARY_LANES,
+                    "ordinary lane {n} has no wire byte (at most {MAX_ORDINARY_LANES} lanes)"
+                );
+                n + 1
+            }
             Self::Large => 255,
         }
     }
@@ -133,7 +148,35 @@ impl Lane {
 
 #[cfg(test)]
 mod tests {
+    use proptest::prelude::*;
+
     use super::*;
+
+    proptest! {
+        #[test]
+        fn every_lane_byte_round_trips(byte: u8) {
+            let lane = Lane::from_u8(byte).unwrap();
+            prop_assert_eq!(lane.to_u8(), byte);
+        }
+
+        #[test]
+        fn ordinary_lanes_have_distinct_bytes(a in 0..MAX_ORDINARY_LANES, b in 0..MAX_ORDINARY_LANES) {
+            let (x, y) = (Lane::Ordinary(a).to_u8(), Lane::Ordinary(b).to_u8());
+            prop_assert_eq!(x == y, a == b);
+            prop_assert!(x != Lane::Control.to_u8() && x != Lane::Large.to_u8());
+            prop_assert_eq!(Lane::from_u8(x), Some(Lane::Ordinary(a)));
+        }
+
+        #[test]
+        fn addresses_round_trip_through_text(
+            system in "[a-z][a-z0-9-]{0,15}",
+            host in "[a-z0-9.]{1,20}",
+            port: u16,
+        ) {
+            let address = NodeAddress { system, host, port };
+            prop_assert_eq!(address.to_string().parse::<NodeAddress>(), Ok(address));
+        }
+    }
 
     #[test]
     fn bad_addresses_say_why() {

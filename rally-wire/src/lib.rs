@@ -26,6 +26,8 @@
 //! - tables: [`OutboundTable`], [`InboundTable`]
 //! - handshake: [`ClientHandshake`], [`ServerHandshake`]
 //! - failure detection: [`PhiAccrualDetector`]
+//! - the data phase as a session: [`OutboundEncoder`], [`InboundDecoder`], [`RequestTable`],
+//!   [`Liveness`]
 
 mod codec;
 mod envelope;
@@ -34,6 +36,7 @@ mod frame;
 mod handshake;
 mod hash;
 mod ids;
+mod session;
 mod tables;
 
 pub use codec::{DecodeError, Reader, put_str, put_varint};
@@ -50,9 +53,16 @@ pub use frame::{
     split_frame,
 };
 pub use handshake::{
-    ClientHandshake, HandshakeConfig, HandshakeError, HandshakeEvent, PeerInfo, RejectReason,
-    ServerHandshake,
+    ClientHandshake, HANDSHAKE_MAX_FRAME, HandshakeConfig, HandshakeError, HandshakeEvent,
+    PeerInfo, RejectReason, ServerHandshake,
 };
 pub use hash::{FastHashMap, FastHasher};
-pub use ids::{AddressParseError, Incarnation, Lane, NodeAddress, UniqueAddress};
+pub use ids::{
+    AddressParseError, Incarnation, Lane, MAX_ORDINARY_LANES, NodeAddress, UniqueAddress,
+};
+pub use session::{
+    Batch, EncodeError, EncodeReply, InboundDecoder, InboundError, InboundFrame, Liveness,
+    MAX_EARLY_REPLIES, MAX_TABLE_ENTRIES, ManifestKey, Observed, OutboundEncoder, Outcome,
+    RecipientKey, ReplyQueued, RequestTable, Waiting,
+};
 pub use tables::{InboundTable, OutboundTable, TableError};

@@ -31,6 +31,36 @@ impl OutboundTable {
         self.ids.insert(key.to_owned(), id);
         (id, true)
     }
+
+    /// Takes back the newest key (its definition never left): ids stay dense.
+    ///
+    /// # Example
+    ///
+    /// ```
+    /// use rally_wire::OutboundTable;
+    ///
+    /// let mut table = OutboundTable::default();
+    /// table.lookup_or_insert("a");
+    /// table.lookup_or_insert("b");
+    /// table.forget_newest("b");
+    /// assert_eq!(table.lookup_or_insert("c"), (2, true));
+    /// ```
+    pub fn forget_newest(&mut self, key: &str) {
+        let newest = self.ids.len() as u32;
+        if self.ids.get(key) == Some(&newest) {
+            self.ids.remove(key);
+        }
+    }
+
+    /// Number of keys defined.
+    pub fn len(&self) -> usize {
+        self.ids.len()
+    }
+
+    /// Whether no key is defined.
+    pub fn is_empty(&self) -> bool {
+        self.ids.is_empty()
+    }
 }
 
 /// Why a definition was refused (each closes the connection: the peer broke the protocol).
