@@ -1,0 +1,304 @@
+//! Requests waiting for their replies: registered after their frame is queued, freed by the
+//! reply, by the asker giving up, or by the peer going down (with what is known of the outcome).
+
+use std::collections::BTreeMap;
+
+use crate::envelope::ReplyStatus;
+
+/// A waiting request, as the table needs to see it.
+pub trait Waiting {
+    /// Whether the asker has given up (timed out or cancelled): the slot may be freed.
+    fn is_abandoned(&self) -> bool;
+}
+
+/// What is known of a request that will get no reply because the peer went down.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Outcome {
+    /// Its frame never left this node: it was not and will not be handled.
+    NeverSent,
+    /// Its frame was handed to the transport: it may or may not have been handled.
+    Unknown,
+}
+
+/// Replies kept for requests not yet registered: legitimately a handful at a time (a reply
+/// that overtook its registration); the bound stops a peer answering requests never made from
+/// growing the table.
+pub const MAX_EARLY_REPLIES: usize = 1024;
+/// Entries looked at for abandonment on each registration: amortised O(1), and enough that a
+/// storm of asks that all time out cannot outgrow the sweep.
+const SWEEP_PER_REGISTRATION: usize = 4;
+
+enum Slot<P> {
+    Waiting {
+        pending: P,
+        lane: usize,
+        sequence: u64,
+    },
+    Early {
+        status: ReplyStatus,
+        payload: Vec<u8>,
+    },
+}
+
+/// The requests of one peer. Ids increase, so the table is ordered oldest first and a rotating
+/// sweep finds abandoned slots without a timer per request.
+///
+/// # Example
+///
+/// ```
+/// use rally_wire::{Outcome, ReplyStatus, RequestTable, Waiting};
+///
+/// struct Ask { gave_up: bool }
+/// impl Waiting for Ask { fn is_abandoned(&self) -> bool { self.gave_up } }
+///
+/// let mut table = RequestTable::default();
+/// let id = table.next_id();
+/// assert!(table.register(id, Ask { gave_up: false }, 0, 1).is_none());
+/// assert!(table.complete(id, ReplyStatus::Ok, b"reply").is_some());
+///
+/// let lost = table.next_id();
+/// table.register(lost, Ask { gave_up: false }, 0, 2);
+/// let failed = table.fail_all(|_lane| 1);
+/// assert_eq!(failed.len(), 1);
+/// assert_eq!(failed[0].1, Outcome::NeverSent); // sequence 2 was never handed over
+/// ```
+pub struct RequestTable<P> {
+    slots: BTreeMap<u64, Slot<P>>,
+    early: usize,
+    next: u64,
+    cursor: u64,
+}
+
+impl<P> Default for RequestTable<P> {
+    fn default() -> Self {
+        Self {
+            slots: BTreeMap::new(),
+            early: 0,
+            next: 1,
+            cursor: 0,
+        }
+    }
+}
+
+impl<P> std::fmt::Debug for RequestTable<P> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RequestTable")
+            .field("slots", &self.slots.len())
+            .field("early", &self.early)
+            .finish()
+    }
+}
+
+impl<P: Waiting> RequestTable<P> {
+    /// A fresh request id (never 0, which means "no reply wanted").
+    pub fn next_id(&mut self) -> u64 {
+        let id = self.next;
+        self.next += 1;
+        id
+    }
+
+    /// Registers request `id`, whose frame went out on `lane` as message `sequence`. If its
+    /// reply already came, the request is not kept: it is returned with the reply. A few
+    /// older slots are checked for abandonment on the way.
+    pub fn register(
+        &mut self,
+        id: u64,
+        pending: P,
+        lane: usize,
+        sequence: u64,
+    ) -> Option<(P, ReplyStatus, Vec<u8>)> {
+        self.sweep(SWEEP_PER_REGISTRATION);
+        match self.slots.remove(&id) {
+            Some(Slot::Early { status, payload }) => {
+                self.early -= 1;
+                Some((pending, status, payload))
+            }
+            Some(waiting @ Slot::Waiting { .. }) => {
+                // Ids are never reused; keep the first registration.
+                self.slots.insert(id, waiting);
+                None
+            }
+            None => {
+                self.slots.insert(
+                    id,
+                    Slot::Waiting {
+                        pending,
+                        lane,
+                        sequence,
+                    },
+                );
+                None
+            }
+        }
+    }
+
+    /// A reply to `id` arrived: the waiting request, if any. A reply for a request not yet
+    /// registered is kept (up to [`MAX_EARLY_REPLIES`]); a second reply is ignored.
+    pub fn complete(&mut self, id: u64, status: ReplyStatus, payload: &[u8]) -> Option<P> {
+        match self.slots.remove(&id) {
+            Some(Slot::Waiting { pending, .. }) => Some(pending),
+            Some(early @ Slot::Early { .. }) => {
+                self.slots.insert(id, early);
+                None
+            }
+            None if id < self.next && self.early < MAX_EARLY_REPLIES => {
+                self.early += 1;
+                self.slots.insert(
+                    id,
+                    Slot::Early {
+                        status,
+                        payload: payload.to_vec(),
+                    },
+                );
+                None
+            }
+            // A reply to an id never handed out, or beyond the bound: dropped.
+            None => None,
+        }
+    }
+
+    /// Takes back the registration of `id` (its frame was refused after all).
+    pub fn cancel(&mut self, id: u64) -> Option<P> {
+        match self.slots.remove(&id) {
+            Some(Slot::Waiting { pending, .. }) => Some(pending),
+            Some(early) => {
+                self.slots.insert(id, early);
+                None
+            }
+            None => None,
+        }
+    }
+
+    /// Frees up to `budget` abandoned slots, continuing where the last sweep stopped; with
+    /// `usize::MAX` the whole table. Returns how many were freed.
+    pub fn sweep(&mut self, budget: usize) -> usize {
+        let mut looked = 0;
+        let mut abandoned = Vec::new();
+        for (&id, slot) in self.slots.range(self.cursor..) {
+            if looked == budget {
+                break;
+            }
+            looked += 1;
+            self.cursor = id + 1;
+            if let Slot::Waiting { pending, .. } = slot
+                && pending.is_abandoned()
+            {
+                abandoned.push(id);
+            }
+        }
+        if looked < budget {
+            // Reached the newest: start from the oldest next time.
+            self.cursor = 0;
+        }
+        for id in &abandoned {
+            self.slots.remove(id);
+        }
+        abandoned.len()
+    }
+
+    /// The peer is down: every waiting request, with what is known of its outcome given the
+    /// highest sequence `handed(lane)` handed to the transport on each lane. Early replies go.
+    pub fn fail_all(&mut self, handed: impl Fn(usize) -> u64) -> Vec<(P, Outcome)> {
+        self.early = 0;
+        std::mem::take(&mut self.slots)
+            .into_values()
+            .filter_map(|slot| match slot {
+                Slot::Waiting {
+                    pending,
+                    lane,
+                    sequence,
+                } => {
+                    let outcome = if sequence <= handed(lane) {
+                        Outcome::Unknown
+                    } else {
+                        Outcome::NeverSent
+                    };
+                    Some((pending, outcome))
+                }
+                Slot::Early { .. } => None,
+            })
+            .collect()
+    }
+
+    /// Requests waiting for a reply (abandoned ones not yet swept count).
+    pub fn waiting(&self) -> usize {
+        self.slots.len() - self.early
+    }
+
+    /// Slots held, early replies included: the table's memory.
+    pub fn slots(&self) -> usize {
+        self.slots.len()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::cell::Cell;
+    use std::rc::Rc;
+
+    use super::*;
+
+    struct Ask(Rc<Cell<bool>>);
+    impl Waiting for Ask {
+        fn is_abandoned(&self) -> bool {
+            self.0.get()
+        }
+    }
+
+    #[test]
+    fn a_storm_of_abandoned_asks_does_not_grow_the_table() {
+        let mut table = RequestTable::default();
+        let keep = Rc::new(Cell::new(false));
+        let long = table.next_id();
+        table.register(long, Ask(keep.clone()), 0, 0);
+        for _ in 0..100_000 {
+            let gave_up = Rc::new(Cell::new(false));
+            let id = table.next_id();
+            table.register(id, Ask(gave_up.clone()), 0, 0);
+            gave_up.set(true); // a 1 ms timeout
+        }
+        assert!(table.slots() < 16, "{} slots held", table.slots());
+        table.sweep(usize::MAX);
+        assert_eq!(table.slots(), 1, "the live ask stays");
+        assert!(table.complete(long, ReplyStatus::Ok, &[]).is_some());
+    }
+
+    #[test]
+    fn replies_reach_their_request_in_either_order_and_strangers_are_bounded() {
+        let mut table = RequestTable::default();
+        let id = table.next_id();
+        assert!(table.complete(id, ReplyStatus::Ok, b"x").is_none());
+        let (_, status, payload) = table
+            .register(id, Ask(Rc::default()), 0, 1)
+            .expect("the early reply");
+        assert_eq!((status, &payload[..]), (ReplyStatus::Ok, &b"x"[..]));
+        assert_eq!(table.slots(), 0);
+        // Replies to ids never handed out are not kept at all.
+        for stranger in 1_000..3_000 {
+            table.complete(stranger, ReplyStatus::Ok, &[1]);
+        }
+        assert_eq!(table.slots(), 0);
+    }
+
+    #[test]
+    fn going_down_tells_sent_from_never_sent() {
+        let mut table = RequestTable::default();
+        for sequence in 1..=4 {
+            let id = table.next_id();
+            table.register(id, Ask(Rc::default()), (sequence % 2) as usize, sequence);
+        }
+        // Lane 0 handed sequences up to 2 over, lane 1 up to 1.
+        let failed = table.fail_all(|lane| if lane == 0 { 2 } else { 1 });
+        let outcomes: Vec<Outcome> = failed.into_iter().map(|(_, o)| o).collect();
+        assert_eq!(
+            outcomes,
+            [
+                Outcome::Unknown,   // seq 1, lane 1
+                Outcome::Unknown,   // seq 2, lane 0
+                Outcome::NeverSent, // seq 3, lane 1
+                Outcome::NeverSent  // seq 4, lane 0
+            ]
+        );
+        assert_eq!(table.waiting(), 0);
+    }
+}
