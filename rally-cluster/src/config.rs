@@ -1,0 +1,406 @@
+//! Cluster settings, each defaulted, with the reason for the default.
+
+use std::time::Duration;
+
+use rally_remote::NodeAddress;
+use serde::{Deserialize, Serialize};
+
+use crate::downing::DowningStrategy;
+
+/// How often each member probes one other member. A member probes the others one at a time,
+/// so on the two sides of a partition the last suspicion comes up to a round of probes after
+/// the first; half a second keeps that spread (2 s for 5 members) well inside
+/// `stable-after`, for two small packets per member per period.
+pub const DEFAULT_PROBE_PERIOD: Duration = Duration::from_millis(500);
+/// How long a direct probe may take before others are asked to probe indirectly: far above a
+/// LAN round trip, so a member busy for a moment is not suspected.
+pub const DEFAULT_PROBE_RTT: Duration = Duration::from_millis(200);
+/// How long the view must stay the same before a downing decision: long enough to ride out a
+/// probe or two lost to a blip, short enough that failover stays under 10 s (detection ~1-2 s
+/// plus this).
+pub const DEFAULT_STABLE_AFTER: Duration = Duration::from_secs(5);
+/// How often membership updates are pushed to a few members besides the probe traffic; 200 ms
+/// spreads a change through 50 members in about a second for a few hundred bytes per second.
+pub const DEFAULT_GOSSIP_PERIOD: Duration = Duration::from_millis(200);
+/// How often a joining member re-sends its join to the seeds: a seed that is still starting
+/// is found within a second of listening.
+pub const DEFAULT_JOIN_RETRY: Duration = Duration::from_millis(500);
+/// Most members remembered, live or down. Bounds memory against a flood of forged join
+/// requests; ten times the largest cluster Rally is tested with.
+pub const DEFAULT_MAX_MEMBERS: usize = 2_000;
+/// How long a down member is remembered before it is removed. A down incarnation never comes
+/// back (a restart is a new member), so this only needs to outlast stale gossip about it.
+pub const DEFAULT_REMOVE_DOWN_AFTER: Duration = Duration::from_secs(10 * 60);
+/// Largest membership packet: plenty for dozens of updates, small next to a Rally frame.
+pub const DEFAULT_MAX_PACKET_BYTES: usize = 16 * 1024;
+
+/// Settings of a cluster member.
+///
+/// In a TOML file every key is optional and kebab-case; in code, start from
+/// [`ClusterConfig::default`] or [`ClusterConfig::builder`].
+///
+/// # Example
+///
+/// ```
+/// use std::time::Duration;
+/// use rally_cluster::{ClusterConfig, DowningStrategy};
+///
+/// let config = ClusterConfig::builder()
+///     .seed("rally://shop@10.0.0.1:2552".parse().unwrap())
+///     .stable_after(Duration::from_secs(2))
+///     .downing(DowningStrategy::KeepOldest { down_if_alone: true })
+///     .build()
+///     .unwrap();
+/// assert_eq!(config.seeds.len(), 1);
+///
+/// let from_file: ClusterConfig = toml::from_str(r#"
+///     seeds = ["rally://shop@10.0.0.1:2552"]
+///     stable-after = "2s"
+///     downing = "keep-majority"
+/// "#).unwrap();
+/// assert_eq!(from_file.stable_after, Duration::from_secs(2));
+/// ```
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, rename_all = "kebab-case")]
+#[non_exhaustive]
+pub struct ClusterConfig {
+    /// Members to join through (default none: this member founds a cluster). Listing this
+    /// member's own address is harmless, so every member can share one list.
+    #[serde(with = "addresses")]
+    pub seeds: Vec<NodeAddress>,
+    /// How a partition is resolved (default keep-majority).
+    pub downing: DowningStrategy,
+    /// How long the view must be unchanged before a downing decision (default 5 s).
+    #[serde(with = "duration")]
+    pub stable_after: Duration,
+    /// If members stay unreachable this long past `stable_after` without the view ever
+    /// settling, every member downs itself (default: `stable_after`, 5 s): a flapping network
+    /// must not keep two sides alive forever, and an honest partition, whose suspicions all
+    /// arrive within a round of probes, must settle before it fires.
+    #[serde(with = "duration")]
+    pub down_all_when_unstable: Duration,
+    /// Probe period of the SWIM failure detector (default 500 ms).
+    #[serde(with = "duration")]
+    pub probe_period: Duration,
+    /// Wait for a direct probe's answer before probing indirectly (default 200 ms).
+    #[serde(with = "duration")]
+    pub probe_rtt: Duration,
+    /// Members asked to probe indirectly (default 3, SWIM's usual figure).
+    pub indirect_probes: usize,
+    /// Period of the extra gossip of updates (default 200 ms).
+    #[serde(with = "duration")]
+    pub gossip_period: Duration,
+    /// Members gossiped to each period (default 3).
+    pub gossip_fanout: usize,
+    /// Times each update is piggybacked (default 8: enough for clusters of a few hundred,
+    /// log-scaled like memberlist's).
+    pub max_transmissions: u8,
+    /// Re-send period of the join to the seeds while joining (default 500 ms).
+    #[serde(with = "duration")]
+    pub join_retry: Duration,
+    /// How long a down member is remembered (default 10 min).
+    #[serde(with = "duration")]
+    pub remove_down_after: Duration,
+    /// Most members remembered, live or down (default 2000).
+    pub max_members: usize,
+    /// Largest membership packet, in bytes (default 16 KiB).
+    pub max_packet_bytes: usize,
+}
+
+impl Default for ClusterConfig {
+    fn default() -> Self {
+        Self {
+            seeds: Vec::new(),
+            downing: DowningStrategy::default(),
+            stable_after: DEFAULT_STABLE_AFTER,
+            down_all_when_unstable: DEFAULT_STABLE_AFTER,
+            probe_period: DEFAULT_PROBE_PERIOD,
+            probe_rtt: DEFAULT_PROBE_RTT,
+            indirect_probes: 3,
+            gossip_period: DEFAULT_GOSSIP_PERIOD,
+            gossip_fanout: 3,
+            max_transmissions: 8,
+            join_retry: DEFAULT_JOIN_RETRY,
+            remove_down_after: DEFAULT_REMOVE_DOWN_AFTER,
+            max_members: DEFAULT_MAX_MEMBERS,
+            max_packet_bytes: DEFAULT_MAX_PACKET_BYTES,
+        }
+    }
+}
+
+/// Why a configuration was refused.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum ConfigError {
+    /// A setting is out of range.
+    #[error("{key}: {reason}")]
+    Invalid {
+        /// The key, as in the TOML file.
+        key: &'static str,
+        /// What is wrong.
+        reason: &'static str,
+    },
+}
+
+impl ClusterConfig {
+    /// A builder, starting from the defaults.
+    pub fn builder() -> ClusterConfigBuilder {
+        ClusterConfigBuilder {
+            config: Self::default(),
+        }
+    }
+
+    /// The longest a member of `cluster_size` can take to see every member it cannot reach as
+    /// unreachable: `(2 * cluster_size + 1) * probe-period`. Each member probes the others in
+    /// a shuffled round, one per period, so within two rounds it has probed everyone; a probe
+    /// without an answer marks its target unreachable one period later. Gossip usually
+    /// spreads a suspicion much sooner; this is the worst case. See `docs/cluster-protocol.md`.
+    ///
+    /// # Example
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use rally_cluster::ClusterConfig;
+    ///
+    /// assert_eq!(ClusterConfig::default().detection_bound(5), Duration::from_millis(5_500));
+    /// ```
+    pub fn detection_bound(&self, cluster_size: usize) -> Duration {
+        let periods =
+            u32::try_from(cluster_size.saturating_mul(2).saturating_add(1)).unwrap_or(u32::MAX);
+        self.probe_period.saturating_mul(periods)
+    }
+
+    /// How long after a member is downed the winning side may take over what it hosted:
+    /// `min(detection_bound(cluster_size), stable-after) + down-all-when-unstable`. By then
+    /// every member of a losing side has downed itself and stopped hosting, so two members
+    /// never act as owners of the same thing at once. The arithmetic is in
+    /// `docs/cluster-protocol.md`.
+    ///
+    /// # Example
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use rally_cluster::ClusterConfig;
+    ///
+    /// // min(5.5 s of worst-case detection, 5 s of stable-after) plus 5 s.
+    /// assert_eq!(ClusterConfig::default().takeover_margin(5), Duration::from_secs(10));
+    /// ```
+    pub fn takeover_margin(&self, cluster_size: usize) -> Duration {
+        self.detection_bound(cluster_size).min(self.stable_after) + self.down_all_when_unstable
+    }
+
+    /// Checks that the settings can work together.
+    ///
+    /// # Errors
+    ///
+    /// [`ConfigError::Invalid`] naming the first key out of range.
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        let invalid = |key, reason| Err(ConfigError::Invalid { key, reason });
+        if self.probe_rtt.is_zero() || self.probe_rtt >= self.probe_period {
+            return invalid("probe-rtt", "must be above zero and below probe-period");
+        }
+        if self.stable_after.is_zero() {
+            return invalid("stable-after", "must be above zero");
+        }
+        if self.gossip_period.is_zero() || self.join_retry.is_zero() {
+            return invalid("gossip-period", "periods must be above zero");
+        }
+        if self.remove_down_after.is_zero() {
+            return invalid("remove-down-after", "must be above zero");
+        }
+        if self.indirect_probes == 0 || self.gossip_fanout == 0 || self.max_transmissions == 0 {
+            return invalid("indirect-probes", "counts must be above zero");
+        }
+        if self.max_members < 2 {
+            return invalid("max-members", "must be at least 2");
+        }
+        if self.max_packet_bytes < 512 {
+            return invalid("max-packet-bytes", "must be at least 512");
+        }
+        if let DowningStrategy::StaticQuorum { quorum_size: 0 } = self.downing {
+            return invalid("downing", "static-quorum needs a quorum-size above zero");
+        }
+        Ok(())
+    }
+}
+
+/// Builds a [`ClusterConfig`]; [`build`](Self::build) checks it.
+///
+/// # Example
+///
+/// ```
+/// use rally_cluster::ClusterConfig;
+///
+/// let refused = ClusterConfig::builder().max_members(1).build();
+/// assert!(refused.is_err());
+/// ```
+#[derive(Debug, Clone)]
+pub struct ClusterConfigBuilder {
+    config: ClusterConfig,
+}
+
+impl ClusterConfigBuilder {
+    /// Adds a seed.
+    pub fn seed(&mut self, address: NodeAddress) -> &mut Self {
+        self.config.seeds.push(address);
+        self
+    }
+
+    /// Sets the downing strategy.
+    pub fn downing(&mut self, strategy: DowningStrategy) -> &mut Self {
+        self.config.downing = strategy;
+        self
+    }
+
+    /// Sets `stable-after`, and `down-all-when-unstable` to the same.
+    pub fn stable_after(&mut self, stable_after: Duration) -> &mut Self {
+        self.config.stable_after = stable_after;
+        self.config.down_all_when_unstable = stable_after;
+        self
+    }
+
+    /// Sets `down-all-when-unstable`.
+    pub fn down_all_when_unstable(&mut self, after: Duration) -> &mut Self {
+        self.config.down_all_when_unstable = after;
+        self
+    }
+
+    /// Sets the probe period and the direct-probe wait.
+    pub fn probe(&mut self, period: Duration, rtt: Duration) -> &mut Self {
+        self.config.probe_period = period;
+        self.config.probe_rtt = rtt;
+        self
+    }
+
+    /// Sets the gossip period.
+    pub fn gossip_period(&mut self, period: Duration) -> &mut Self {
+        self.config.gossip_period = period;
+        self
+    }
+
+    /// Sets the join retry period.
+    pub fn join_retry(&mut self, period: Duration) -> &mut Self {
+        self.config.join_retry = period;
+        self
+    }
+
+    /// Sets how long a down member is remembered.
+    pub fn remove_down_after(&mut self, after: Duration) -> &mut Self {
+        self.config.remove_down_after = after;
+        self
+    }
+
+    /// Sets the bound on remembered members.
+    pub fn max_members(&mut self, max: usize) -> &mut Self {
+        self.config.max_members = max;
+        self
+    }
+
+    /// Checks and returns the configuration.
+    ///
+    /// # Errors
+    ///
+    /// [`ConfigError::Invalid`] as [`ClusterConfig::validate`].
+    pub fn build(&self) -> Result<ClusterConfig, ConfigError> {
+        self.config.validate()?;
+        Ok(self.config.clone())
+    }
+}
+
+/// Durations in the file form: `"250ms"`, `"5s"`, `"2m"`.
+mod duration {
+    use std::time::Duration;
+
+    use serde::{Deserialize, Deserializer, Serializer, de};
+
+    pub(super) fn serialize<S: Serializer>(d: &Duration, s: S) -> Result<S::Ok, S::Error> {
+        if d.subsec_nanos() == 0 {
+            s.serialize_str(&format!("{}s", d.as_secs()))
+        } else {
+            s.serialize_str(&format!("{}ms", d.as_millis()))
+        }
+    }
+
+    pub(super) fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Duration, D::Error> {
+        let text = String::deserialize(d)?;
+        parse(&text).ok_or_else(|| {
+            de::Error::custom(format!(
+                "{text:?} is not a duration like \"250ms\", \"5s\" or \"2m\""
+            ))
+        })
+    }
+
+    fn parse(text: &str) -> Option<Duration> {
+        let text = text.trim();
+        let digits = text.find(|c: char| !c.is_ascii_digit())?;
+        let (number, unit) = text.split_at(digits);
+        let number: u64 = number.parse().ok()?;
+        match unit.trim() {
+            "ms" => Some(Duration::from_millis(number)),
+            "s" => Some(Duration::from_secs(number)),
+            "m" => Some(Duration::from_secs(number.checked_mul(60)?)),
+            _ => None,
+        }
+    }
+}
+
+/// Node addresses in the file form: `"rally://system@host:port"`.
+mod addresses {
+    use rally_remote::NodeAddress;
+    use serde::{Deserialize, Deserializer, Serializer, de, ser::SerializeSeq};
+
+    pub(super) fn serialize<S: Serializer>(a: &[NodeAddress], s: S) -> Result<S::Ok, S::Error> {
+        let mut seq = s.serialize_seq(Some(a.len()))?;
+        for address in a {
+            seq.serialize_element(&address.to_string())?;
+        }
+        seq.end()
+    }
+
+    pub(super) fn deserialize<'de, D: Deserializer<'de>>(
+        d: D,
+    ) -> Result<Vec<NodeAddress>, D::Error> {
+        Vec::<String>::deserialize(d)?
+            .iter()
+            .map(|text| {
+                text.parse()
+                    .map_err(|e| de::Error::custom(format!("seed {text:?}: {e}")))
+            })
+            .collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn defaults_are_valid_and_round_trip_through_toml() {
+        let config = ClusterConfig::default();
+        config.validate().unwrap();
+        let text = toml::to_string(&config).unwrap();
+        let back: ClusterConfig = toml::from_str(&text).unwrap();
+        assert_eq!(back, config);
+        assert!(text.contains("stable-after = \"5s\""), "{text}");
+        assert!(text.contains("probe-period = \"500ms\""), "{text}");
+    }
+
+    #[test]
+    fn an_empty_file_is_the_defaults() {
+        let config: ClusterConfig = toml::from_str("").unwrap();
+        assert_eq!(config, ClusterConfig::default());
+    }
+
+    #[test]
+    fn bad_values_say_which_key() {
+        let e = toml::from_str::<ClusterConfig>("stable-after = \"soon\"").unwrap_err();
+        assert!(e.to_string().contains("not a duration"), "{e}");
+        let e = toml::from_str::<ClusterConfig>("seeds = [\"10.0.0.1:2552\"]").unwrap_err();
+        assert!(e.to_string().contains("rally://"), "{e}");
+        let e = ClusterConfig::builder()
+            .probe(Duration::from_millis(100), Duration::from_millis(100))
+            .build()
+            .unwrap_err();
+        assert!(e.to_string().starts_with("probe-rtt"), "{e}");
+    }
+}

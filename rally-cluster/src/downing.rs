@@ -1,0 +1,359 @@
+//! Split-brain resolution: which side of a partition survives.
+//!
+//! A decision is a pure function of a *stable* view (the same members with the same
+//! reachability for `stable-after`): [`decide`] takes the strategy and the view, and says
+//! whether this member's side downs the unreachable members or downs itself. Every member
+//! runs the same function over the same (gossiped) view, so both sides of a partition reach
+//! complementary decisions without talking to each other. The timing rules that make this
+//! safe are in `docs/cluster-protocol.md`.
+
+use std::cmp::Ordering;
+
+use serde::{Deserialize, Serialize};
+
+use crate::member::MemberId;
+
+/// How a partition is resolved.
+///
+/// # Example
+///
+/// ```
+/// use rally_cluster::DowningStrategy;
+///
+/// assert_eq!(DowningStrategy::default(), DowningStrategy::KeepMajority);
+/// let strategy: DowningStrategy = toml::from_str::<toml::Table>(
+///     "s = { static-quorum = { quorum-size = 3 } }",
+/// ).unwrap()["s"].clone().try_into().unwrap();
+/// assert_eq!(strategy, DowningStrategy::StaticQuorum { quorum_size: 3 });
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case", rename_all_fields = "kebab-case")]
+#[non_exhaustive]
+pub enum DowningStrategy {
+    /// The side with more than half of the members survives; on an exact tie, the side with
+    /// the member of lowest address. The default: right for any cluster whose size changes,
+    /// and it needs no setting.
+    #[default]
+    KeepMajority,
+    /// The side with at least `quorum_size` members survives. If the cluster has grown past
+    /// `2 * quorum_size - 1` members, two sides could both reach the quorum, so every member
+    /// downs itself instead.
+    StaticQuorum {
+        /// Members a side needs to survive.
+        quorum_size: usize,
+    },
+    /// The side with the oldest member survives (where a singleton lives). With
+    /// `down_if_alone`, an oldest member cut off alone from a side of two or more downs
+    /// itself, so one crashed-looking node cannot take the whole cluster down.
+    KeepOldest {
+        /// Whether the oldest member alone on its side gives way.
+        down_if_alone: bool,
+    },
+    /// Any partition downs every member: safe when a restart is cheaper than any risk.
+    DownAll,
+}
+
+/// One member of the view a decision is taken on.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ViewMember {
+    /// Its identity.
+    pub id: MemberId,
+    /// Whether this member reaches it (this member itself is always reachable).
+    pub reachable: bool,
+}
+
+/// What this member does about a stable view with unreachable members.
+///
+/// # Example
+///
+/// ```
+/// use rally_cluster::{decide, Decision, DowningStrategy, MemberId, ViewMember};
+/// use rally_remote::Incarnation;
+///
+/// let member = |port, reachable| ViewMember {
+///     id: MemberId::new(format!("rally://c@h:{port}").parse().unwrap(), Incarnation(1), 1),
+///     reachable,
+/// };
+/// // Three of five reachable: this side keeps the cluster and downs the other two.
+/// let view = [member(1, true), member(2, true), member(3, true), member(4, false), member(5, false)];
+/// match decide(DowningStrategy::KeepMajority, &view) {
+///     Decision::DownUnreachable(down) => assert_eq!(down.len(), 2),
+///     other => panic!("{other:?}"),
+/// }
+/// ```
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Decision {
+    /// Nobody is unreachable: nothing to do.
+    Nothing,
+    /// This side survives: down these (the unreachable members).
+    DownUnreachable(Vec<MemberId>),
+    /// This side loses: every member on it downs itself.
+    DownSelf,
+    /// Every member, on both sides, downs itself.
+    DownAll,
+}
+
+/// The decision `strategy` takes for the member whose view this is.
+///
+/// `view` lists every member that is joining, up or leaving (not down, not removed),
+/// including the deciding member itself, with its reachability as this member sees it.
+/// The function is pure and deterministic: members with the same view decide the same.
+pub fn decide(strategy: DowningStrategy, view: &[ViewMember]) -> Decision {
+    let unreachable: Vec<MemberId> = view
+        .iter()
+        .filter(|m| !m.reachable)
+        .map(|m| m.id.clone())
+        .collect();
+    if unreachable.is_empty() {
+        return Decision::Nothing;
+    }
+    let total = view.len();
+    let reachable = total - unreachable.len();
+    let survive = match strategy {
+        DowningStrategy::KeepMajority => match (reachable * 2).cmp(&total) {
+            Ordering::Greater => true,
+            Ordering::Less => false,
+            Ordering::Equal => view
+                .iter()
+                .min_by(|a, b| a.id.address.cmp(&b.id.address))
+                .is_some_and(|lowest| lowest.reachable),
+        },
+        DowningStrategy::StaticQuorum { quorum_size } => {
+            if total > (2 * quorum_size).saturating_sub(1) {
+                return Decision::DownAll;
+            }
+            reachable >= quorum_size
+        }
+        DowningStrategy::KeepOldest { down_if_alone } => {
+            let Some(oldest) = view.iter().min_by(|a, b| a.id.age_order(&b.id)) else {
+                return Decision::Nothing;
+            };
+            if oldest.reachable {
+                !(down_if_alone && reachable == 1 && unreachable.len() > 1)
+            } else {
+                down_if_alone && unreachable.len() == 1 && reachable > 1
+            }
+        }
+        DowningStrategy::DownAll => return Decision::DownAll,
+    };
+    if survive {
+        Decision::DownUnreachable(unreachable)
+    } else {
+        Decision::DownSelf
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use rally_remote::{Incarnation, NodeAddress};
+
+    use super::*;
+
+    /// Member `port`, joined at `generation`.
+    fn m(port: u16, generation: u64, reachable: bool) -> ViewMember {
+        ViewMember {
+            id: MemberId::new(
+                NodeAddress {
+                    system: "c".into(),
+                    host: "10.0.0.1".into(),
+                    port,
+                },
+                Incarnation(u64::from(port)),
+                generation,
+            ),
+            reachable,
+        }
+    }
+
+    fn downs(decision: Decision) -> Vec<u16> {
+        match decision {
+            Decision::DownUnreachable(ids) => ids.iter().map(|id| id.address.port).collect(),
+            other => panic!("expected to survive, got {other:?}"),
+        }
+    }
+
+    /// The two sides of a split decide complementarily: exactly one survives.
+    fn sides(
+        strategy: DowningStrategy,
+        a: &[(u16, u64)],
+        b: &[(u16, u64)],
+    ) -> (Decision, Decision) {
+        let view = |ours: &[(u16, u64)], theirs: &[(u16, u64)]| {
+            let mut v: Vec<ViewMember> = ours.iter().map(|&(p, g)| m(p, g, true)).collect();
+            v.extend(theirs.iter().map(|&(p, g)| m(p, g, false)));
+            v
+        };
+        (decide(strategy, &view(a, b)), decide(strategy, &view(b, a)))
+    }
+
+    #[test]
+    fn nothing_to_decide_without_unreachable_members() {
+        let view = [m(1, 1, true), m(2, 2, true)];
+        for strategy in [
+            DowningStrategy::KeepMajority,
+            DowningStrategy::StaticQuorum { quorum_size: 2 },
+            DowningStrategy::KeepOldest {
+                down_if_alone: true,
+            },
+            DowningStrategy::DownAll,
+        ] {
+            assert_eq!(decide(strategy, &view), Decision::Nothing, "{strategy:?}");
+        }
+    }
+
+    #[test]
+    fn keep_majority_keeps_the_larger_side() {
+        let (three, two) = sides(
+            DowningStrategy::KeepMajority,
+            &[(1, 1), (2, 2), (3, 3)],
+            &[(4, 4), (5, 5)],
+        );
+        assert_eq!(downs(three), vec![4, 5]);
+        assert_eq!(two, Decision::DownSelf);
+    }
+
+    #[test]
+    fn keep_majority_breaks_a_tie_by_the_lowest_address() {
+        // Port 2 is the lowest address; it is on side B, whatever the ages.
+        let (a, b) = sides(
+            DowningStrategy::KeepMajority,
+            &[(7, 1), (9, 2)],
+            &[(2, 3), (8, 4)],
+        );
+        assert_eq!(a, Decision::DownSelf);
+        assert_eq!(downs(b), vec![7, 9]);
+        // Two members, one unreachable: the one with the lower address stays.
+        let (low, high) = sides(DowningStrategy::KeepMajority, &[(1, 9)], &[(2, 1)]);
+        assert_eq!(downs(low), vec![2]);
+        assert_eq!(high, Decision::DownSelf);
+    }
+
+    #[test]
+    fn keep_majority_alone_among_many_downs_itself() {
+        let (alone, rest) = sides(
+            DowningStrategy::KeepMajority,
+            &[(1, 1)],
+            &[(2, 2), (3, 3), (4, 4), (5, 5)],
+        );
+        assert_eq!(alone, Decision::DownSelf);
+        assert_eq!(downs(rest), vec![1]);
+    }
+
+    #[test]
+    fn static_quorum_needs_the_quorum() {
+        let strategy = DowningStrategy::StaticQuorum { quorum_size: 3 };
+        let (three, two) = sides(strategy, &[(1, 1), (2, 2), (3, 3)], &[(4, 4), (5, 5)]);
+        assert_eq!(downs(three), vec![4, 5]);
+        assert_eq!(two, Decision::DownSelf);
+        // 2 | 2 of 4 with quorum 3: nobody reaches it, both sides down themselves.
+        let (a, b) = sides(strategy, &[(1, 1), (2, 2)], &[(3, 3), (4, 4)]);
+        assert_eq!((a, b), (Decision::DownSelf, Decision::DownSelf));
+    }
+
+    #[test]
+    fn static_quorum_downs_all_when_the_cluster_outgrew_it() {
+        // Six members with quorum 3: 3 | 3 could both survive, so nobody does.
+        let strategy = DowningStrategy::StaticQuorum { quorum_size: 3 };
+        let (a, b) = sides(
+            strategy,
+            &[(1, 1), (2, 2), (3, 3)],
+            &[(4, 4), (5, 5), (6, 6)],
+        );
+        assert_eq!((a, b), (Decision::DownAll, Decision::DownAll));
+    }
+
+    #[test]
+    fn keep_oldest_keeps_the_side_of_the_oldest_even_in_minority() {
+        let strategy = DowningStrategy::KeepOldest {
+            down_if_alone: true,
+        };
+        // The oldest (generation 1, port 9) is with one other member against three.
+        let (small, large) = sides(strategy, &[(9, 1), (2, 5)], &[(3, 2), (4, 3), (5, 4)]);
+        assert_eq!(downs(small), vec![3, 4, 5]);
+        assert_eq!(large, Decision::DownSelf);
+    }
+
+    #[test]
+    fn keep_oldest_alone_gives_way_only_with_down_if_alone() {
+        let oldest_alone = [(1, 1)];
+        let others = [(2, 2), (3, 3), (4, 4)];
+        let (alone, rest) = sides(
+            DowningStrategy::KeepOldest {
+                down_if_alone: true,
+            },
+            &oldest_alone,
+            &others,
+        );
+        assert_eq!(alone, Decision::DownSelf);
+        assert_eq!(downs(rest), vec![1]);
+        let (alone, rest) = sides(
+            DowningStrategy::KeepOldest {
+                down_if_alone: false,
+            },
+            &oldest_alone,
+            &others,
+        );
+        assert_eq!(downs(alone), vec![2, 3, 4]);
+        assert_eq!(rest, Decision::DownSelf);
+        // One against one: "alone" means against two or more, so the oldest stays.
+        let (old, young) = sides(
+            DowningStrategy::KeepOldest {
+                down_if_alone: true,
+            },
+            &[(5, 1)],
+            &[(1, 2)],
+        );
+        assert_eq!(downs(old), vec![1]);
+        assert_eq!(young, Decision::DownSelf);
+    }
+
+    #[test]
+    fn keep_oldest_orders_equal_generations_by_address() {
+        let strategy = DowningStrategy::KeepOldest {
+            down_if_alone: false,
+        };
+        let (a, b) = sides(strategy, &[(3, 7), (4, 7)], &[(2, 7), (5, 7)]);
+        assert_eq!(a, Decision::DownSelf);
+        assert_eq!(downs(b), vec![3, 4]);
+    }
+
+    #[test]
+    fn down_all_downs_everyone() {
+        let (a, b) = sides(
+            DowningStrategy::DownAll,
+            &[(1, 1), (2, 2), (3, 3)],
+            &[(4, 4)],
+        );
+        assert_eq!((a, b), (Decision::DownAll, Decision::DownAll));
+    }
+
+    proptest::proptest! {
+        /// For keep-majority and keep-oldest, on any clean split, exactly one side survives.
+        #[test]
+        fn exactly_one_side_survives_a_clean_split(
+            generations in proptest::collection::vec(0u64..5, 2..9),
+            split in proptest::collection::vec(proptest::bool::ANY, 9),
+            down_if_alone in proptest::bool::ANY,
+        ) {
+            let members: Vec<(u16, u64)> = generations
+                .iter()
+                .enumerate()
+                .map(|(i, &g)| (u16::try_from(i).expect("fewer than 9") + 1, g))
+                .collect();
+            let (a, b): (Vec<_>, Vec<_>) = members.iter().partition(|(p, _)| split[usize::from(*p)]);
+            proptest::prop_assume!(!a.is_empty() && !b.is_empty());
+            for strategy in [
+                DowningStrategy::KeepMajority,
+                DowningStrategy::KeepOldest { down_if_alone },
+            ] {
+                let (da, db) = sides(strategy, &a, &b);
+                let survivors = [da, db]
+                    .iter()
+                    .filter(|d| matches!(d, Decision::DownUnreachable(_)))
+                    .count();
+                proptest::prop_assert_eq!(survivors, 1, "{:?} {:?} | {:?}", strategy, a, b);
+            }
+        }
+    }
+}

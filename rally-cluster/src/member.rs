@@ -1,0 +1,286 @@
+//! Who a member is, what state it is in, and the events that report its changes.
+
+use std::cmp::Ordering;
+use std::fmt;
+
+use rally_remote::{Incarnation, NodeAddress};
+use serde::{Deserialize, Serialize};
+
+/// A member's identity: its address, the incarnation of the process at that address, and the
+/// moment that process joined (its generation).
+///
+/// A process that restarts on the same address draws a new incarnation (and has a later
+/// generation), so it is a new member: it is admitted at once and never confused with its
+/// previous life, which the cluster sees as removed.
+///
+/// # Example
+///
+/// ```
+/// use rally_cluster::MemberId;
+/// use rally_remote::{Incarnation, NodeAddress};
+///
+/// let address: NodeAddress = "rally://shop@127.0.0.1:2552".parse().unwrap();
+/// let first = MemberId::new(address.clone(), Incarnation(7), 1_000);
+/// let restarted = MemberId::new(address, Incarnation(3), 2_000);
+/// assert_ne!(first, restarted);
+/// assert!(restarted.supersedes(&first));
+/// assert!(first.is_older_than(&restarted));
+/// ```
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(from = "WireMemberId", into = "WireMemberId")]
+pub struct MemberId {
+    /// Where the member listens; its system name is the cluster's name.
+    pub address: NodeAddress,
+    /// Which life of the process at that address (the remote node's incarnation).
+    pub incarnation: Incarnation,
+    /// When this incarnation joined, in milliseconds since the Unix epoch: orders members by age
+    /// (keep-oldest, and later the singleton) and decides which of two incarnations at one
+    /// address is the later one.
+    pub generation: u64,
+}
+
+impl MemberId {
+    /// A member identity.
+    pub fn new(address: NodeAddress, incarnation: Incarnation, generation: u64) -> Self {
+        Self {
+            address,
+            incarnation,
+            generation,
+        }
+    }
+
+    /// Whether `self` is a later incarnation at the same address as `other` (a restart):
+    /// the later generation wins, the incarnation breaks a tie.
+    pub fn supersedes(&self, other: &Self) -> bool {
+        self.address == other.address
+            && (self.generation, self.incarnation) > (other.generation, other.incarnation)
+    }
+
+    /// Whether `self` joined before `other`. Ties (same millisecond) are broken by address, then
+    /// incarnation, so every member orders the same members the same way.
+    pub fn is_older_than(&self, other: &Self) -> bool {
+        self.age_order(other) == Ordering::Less
+    }
+
+    /// The total order by age used by every strategy: oldest first.
+    pub(crate) fn age_order(&self, other: &Self) -> Ordering {
+        (self.generation, &self.address, self.incarnation).cmp(&(
+            other.generation,
+            &other.address,
+            other.incarnation,
+        ))
+    }
+}
+
+/// Oldest first: by generation, then address, then incarnation (every field, so it agrees
+/// with equality).
+impl Ord for MemberId {
+    fn cmp(&self, other: &Self) -> Ordering {
+        self.age_order(other)
+    }
+}
+
+impl PartialOrd for MemberId {
+    fn partial_cmp(&self, other: &Self) -> Option<Ordering> {
+        Some(self.cmp(other))
+    }
+}
+
+impl fmt::Display for MemberId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}#{}", self.address, self.incarnation)
+    }
+}
+
+/// The serialized form of [`MemberId`] (the address types of `rally-remote` carry no serde).
+#[derive(Clone, Serialize, Deserialize)]
+struct WireMemberId {
+    system: String,
+    host: String,
+    port: u16,
+    incarnation: u64,
+    generation: u64,
+}
+
+impl From<WireMemberId> for MemberId {
+    fn from(w: WireMemberId) -> Self {
+        Self {
+            address: NodeAddress {
+                system: w.system,
+                host: w.host,
+                port: w.port,
+            },
+            incarnation: Incarnation(w.incarnation),
+            generation: w.generation,
+        }
+    }
+}
+
+impl From<MemberId> for WireMemberId {
+    fn from(m: MemberId) -> Self {
+        Self {
+            system: m.address.system,
+            host: m.address.host,
+            port: m.address.port,
+            incarnation: m.incarnation.0,
+            generation: m.generation,
+        }
+    }
+}
+
+/// Where a member is in its life, as this member sees it.
+///
+/// `Joining → Up → Leaving → Removed` for a member that leaves gracefully;
+/// `Joining | Up | Leaving → Down → Removed` for one that is downed. Reachability is separate
+/// (see [`Member::reachable`]): an unreachable member keeps its status until a downing
+/// decision (or an operator's [`down`](crate::Cluster::down)) marks it down.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[non_exhaustive]
+pub enum MemberStatus {
+    /// Known to the cluster, not yet heard from directly by this member.
+    Joining,
+    /// Heard from directly: it is a working member.
+    Up,
+    /// Announced that it is leaving; it hands over, then exits.
+    Leaving,
+    /// Declared down (by a downing decision, by an operator, or by itself on the losing side
+    /// of a partition). Final for this incarnation: it never comes back, a restart is a new
+    /// member.
+    Down,
+    /// Gone from the membership (left, or down and forgotten, or replaced by a new
+    /// incarnation at its address).
+    Removed,
+}
+
+/// A member as this member sees it.
+///
+/// # Example
+///
+/// ```
+/// use rally_cluster::{Member, MemberId, MemberStatus};
+/// use rally_remote::Incarnation;
+///
+/// let id = MemberId::new("rally://shop@127.0.0.1:2552".parse().unwrap(), Incarnation(1), 10);
+/// let member = Member::new(id, MemberStatus::Up, true);
+/// assert!(member.is_serving());
+/// ```
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Member {
+    /// Its identity.
+    pub id: MemberId,
+    /// Its status.
+    pub status: MemberStatus,
+    /// Whether the failure detector currently reaches it.
+    pub reachable: bool,
+}
+
+impl Member {
+    /// A member with this status and reachability.
+    pub fn new(id: MemberId, status: MemberStatus, reachable: bool) -> Self {
+        Self {
+            id,
+            status,
+            reachable,
+        }
+    }
+
+    /// Whether the member is part of the cluster for placement and downing decisions:
+    /// joining, up or leaving (not down, not removed), reachable or not.
+    pub fn is_serving(&self) -> bool {
+        matches!(
+            self.status,
+            MemberStatus::Joining | MemberStatus::Up | MemberStatus::Leaving
+        )
+    }
+}
+
+/// A change in the membership, as this member saw it happen.
+///
+/// Events about one member arrive in the order of its life (joined before up before
+/// leaving/down before removed); `Unreachable` and `Reachable` alternate in between.
+/// Events about this member itself are delivered too (it is up, it is leaving, it was downed).
+///
+/// # Example
+///
+/// ```
+/// use rally_cluster::{MemberEvent, MemberId};
+/// use rally_remote::Incarnation;
+///
+/// let id = MemberId::new("rally://shop@127.0.0.1:2552".parse().unwrap(), Incarnation(1), 10);
+/// let event = MemberEvent::Down(id.clone());
+/// assert_eq!(event.member(), &id);
+/// ```
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[non_exhaustive]
+pub enum MemberEvent {
+    /// A member became known (status joining).
+    Joined(MemberId),
+    /// A member was heard from directly (status up).
+    Up(MemberId),
+    /// The failure detector stopped reaching a member.
+    Unreachable(MemberId),
+    /// An unreachable member is reached again.
+    Reachable(MemberId),
+    /// A member announced that it is leaving.
+    Leaving(MemberId),
+    /// A member was declared down.
+    Down(MemberId),
+    /// A member is gone from the membership.
+    Removed(MemberId),
+}
+
+impl MemberEvent {
+    /// The member the event is about.
+    pub fn member(&self) -> &MemberId {
+        match self {
+            Self::Joined(m)
+            | Self::Up(m)
+            | Self::Unreachable(m)
+            | Self::Reachable(m)
+            | Self::Leaving(m)
+            | Self::Down(m)
+            | Self::Removed(m) => m,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn id(port: u16, incarnation: u64, generation: u64) -> MemberId {
+        MemberId::new(
+            NodeAddress {
+                system: "c".into(),
+                host: "h".into(),
+                port,
+            },
+            Incarnation(incarnation),
+            generation,
+        )
+    }
+
+    #[test]
+    fn a_restart_supersedes_by_generation_then_incarnation() {
+        assert!(id(1, 9, 2).supersedes(&id(1, 100, 1)));
+        assert!(!id(1, 100, 1).supersedes(&id(1, 9, 2)));
+        assert!(id(1, 5, 1).supersedes(&id(1, 4, 1)));
+        assert!(!id(2, 9, 9).supersedes(&id(1, 1, 1)), "another address");
+        assert!(!id(1, 1, 1).supersedes(&id(1, 1, 1)), "itself");
+    }
+
+    #[test]
+    fn age_is_a_total_order_oldest_first() {
+        assert!(id(9, 0, 1).is_older_than(&id(1, 0, 2)));
+        assert!(id(1, 0, 5).is_older_than(&id(2, 0, 5)), "tie: address");
+        assert!(!id(1, 0, 5).is_older_than(&id(1, 0, 5)));
+    }
+
+    #[test]
+    fn ids_round_trip_through_postcard() {
+        let original = id(2552, u64::MAX, 1_700_000_000_000);
+        let bytes = postcard::to_allocvec(&original).unwrap();
+        let back: MemberId = postcard::from_bytes(&bytes).unwrap();
+        assert_eq!(back, original);
+    }
+}

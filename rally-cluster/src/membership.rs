@@ -1,0 +1,699 @@
+//! The membership core: SWIM (foca) plus Rally's member states, events and downing, with no
+//! I/O and no clock.
+//!
+//! [`Membership`] is driven from outside: packets in ([`handle_packet`]), time in
+//! ([`handle_timeout`]), and it hands back packets to send ([`poll_transmit`]), the next
+//! instant it needs to be woken ([`poll_timeout`]) and member events ([`poll_event`]). The
+//! gossip provider runs it over Rally's connections; the simulation ([`crate::sim`]) runs many
+//! of them over a seeded simulated network, deterministically.
+//!
+//! [`handle_packet`]: Membership::handle_packet
+//! [`handle_timeout`]: Membership::handle_timeout
+//! [`poll_transmit`]: Membership::poll_transmit
+//! [`poll_timeout`]: Membership::poll_timeout
+//! [`poll_event`]: Membership::poll_event
+
+mod guard;
+
+use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
+use std::num::{NonZeroU8, NonZeroUsize};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use foca::{
+    AccumulatingRuntime, Foca, NoCustomBroadcast, OwnedNotification, PeriodicParams, State, Timer,
+};
+use rally_remote::{Incarnation, NodeAddress};
+use rand::SeedableRng;
+use rand::rngs::StdRng;
+use serde::{Deserialize, Serialize};
+
+use crate::config::{ClusterConfig, ConfigError};
+use crate::downing::{Decision, ViewMember, decide};
+use crate::member::{Member, MemberEvent, MemberId, MemberStatus};
+use guard::{CodecError, FocaId, Guard, GuardedCodec, Reject, lock};
+
+/// Foca's own suspect-to-down timer is a last resort only: downing is Rally's decision, taken
+/// after `stable-after` on both sides of a partition. Letting SWIM down a suspect on its own
+/// would let both sides of a split down each other and both carry on.
+const SUSPECT_TO_DOWN_LAST_RESORT: Duration = Duration::from_secs(24 * 60 * 60);
+/// How often a member asks one random member for members it may not know: a slow safety net
+/// behind the joins and the gossip, so a member missed by both is still found.
+const ANNOUNCE_PERIOD: Duration = Duration::from_secs(10);
+
+/// One packet to send: membership bytes for the member at `to`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Transmit {
+    /// Where to send it.
+    pub to: NodeAddress,
+    /// The packet, opaque to the transport.
+    pub payload: Vec<u8>,
+}
+
+/// Why a membership packet was dropped. Every drop is also counted in [`MembershipStats`].
+///
+/// # Example
+///
+/// ```
+/// use std::time::Instant;
+/// use rally_cluster::{ClusterConfig, Membership, MemberId, PacketError};
+/// use rally_remote::Incarnation;
+///
+/// let me = MemberId::new("rally://c@127.0.0.1:1".parse().unwrap(), Incarnation(1), 1);
+/// let mut core = Membership::new(me, ClusterConfig::default(), 7, Instant::now()).unwrap();
+/// let dropped = core.handle_packet(b"\xff\xff junk", Instant::now());
+/// assert!(matches!(dropped, Err(PacketError::Malformed(_))));
+/// assert_eq!(core.stats().malformed, 1);
+/// ```
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum PacketError {
+    /// Not a membership packet of this version.
+    #[error("malformed membership packet: {0}")]
+    Malformed(String),
+    /// It names a member that cannot exist (another cluster's, an impossible address, this
+    /// running member under another incarnation or as its sender).
+    #[error("{0}")]
+    Forged(String),
+    /// It reports a transition no honest member can report.
+    #[error("{0}")]
+    ImpossibleTransition(String),
+    /// It would add members past `max-members`.
+    #[error("{0}")]
+    Full(String),
+}
+
+/// Figures of one membership core.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct MembershipStats {
+    /// Packets handed in.
+    pub packets_in: u64,
+    /// Packets handed out.
+    pub packets_out: u64,
+    /// Dropped: undecodable.
+    pub malformed: u64,
+    /// Dropped: forged member.
+    pub forged: u64,
+    /// Dropped: impossible transition.
+    pub impossible: u64,
+    /// Dropped: member table full.
+    pub full: u64,
+    /// Downing decisions taken (of any kind).
+    pub decisions: u64,
+}
+
+/// This member's view of the cluster, sans-I/O. See the [module docs](self).
+///
+/// # Example
+///
+/// Two members, wired by hand:
+///
+/// ```
+/// use std::time::{Duration, Instant};
+/// use rally_cluster::{ClusterConfig, Membership, MemberEvent, MemberId};
+/// use rally_remote::Incarnation;
+///
+/// let id = |port: u16| MemberId::new(format!("rally://c@127.0.0.1:{port}").parse().unwrap(), Incarnation(port.into()), 1);
+/// let now = Instant::now();
+/// let mut a = Membership::new(id(1), ClusterConfig::default(), 1, now).unwrap();
+/// let mut config = ClusterConfig::default();
+/// config.seeds = vec![id(1).address];
+/// let mut b = Membership::new(id(2), config, 2, now).unwrap();
+/// a.join(now);
+/// b.join(now);
+/// for _ in 0..4 {
+///     while let Some(t) = a.poll_transmit() { b.handle_packet(&t.payload, now).unwrap(); }
+///     while let Some(t) = b.poll_transmit() { a.handle_packet(&t.payload, now).unwrap(); }
+/// }
+/// assert_eq!(a.members().len(), 2);
+/// assert!(std::iter::from_fn(|| b.poll_event()).any(|e| e == MemberEvent::Up(id(1))));
+/// ```
+pub struct Membership {
+    foca: Foca<FocaId, GuardedCodec, StdRng, NoCustomBroadcast>,
+    runtime: AccumulatingRuntime<FocaId>,
+    guard: Arc<Mutex<Guard>>,
+    timers: BTreeMap<(Instant, u64), Timer<FocaId>>,
+    timer_seq: u64,
+    config: ClusterConfig,
+    local: Member,
+    members: HashMap<MemberId, Member>,
+    next_join: Option<Instant>,
+    transmits: VecDeque<Transmit>,
+    events: VecDeque<MemberEvent>,
+    stability: Stability,
+    stats: MembershipStats,
+    stopped: bool,
+}
+
+/// A membership packet on the wire (postcard). SWIM bytes are foca's; `Leaving` is Rally's
+/// notice that precedes a graceful exit, so the others report *removed*, not *down*.
+#[derive(Debug, Serialize, Deserialize)]
+enum Packet {
+    Swim(Vec<u8>),
+    Leaving(MemberId),
+}
+
+/// When the view last changed, and since when members have been unreachable.
+#[derive(Debug)]
+struct Stability {
+    fingerprint: Vec<(MemberId, bool)>,
+    changed_at: Instant,
+    unreachable_since: Option<Instant>,
+    decided: bool,
+}
+
+impl Membership {
+    /// A member that is not yet part of any cluster; [`join`](Self::join) starts it.
+    ///
+    /// `local.address.system` is the cluster's name: packets naming members of another
+    /// cluster are dropped. `seed` seeds the protocol's random choices (probe order, gossip
+    /// targets), so a run is reproducible.
+    ///
+    /// # Errors
+    ///
+    /// [`ConfigError`] if the configuration is out of range.
+    pub fn new(
+        local: MemberId,
+        config: ClusterConfig,
+        seed: u64,
+        now: Instant,
+    ) -> Result<Self, ConfigError> {
+        config.validate()?;
+        let guard = Arc::new(Mutex::new(Guard::new(local.clone(), config.max_members)));
+        let foca = Foca::new(
+            FocaId(local.clone()),
+            foca_config(&config),
+            StdRng::seed_from_u64(seed),
+            GuardedCodec::new(guard.clone()),
+        );
+        let mut events = VecDeque::new();
+        events.push_back(MemberEvent::Joined(local.clone()));
+        Ok(Self {
+            foca,
+            runtime: AccumulatingRuntime::new(),
+            guard,
+            timers: BTreeMap::new(),
+            timer_seq: 0,
+            config,
+            local: Member::new(local, MemberStatus::Joining, true),
+            members: HashMap::new(),
+            next_join: None,
+            transmits: VecDeque::new(),
+            events,
+            stability: Stability {
+                fingerprint: Vec::new(),
+                changed_at: now,
+                unreachable_since: None,
+                decided: false,
+            },
+            stats: MembershipStats::default(),
+            stopped: false,
+        })
+    }
+
+    /// Joins through the configured seeds, re-sending every `join-retry` until a member
+    /// answers. With no seed but itself, this member founds the cluster and is up at once.
+    pub fn join(&mut self, now: Instant) {
+        if self.stopped || self.local.status != MemberStatus::Joining {
+            return;
+        }
+        if self.seeds().next().is_none() {
+            self.local.status = MemberStatus::Up;
+            self.events
+                .push_back(MemberEvent::Up(self.local.id.clone()));
+            return;
+        }
+        self.announce_to_seeds(now);
+    }
+
+    /// Handles one packet from another member.
+    ///
+    /// # Errors
+    ///
+    /// [`PacketError`] when the packet is dropped (it is counted in [`stats`](Self::stats));
+    /// nothing of a dropped packet is applied.
+    pub fn handle_packet(&mut self, payload: &[u8], now: Instant) -> Result<(), PacketError> {
+        if self.stopped {
+            return Ok(());
+        }
+        self.stats.packets_in += 1;
+        let packet: Packet = match postcard::from_bytes(payload) {
+            Ok(packet) => packet,
+            Err(e) => return Err(self.count(PacketError::Malformed(e.to_string()))),
+        };
+        match packet {
+            Packet::Swim(data) => {
+                let result = self.foca.handle_data(&data, &mut self.runtime);
+                let sender = lock(&self.guard).sender.take();
+                let result = result.map_err(|e| self.classify(e));
+                self.after_interaction(now);
+                result?;
+                if let Some(member) = sender.and_then(|s| self.members.get_mut(&s)) {
+                    if member.status == MemberStatus::Joining {
+                        member.status = MemberStatus::Up;
+                        self.events.push_back(MemberEvent::Up(member.id.clone()));
+                    }
+                }
+                Ok(())
+            }
+            Packet::Leaving(id) => self.handle_leaving(id, now),
+        }
+    }
+
+    /// Runs what is due at `now`: the protocol's timers, join retries, downing decisions.
+    pub fn handle_timeout(&mut self, now: Instant) {
+        if self.stopped {
+            return;
+        }
+        let mut due = Vec::new();
+        while let Some(entry) = self.timers.first_entry() {
+            if entry.key().0 > now {
+                break;
+            }
+            due.push(entry.remove());
+        }
+        // Foca asks for late timers to be handled in its own order (an indirect probe before
+        // the next probe), which its `Ord` gives; the sort is stable for equal kinds.
+        due.sort();
+        for timer in due {
+            if let Err(e) = self.foca.handle_timer(timer, &mut self.runtime) {
+                tracing::debug!(error = %e, "membership timer");
+            }
+            self.drain_runtime(now);
+        }
+        if self.next_join.is_some_and(|at| at <= now) {
+            self.announce_to_seeds(now);
+        }
+        self.after_interaction(now);
+        self.check_downing(now);
+    }
+
+    /// The next instant [`handle_timeout`](Self::handle_timeout) has work, if any.
+    pub fn poll_timeout(&self) -> Option<Instant> {
+        if self.stopped {
+            return None;
+        }
+        let timer = self.timers.keys().next().map(|(at, _)| *at);
+        let downing = self.stability.unreachable_since.map(|since| {
+            let unstable = since + self.config.stable_after + self.config.down_all_when_unstable;
+            if self.stability.decided {
+                unstable
+            } else {
+                self.decision_due(since).min(unstable)
+            }
+        });
+        [timer, self.next_join, downing].into_iter().flatten().min()
+    }
+
+    /// The next packet to send.
+    pub fn poll_transmit(&mut self) -> Option<Transmit> {
+        let transmit = self.transmits.pop_front()?;
+        self.stats.packets_out += 1;
+        Some(transmit)
+    }
+
+    /// The next member event.
+    pub fn poll_event(&mut self) -> Option<MemberEvent> {
+        self.events.pop_front()
+    }
+
+    /// Leaves gracefully: tells every member, then tells the cluster it is gone. Send what
+    /// [`poll_transmit`](Self::poll_transmit) returns after this; the core then stops.
+    pub fn leave(&mut self, now: Instant) {
+        if self.stopped {
+            return;
+        }
+        let id = self.local.id.clone();
+        self.local.status = MemberStatus::Leaving;
+        self.events.push_back(MemberEvent::Leaving(id.clone()));
+        let notice = postcard::to_allocvec(&Packet::Leaving(id.clone()))
+            .expect("a member id always encodes");
+        for member in self.members.values().filter(|m| m.is_serving()) {
+            self.transmits.push_back(Transmit {
+                to: member.id.address.clone(),
+                payload: notice.clone(),
+            });
+        }
+        if let Err(e) = self.foca.leave_cluster(&mut self.runtime) {
+            tracing::debug!(error = %e, "leaving the membership");
+        }
+        self.drain_runtime(now);
+        self.local.status = MemberStatus::Removed;
+        self.events.push_back(MemberEvent::Removed(id));
+        self.stop();
+    }
+
+    /// Declares `member` down (an operator's decision, or a downing decision). Downing this
+    /// member itself stops it.
+    pub fn down(&mut self, member: &MemberId, now: Instant) {
+        if self.stopped {
+            return;
+        }
+        if *member == self.local.id {
+            self.down_self();
+            return;
+        }
+        let Some(incarnation) = self
+            .foca
+            .iter_membership_state()
+            .find(|m| m.id().0 == *member)
+            .map(foca::Member::incarnation)
+        else {
+            return;
+        };
+        let update = foca::Member::new(FocaId(member.clone()), incarnation, State::Down);
+        if let Err(e) = self
+            .foca
+            .apply_many(std::iter::once(update), true, &mut self.runtime)
+        {
+            tracing::debug!(error = %e, "downing a member");
+        }
+        self.after_interaction(now);
+    }
+
+    /// This member.
+    pub fn local(&self) -> &Member {
+        &self.local
+    }
+
+    /// Every member this member knows (itself included) that is not removed, oldest first.
+    pub fn members(&self) -> Vec<Member> {
+        let mut all: Vec<Member> = self.members.values().cloned().collect();
+        if self.local.status != MemberStatus::Removed {
+            all.push(self.local.clone());
+        }
+        all.sort_by(|a, b| a.id.age_order(&b.id));
+        all
+    }
+
+    /// Whether the core has stopped (left, or downed): it ignores input from now on.
+    pub fn is_stopped(&self) -> bool {
+        self.stopped
+    }
+
+    /// This core's counters.
+    pub fn stats(&self) -> MembershipStats {
+        self.stats
+    }
+
+    fn seeds(&self) -> impl Iterator<Item = &NodeAddress> {
+        let own = &self.local.id.address;
+        self.config.seeds.iter().filter(move |s| *s != own)
+    }
+
+    fn announce_to_seeds(&mut self, now: Instant) {
+        let seeds: Vec<NodeAddress> = self.seeds().cloned().collect();
+        for seed in seeds {
+            // A seed's incarnation is not known yet: foca accepts a join addressed to any
+            // incarnation at the receiver's address.
+            let placeholder = FocaId(MemberId::new(seed, Incarnation(0), 0));
+            if let Err(e) = self.foca.announce(placeholder, &mut self.runtime) {
+                tracing::debug!(error = %e, "join");
+            }
+        }
+        self.next_join = Some(now + self.config.join_retry);
+        self.drain_runtime(now);
+    }
+
+    fn handle_leaving(&mut self, id: MemberId, now: Instant) -> Result<(), PacketError> {
+        if id.address == self.local.id.address {
+            return Err(self.count(PacketError::Forged(format!(
+                "forged member {id}: a leaving notice for this member's address"
+            ))));
+        }
+        match self.members.get_mut(&id) {
+            Some(member) if member.is_serving() => {
+                if member.status != MemberStatus::Leaving {
+                    member.status = MemberStatus::Leaving;
+                    self.events.push_back(MemberEvent::Leaving(id));
+                }
+                self.after_interaction(now);
+                Ok(())
+            }
+            _ => Err(self.count(PacketError::ImpossibleTransition(format!(
+                "impossible transition of {id}: leaving, but not a serving member"
+            )))),
+        }
+    }
+
+    fn classify(&mut self, error: foca::Error) -> PacketError {
+        let dropped = match error {
+            foca::Error::Decode(inner) => match inner.downcast_ref::<CodecError>() {
+                Some(CodecError::Rejected(reject @ Reject::Forged { .. })) => {
+                    PacketError::Forged(reject.to_string())
+                }
+                Some(CodecError::Rejected(reject @ Reject::Impossible { .. })) => {
+                    PacketError::ImpossibleTransition(reject.to_string())
+                }
+                Some(CodecError::Rejected(reject @ Reject::Full(_))) => {
+                    PacketError::Full(reject.to_string())
+                }
+                _ => PacketError::Malformed(inner.to_string()),
+            },
+            foca::Error::DataFromOurselves | foca::Error::IndirectForOurselves => {
+                PacketError::Forged(error.to_string())
+            }
+            other => PacketError::Malformed(other.to_string()),
+        };
+        self.count(dropped)
+    }
+
+    fn count(&mut self, error: PacketError) -> PacketError {
+        match &error {
+            PacketError::Malformed(_) => self.stats.malformed += 1,
+            PacketError::Forged(_) => self.stats.forged += 1,
+            PacketError::ImpossibleTransition(_) => self.stats.impossible += 1,
+            PacketError::Full(_) => self.stats.full += 1,
+        }
+        tracing::debug!(%error, "membership packet dropped");
+        error
+    }
+
+    /// Takes what foca produced: notifications, timers, packets.
+    fn drain_runtime(&mut self, now: Instant) {
+        while let Some(notification) = self.runtime.to_notify() {
+            match notification {
+                OwnedNotification::Active if self.local.status == MemberStatus::Joining => {
+                    self.local.status = MemberStatus::Up;
+                    self.next_join = None;
+                    self.events
+                        .push_back(MemberEvent::Up(self.local.id.clone()));
+                }
+                // Leaving makes foca declare itself down: that is the exit, not a downing.
+                OwnedNotification::Defunct if self.local.status != MemberStatus::Leaving => {
+                    self.down_self();
+                }
+                _ => {}
+            }
+        }
+        while let Some((after, timer)) = self.runtime.to_schedule() {
+            self.timer_seq += 1;
+            self.timers.insert((now + after, self.timer_seq), timer);
+        }
+        while let Some((to, data)) = self.runtime.to_send() {
+            let payload = postcard::to_allocvec(&Packet::Swim(data.to_vec()))
+                .expect("a byte string always encodes");
+            self.transmits.push_back(Transmit {
+                to: to.0.address,
+                payload,
+            });
+        }
+    }
+
+    /// Brings Rally's view in line with foca's table, emitting the events of the differences.
+    fn after_interaction(&mut self, now: Instant) {
+        self.drain_runtime(now);
+        if self.stopped {
+            return;
+        }
+        let table: Vec<(MemberId, State)> = self
+            .foca
+            .iter_membership_state()
+            .map(|m| (m.id().0.clone(), m.state()))
+            .collect();
+        // The gate counts every member foca holds, down ones included, against the bound.
+        lock(&self.guard).refresh(table.iter().map(|(id, _)| id));
+        let present: HashSet<&MemberId> = table.iter().map(|(id, _)| id).collect();
+        // Gone from foca's table: forgotten after `remove-down-after`, or replaced by a later
+        // incarnation at the same address. Reported first, so a restart reads "removed" then
+        // "joined".
+        let mut gone: Vec<MemberId> = self
+            .members
+            .keys()
+            .filter(|id| !present.contains(id))
+            .cloned()
+            .collect();
+        gone.sort_by(|a, b| a.age_order(b));
+        for id in gone {
+            self.members.remove(&id);
+            self.events.push_back(MemberEvent::Removed(id));
+        }
+        for (id, state) in table {
+            let Some(member) = self.members.get_mut(&id) else {
+                if state != State::Down {
+                    let reachable = state == State::Alive;
+                    self.members.insert(
+                        id.clone(),
+                        Member::new(id.clone(), MemberStatus::Joining, reachable),
+                    );
+                    self.events.push_back(MemberEvent::Joined(id.clone()));
+                    if !reachable {
+                        self.events.push_back(MemberEvent::Unreachable(id));
+                    }
+                }
+                continue;
+            };
+            if !member.is_serving() {
+                continue;
+            }
+            match state {
+                State::Alive if !member.reachable => {
+                    member.reachable = true;
+                    self.events.push_back(MemberEvent::Reachable(id));
+                }
+                State::Suspect if member.reachable => {
+                    member.reachable = false;
+                    self.events.push_back(MemberEvent::Unreachable(id));
+                }
+                State::Down if member.status == MemberStatus::Leaving => {
+                    self.members.remove(&id);
+                    self.events.push_back(MemberEvent::Removed(id));
+                }
+                State::Down => {
+                    member.status = MemberStatus::Down;
+                    self.events.push_back(MemberEvent::Down(id));
+                }
+                _ => {}
+            }
+        }
+        self.update_stability(now);
+    }
+
+    /// The members a downing decision is taken over: every serving member, this one included.
+    fn view(&self) -> Vec<ViewMember> {
+        let mut view: Vec<ViewMember> = self
+            .members
+            .values()
+            .filter(|m| m.is_serving())
+            .map(|m| ViewMember {
+                id: m.id.clone(),
+                reachable: m.reachable,
+            })
+            .collect();
+        view.push(ViewMember {
+            id: self.local.id.clone(),
+            reachable: true,
+        });
+        view.sort_by(|a, b| a.id.age_order(&b.id));
+        view
+    }
+
+    fn update_stability(&mut self, now: Instant) {
+        let fingerprint: Vec<(MemberId, bool)> = self
+            .view()
+            .into_iter()
+            .map(|m| (m.id, m.reachable))
+            .collect();
+        let any_unreachable = fingerprint.iter().any(|(_, reachable)| !reachable);
+        if fingerprint != self.stability.fingerprint {
+            self.stability.fingerprint = fingerprint;
+            self.stability.changed_at = now;
+            self.stability.decided = false;
+        }
+        if any_unreachable {
+            self.stability.unreachable_since.get_or_insert(now);
+        } else {
+            self.stability.unreachable_since = None;
+        }
+    }
+
+    /// When a decision may be taken: the view unchanged for `stable-after`, and members
+    /// unreachable for at least the detection bound, so that every member this one cannot
+    /// reach is seen as unreachable. A decision on a partial view (some of the other side
+    /// still looking reachable) could let a losing side down part of the winning side and
+    /// survive.
+    fn decision_due(&self, unreachable_since: Instant) -> Instant {
+        let stable = self.stability.changed_at + self.config.stable_after;
+        let complete = unreachable_since
+            + self
+                .config
+                .detection_bound(self.stability.fingerprint.len());
+        stable.max(complete)
+    }
+
+    fn check_downing(&mut self, now: Instant) {
+        if self.stopped || !matches!(self.local.status, MemberStatus::Up | MemberStatus::Leaving) {
+            return;
+        }
+        let Some(since) = self.stability.unreachable_since else {
+            return;
+        };
+        let decision = if !self.stability.decided && now >= self.decision_due(since) {
+            self.stability.decided = true;
+            decide(self.config.downing, &self.view())
+        } else if now >= since + self.config.stable_after + self.config.down_all_when_unstable {
+            tracing::warn!(member = %self.local.id, "the view never settled: downing itself");
+            Decision::DownAll
+        } else {
+            return;
+        };
+        self.stats.decisions += 1;
+        tracing::info!(member = %self.local.id, ?decision, "downing decision");
+        match decision {
+            Decision::DownUnreachable(ids) => {
+                for id in ids {
+                    self.down(&id, now);
+                }
+            }
+            Decision::DownSelf | Decision::DownAll => self.down_self(),
+            Decision::Nothing => {}
+        }
+    }
+
+    /// This member is down: it says so and goes silent. It does not broadcast its own down:
+    /// on the losing side of a partition that would only reset the stability clock of the
+    /// members beside it, which are reaching the same decision on their own.
+    fn down_self(&mut self) {
+        if self.stopped {
+            return;
+        }
+        self.local.status = MemberStatus::Down;
+        self.events
+            .push_back(MemberEvent::Down(self.local.id.clone()));
+        self.stop();
+    }
+
+    fn stop(&mut self) {
+        self.stopped = true;
+        self.timers.clear();
+        self.next_join = None;
+        self.stability.unreachable_since = None;
+    }
+}
+
+fn foca_config(config: &ClusterConfig) -> foca::Config {
+    let nonzero = |n: usize| NonZeroUsize::new(n).unwrap_or(NonZeroUsize::MIN);
+    let mut foca = foca::Config::simple();
+    foca.probe_period = config.probe_period;
+    foca.probe_rtt = config.probe_rtt;
+    foca.num_indirect_probes = nonzero(config.indirect_probes);
+    foca.max_transmissions = NonZeroU8::new(config.max_transmissions).unwrap_or(NonZeroU8::MIN);
+    foca.suspect_to_down_after =
+        SUSPECT_TO_DOWN_LAST_RESORT.max((config.stable_after + config.down_all_when_unstable) * 4);
+    foca.remove_down_after = config.remove_down_after;
+    foca.max_packet_size = nonzero(config.max_packet_bytes);
+    // A member that was downed while paused or cut off learns it from the first member it
+    // talks to, and stops hosting.
+    foca.notify_down_members = true;
+    foca.periodic_announce = Some(PeriodicParams {
+        frequency: ANNOUNCE_PERIOD,
+        num_members: NonZeroUsize::MIN,
+    });
+    foca.periodic_announce_to_down_members = None;
+    foca.periodic_gossip = Some(PeriodicParams {
+        frequency: config.gossip_period,
+        num_members: nonzero(config.gossip_fanout),
+    });
+    foca
+}

@@ -1,0 +1,220 @@
+//! The gate every membership packet passes before foca sees it: foca's identity type, and a
+//! codec that refuses forged members, impossible claims and more members than the bound.
+//!
+//! Foca decodes a whole packet (header and every update) before it changes any state, so a
+//! refusal here drops the packet whole: nothing of it is applied.
+
+use std::collections::{HashMap, HashSet};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+
+use bytes::{Buf, BufMut};
+use foca::{Codec, Header, Member, PostcardCodec, State};
+use rally_remote::NodeAddress;
+use serde::{Deserialize, Serialize};
+
+use crate::member::MemberId;
+
+/// A [`MemberId`] as foca's identity. Private, so foca's trait stays out of Rally's API.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(transparent)]
+pub(crate) struct FocaId(pub(crate) MemberId);
+
+impl foca::Identity for FocaId {
+    type Addr = NodeAddress;
+
+    /// A member declared down stays down: rejoining takes a new process (a new incarnation),
+    /// which the layer above starts; foca never renames a member by itself.
+    fn renew(&self) -> Option<Self> {
+        None
+    }
+
+    fn addr(&self) -> NodeAddress {
+        self.0.address.clone()
+    }
+
+    fn win_addr_conflict(&self, adversary: &Self) -> bool {
+        self.0.supersedes(&adversary.0)
+    }
+}
+
+/// Why a packet was refused.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub(crate) enum Reject {
+    /// A member that cannot exist: another cluster's, an impossible address, a seed
+    /// placeholder, or a sender claiming this member's address.
+    #[error("forged member {member}: {why}")]
+    Forged { member: String, why: &'static str },
+    /// A transition no honest member can report.
+    #[error("impossible transition of {member}: {why}")]
+    Impossible { member: String, why: &'static str },
+    /// The packet would add members past the bound.
+    #[error("member table full ({0} members)")]
+    Full(usize),
+}
+
+/// The codec's error: the decoder's complaint or a refusal.
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum CodecError {
+    #[error("undecodable: {0}")]
+    Postcard(#[from] postcard::Error),
+    #[error(transparent)]
+    Rejected(Reject),
+}
+
+/// What the gate knows: shared between the codec (inside foca) and the membership core, which
+/// refreshes it after every interaction. No user code runs under its lock.
+#[derive(Debug)]
+pub(crate) struct Guard {
+    cluster: String,
+    local: MemberId,
+    max_members: usize,
+    /// The member foca holds at each address (live or down).
+    known: HashMap<NodeAddress, MemberId>,
+    /// Addresses first seen in the packet being decoded.
+    new_in_packet: HashSet<NodeAddress>,
+    /// The highest SWIM incarnation this member has sent about itself.
+    own_swim_incarnation: u16,
+    /// The sender of the packet being decoded.
+    pub(crate) sender: Option<MemberId>,
+}
+
+impl Guard {
+    pub(crate) fn new(local: MemberId, max_members: usize) -> Self {
+        Self {
+            cluster: local.address.system.clone(),
+            local,
+            max_members,
+            known: HashMap::new(),
+            new_in_packet: HashSet::new(),
+            own_swim_incarnation: 0,
+            sender: None,
+        }
+    }
+
+    /// Replaces the known members with foca's table.
+    pub(crate) fn refresh<'a>(&mut self, members: impl Iterator<Item = &'a MemberId>) {
+        self.known.clear();
+        for id in members {
+            self.known.insert(id.address.clone(), id.clone());
+        }
+    }
+
+    /// Checks one member named in a packet: its sender (`is_sender`) or an update.
+    fn check(
+        &mut self,
+        id: &MemberId,
+        swim_incarnation: u16,
+        state: State,
+        is_sender: bool,
+    ) -> Result<(), Reject> {
+        let forged = |why| {
+            Err(Reject::Forged {
+                member: id.to_string(),
+                why,
+            })
+        };
+        if id.address.system != self.cluster {
+            return forged("a member of another cluster");
+        }
+        if id.address.host.is_empty() || id.address.port == 0 {
+            return forged("an address no member can listen on");
+        }
+        if id.generation == 0 && id.incarnation.0 == 0 {
+            return forged("a seed placeholder, never a member");
+        }
+        let active = state != State::Down;
+        if id.address == self.local.address {
+            if is_sender {
+                return forged("a sender with this member's address");
+            }
+            if *id == self.local && active && swim_incarnation > self.own_swim_incarnation {
+                return Err(Reject::Impossible {
+                    member: id.to_string(),
+                    why: "this member alive at an incarnation it never announced",
+                });
+            }
+            // Another identity at this address in an update is let through: foca answers it by
+            // declaring that identity down to everyone, which refutes an impostor (or buries a
+            // previous life) faster than dropping the carrier would.
+            return Ok(());
+        }
+        if !self.known.contains_key(&id.address) && !self.new_in_packet.contains(&id.address) {
+            if self.known.len() + self.new_in_packet.len() >= self.max_members {
+                return Err(Reject::Full(self.max_members));
+            }
+            self.new_in_packet.insert(id.address.clone());
+        }
+        Ok(())
+    }
+
+    fn sent_about_self(&mut self, id: &MemberId, swim_incarnation: u16) {
+        if *id == self.local {
+            self.own_swim_incarnation = self.own_swim_incarnation.max(swim_incarnation);
+        }
+    }
+}
+
+/// Locks the guard; a panic elsewhere cannot leave it half-updated (every update is one
+/// assignment or a rebuild), so a poisoned lock is still sound to use.
+pub(crate) fn lock(guard: &Mutex<Guard>) -> MutexGuard<'_, Guard> {
+    guard.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+/// Foca's postcard codec behind the guard.
+pub(crate) struct GuardedCodec {
+    inner: PostcardCodec,
+    guard: Arc<Mutex<Guard>>,
+}
+
+impl GuardedCodec {
+    pub(crate) fn new(guard: Arc<Mutex<Guard>>) -> Self {
+        Self {
+            inner: PostcardCodec,
+            guard,
+        }
+    }
+}
+
+impl Codec<FocaId> for GuardedCodec {
+    type Error = CodecError;
+
+    fn encode_header(
+        &mut self,
+        header: &Header<FocaId>,
+        buf: impl BufMut,
+    ) -> Result<(), Self::Error> {
+        lock(&self.guard).sent_about_self(&header.src.0, header.src_incarnation);
+        Ok(self.inner.encode_header(header, buf)?)
+    }
+
+    fn decode_header(&mut self, buf: impl Buf) -> Result<Header<FocaId>, Self::Error> {
+        let header: Header<FocaId> = self.inner.decode_header(buf)?;
+        let mut guard = lock(&self.guard);
+        guard.new_in_packet.clear();
+        guard.sender = None;
+        guard
+            .check(&header.src.0, header.src_incarnation, State::Alive, true)
+            .map_err(CodecError::Rejected)?;
+        guard.sender = Some(header.src.0.clone());
+        Ok(header)
+    }
+
+    fn encode_member(
+        &mut self,
+        member: &Member<FocaId>,
+        buf: impl BufMut,
+    ) -> Result<(), Self::Error> {
+        if member.state() != State::Down {
+            lock(&self.guard).sent_about_self(&member.id().0, member.incarnation());
+        }
+        Ok(self.inner.encode_member(member, buf)?)
+    }
+
+    fn decode_member(&mut self, buf: impl Buf) -> Result<Member<FocaId>, Self::Error> {
+        let member: Member<FocaId> = self.inner.decode_member(buf)?;
+        lock(&self.guard)
+            .check(&member.id().0, member.incarnation(), member.state(), false)
+            .map_err(CodecError::Rejected)?;
+        Ok(member)
+    }
+}

@@ -1,0 +1,325 @@
+//! Many members in one process on simulated time and a simulated network, reproducible from
+//! a seed.
+//!
+//! A [`Simulation`] runs [`Membership`] cores (the same code the gossip provider runs over
+//! real connections) against each other. Time is virtual: the simulation jumps from one due
+//! instant to the next, so minutes of cluster life take milliseconds. The network delays every
+//! packet by a random latency, may drop packets at a given rate, and can be cut into sides
+//! ([`partition`](Simulation::partition)) and healed; members can be killed. Every random
+//! choice (latencies, drops, each core's probe order) flows from the one seed, so a failing
+//! seed replays exactly.
+//!
+//! # Example
+//!
+//! ```
+//! use std::time::Duration;
+//! use rally_cluster::sim::Simulation;
+//! use rally_cluster::{ClusterConfig, MemberStatus};
+//!
+//! let mut sim = Simulation::new(42);
+//! let members = sim.add_members(3, &ClusterConfig::default());
+//! assert!(sim.run_until(Duration::from_secs(30), |sim| sim.converged()));
+//! sim.kill(&members[2]);
+//! assert!(sim.run_until(Duration::from_secs(60), |sim| {
+//!     sim.status_seen_by(&members[0], &members[2]) == Some(MemberStatus::Down)
+//! }));
+//! ```
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::time::{Duration, Instant};
+
+use rally_remote::{Incarnation, NodeAddress};
+use rand::rngs::StdRng;
+use rand::{Rng, SeedableRng};
+
+use crate::config::ClusterConfig;
+use crate::member::{MemberEvent, MemberId, MemberStatus};
+use crate::membership::Membership;
+
+/// The cluster name of simulated members.
+pub const SIM_CLUSTER: &str = "sim";
+
+/// One event as a member saw it, at a simulated instant.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LoggedEvent {
+    /// Simulated time since the start.
+    pub at: Duration,
+    /// The member that saw it.
+    pub observer: MemberId,
+    /// What it saw.
+    pub event: MemberEvent,
+}
+
+/// A simulated cluster. See the [module docs](self).
+pub struct Simulation {
+    rng: StdRng,
+    start: Instant,
+    now: Instant,
+    members: BTreeMap<NodeAddress, SimMember>,
+    in_flight: BTreeMap<(Instant, u64), (NodeAddress, NodeAddress, Vec<u8>)>,
+    seq: u64,
+    latency: (Duration, Duration),
+    drop_rate: f64,
+    side_of: BTreeMap<NodeAddress, usize>,
+    log: Vec<LoggedEvent>,
+    next_port: u16,
+    /// Last delivery instant per (from, to): packets between two members stay in order, as
+    /// on Rally's connections.
+    last_delivery: BTreeMap<(NodeAddress, NodeAddress), Instant>,
+}
+
+struct SimMember {
+    core: Membership,
+    alive: bool,
+}
+
+impl Simulation {
+    /// An empty simulation; `seed` decides every random choice.
+    pub fn new(seed: u64) -> Self {
+        let now = Instant::now();
+        Self {
+            rng: StdRng::seed_from_u64(seed),
+            start: now,
+            now,
+            members: BTreeMap::new(),
+            in_flight: BTreeMap::new(),
+            seq: 0,
+            latency: (Duration::from_micros(200), Duration::from_millis(5)),
+            drop_rate: 0.0,
+            side_of: BTreeMap::new(),
+            log: Vec::new(),
+            next_port: 1,
+            last_delivery: BTreeMap::new(),
+        }
+    }
+
+    /// Starts a member with `config`; its seeds, if empty, are every member started before
+    /// it (the first founds the cluster).
+    pub fn add_member(&mut self, config: &ClusterConfig) -> MemberId {
+        let port = self.next_port;
+        self.next_port += 1;
+        self.add_member_at(port, config)
+    }
+
+    /// Starts `n` members with `config` at once (each seeded with the first), and returns them.
+    pub fn add_members(&mut self, n: usize, config: &ClusterConfig) -> Vec<MemberId> {
+        let first = NodeAddress {
+            system: SIM_CLUSTER.into(),
+            host: "10.0.0.1".into(),
+            port: self.next_port,
+        };
+        let mut config = config.clone();
+        if config.seeds.is_empty() {
+            config.seeds = vec![first];
+        }
+        (0..n).map(|_| self.add_member(&config)).collect()
+    }
+
+    /// Starts a member on `port` (a restart if a member ran there before: a new incarnation).
+    pub fn add_member_at(&mut self, port: u16, config: &ClusterConfig) -> MemberId {
+        let address = NodeAddress {
+            system: SIM_CLUSTER.into(),
+            host: "10.0.0.1".into(),
+            port,
+        };
+        let mut config = config.clone();
+        if config.seeds.is_empty() {
+            config.seeds = self.members.keys().cloned().collect();
+        }
+        let generation = u64::try_from(self.elapsed().as_millis()).unwrap_or(u64::MAX) + 1;
+        let id = MemberId::new(address.clone(), Incarnation(self.rng.random()), generation);
+        let mut core = Membership::new(id.clone(), config, self.rng.random(), self.now)
+            .expect("simulation configurations are valid");
+        core.join(self.now);
+        self.members
+            .insert(address, SimMember { core, alive: true });
+        self.collect();
+        id
+    }
+
+    /// Delays packets by a uniform latency in `[min, max]`.
+    pub fn set_latency(&mut self, min: Duration, max: Duration) {
+        self.latency = (min, max.max(min));
+    }
+
+    /// Drops each packet with probability `rate` (0.0 to 1.0).
+    pub fn set_drop_rate(&mut self, rate: f64) {
+        self.drop_rate = rate.clamp(0.0, 1.0);
+    }
+
+    /// Cuts the network into `sides`: packets cross no border (members in no side form one
+    /// more side together). Packets already in flight across a border are lost.
+    pub fn partition(&mut self, sides: &[&[MemberId]]) {
+        self.side_of.clear();
+        for (i, side) in sides.iter().enumerate() {
+            for id in *side {
+                self.side_of.insert(id.address.clone(), i + 1);
+            }
+        }
+        let side_of = &self.side_of;
+        self.in_flight
+            .retain(|_, (from, to, _)| side_of.get(from) == side_of.get(to));
+    }
+
+    /// Heals every partition.
+    pub fn heal(&mut self) {
+        self.side_of.clear();
+    }
+
+    /// Kills a member: it sends and receives nothing from now on.
+    pub fn kill(&mut self, id: &MemberId) {
+        if let Some(member) = self.members.get_mut(&id.address) {
+            member.alive = false;
+        }
+    }
+
+    /// The member at `id`'s address leaves gracefully.
+    pub fn leave(&mut self, id: &MemberId) {
+        if let Some(member) = self.members.get_mut(&id.address) {
+            member.core.leave(self.now);
+        }
+        self.collect();
+    }
+
+    /// The core of the member at `id`'s address.
+    pub fn core(&self, id: &MemberId) -> Option<&Membership> {
+        self.members.get(&id.address).map(|m| &m.core)
+    }
+
+    /// The status of `subject` as `observer` sees it (`None`: unknown to it).
+    pub fn status_seen_by(&self, observer: &MemberId, subject: &MemberId) -> Option<MemberStatus> {
+        let core = self.core(observer)?;
+        core.members()
+            .into_iter()
+            .find(|m| m.id == *subject)
+            .map(|m| m.status)
+    }
+
+    /// Whether every live, running member sees every other live, running member as up and
+    /// reachable, and nobody else as serving.
+    pub fn converged(&self) -> bool {
+        let running: BTreeSet<&MemberId> = self
+            .members
+            .values()
+            .filter(|m| m.alive && !m.core.is_stopped())
+            .map(|m| &m.core.local().id)
+            .collect();
+        self.members
+            .values()
+            .filter(|m| m.alive && !m.core.is_stopped())
+            .all(|m| {
+                let seen = m.core.members();
+                let serving: BTreeSet<&MemberId> = seen
+                    .iter()
+                    .filter(|x| x.is_serving())
+                    .map(|x| &x.id)
+                    .collect();
+                serving == running
+                    && seen
+                        .iter()
+                        .filter(|x| x.is_serving())
+                        .all(|x| x.status == MemberStatus::Up && x.reachable)
+            })
+    }
+
+    /// Every event every member saw, in order.
+    pub fn log(&self) -> &[LoggedEvent] {
+        &self.log
+    }
+
+    /// Simulated time since the start.
+    pub fn elapsed(&self) -> Duration {
+        self.now - self.start
+    }
+
+    /// Runs until `done` holds (checked after every step) or `limit` of simulated time has
+    /// passed; returns whether `done` held.
+    pub fn run_until(&mut self, limit: Duration, mut done: impl FnMut(&Self) -> bool) -> bool {
+        let deadline = self.now + limit;
+        loop {
+            if done(self) {
+                return true;
+            }
+            if !self.step(deadline) {
+                return done(self);
+            }
+        }
+    }
+
+    /// Runs for `duration` of simulated time.
+    pub fn run_for(&mut self, duration: Duration) {
+        let deadline = self.now + duration;
+        while self.step(deadline) {}
+        self.now = deadline;
+    }
+
+    /// Advances to the next due instant (not past `deadline`) and runs what is due there;
+    /// `false` when nothing is due before the deadline.
+    fn step(&mut self, deadline: Instant) -> bool {
+        let next_packet = self.in_flight.keys().next().map(|(at, _)| *at);
+        let next_timer = self
+            .members
+            .values()
+            .filter(|m| m.alive)
+            .filter_map(|m| m.core.poll_timeout())
+            .min();
+        let Some(next) = [next_packet, next_timer].into_iter().flatten().min() else {
+            return false;
+        };
+        if next > deadline {
+            return false;
+        }
+        self.now = self.now.max(next);
+        let now = self.now;
+        while let Some(entry) = self.in_flight.first_entry() {
+            if entry.key().0 > now {
+                break;
+            }
+            let (from, to, payload) = entry.remove();
+            let crosses = self.side_of.get(&from) != self.side_of.get(&to);
+            if let Some(member) = self.members.get_mut(&to) {
+                if member.alive && !crosses {
+                    let _ = member.core.handle_packet(&payload, now);
+                }
+            }
+        }
+        for member in self.members.values_mut().filter(|m| m.alive) {
+            if member.core.poll_timeout().is_some_and(|at| at <= now) {
+                member.core.handle_timeout(now);
+            }
+        }
+        self.collect();
+        true
+    }
+
+    /// Moves every core's packets onto the network and its events into the log.
+    fn collect(&mut self) {
+        let at = self.elapsed();
+        for (address, member) in &mut self.members {
+            while let Some(event) = member.core.poll_event() {
+                self.log.push(LoggedEvent {
+                    at,
+                    observer: member.core.local().id.clone(),
+                    event,
+                });
+            }
+            while let Some(transmit) = member.core.poll_transmit() {
+                if !member.alive || self.rng.random_bool(self.drop_rate) {
+                    continue;
+                }
+                let (min, max) = self.latency;
+                let latency = min + (max - min).mul_f64(self.rng.random::<f64>());
+                let last = self
+                    .last_delivery
+                    .entry((address.clone(), transmit.to.clone()))
+                    .or_insert(self.now);
+                *last = (*last).max(self.now + latency);
+                self.seq += 1;
+                self.in_flight.insert(
+                    (*last, self.seq),
+                    (address.clone(), transmit.to, transmit.payload),
+                );
+            }
+        }
+    }
+}

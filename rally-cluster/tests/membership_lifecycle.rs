@@ -1,0 +1,184 @@
+//! Member lifecycles on the simulated network: join, graceful leave, a killed member downed
+//! after stable-after, and a restart on the same address admitted as a new member.
+
+#[path = "support/sim.rs"]
+mod support;
+
+use std::time::Duration;
+
+use rally_cluster::sim::Simulation;
+use rally_cluster::{MemberEvent, MemberStatus};
+use support::{config, converged, first_seen, seen};
+
+#[test]
+fn five_members_joining_at_once_converge_and_report_joined_then_up() {
+    for seed in 0..20 {
+        let (sim, members) = converged(seed, 5, &config());
+        assert!(
+            sim.elapsed() < Duration::from_secs(5),
+            "seed {seed}: converged only after {:?}",
+            sim.elapsed()
+        );
+        for observer in &members {
+            for subject in members.iter().filter(|s| *s != observer) {
+                let events = seen(&sim, observer, subject);
+                assert_eq!(
+                    events,
+                    [
+                        &MemberEvent::Joined(subject.clone()),
+                        &MemberEvent::Up(subject.clone())
+                    ],
+                    "seed {seed}: {observer} about {subject}"
+                );
+            }
+            assert_eq!(
+                seen(&sim, observer, observer),
+                [
+                    &MemberEvent::Joined(observer.clone()),
+                    &MemberEvent::Up(observer.clone())
+                ]
+            );
+        }
+    }
+}
+
+#[test]
+fn a_graceful_leave_is_reported_as_leaving_then_removed_never_down() {
+    let (mut sim, members) = converged(1, 4, &config());
+    let leaver = members[3].clone();
+    sim.leave(&leaver);
+    let gone = sim.run_until(Duration::from_secs(10), |sim| {
+        members[..3]
+            .iter()
+            .all(|m| sim.status_seen_by(m, &leaver).is_none())
+    });
+    assert!(
+        gone,
+        "{:#?}",
+        sim.log()
+            .iter()
+            .filter(|e| e.at > Duration::from_secs(1))
+            .collect::<Vec<_>>()
+    );
+    for observer in &members[..3] {
+        let events = seen(&sim, observer, &leaver);
+        assert_eq!(
+            &events[2..],
+            [
+                &MemberEvent::Leaving(leaver.clone()),
+                &MemberEvent::Removed(leaver.clone())
+            ],
+            "{observer}"
+        );
+    }
+    assert!(sim.core(&leaver).unwrap().is_stopped());
+    // Nobody downed anybody, and the rest still agree.
+    assert!(
+        sim.log()
+            .iter()
+            .all(|e| !matches!(e.event, MemberEvent::Down(_)))
+    );
+    sim.run_for(Duration::from_secs(20));
+    assert!(sim.converged());
+}
+
+#[test]
+fn a_killed_member_is_downed_only_after_stable_after() {
+    let config = config();
+    for seed in 0..10 {
+        let (mut sim, members) = converged(seed, 5, &config);
+        let victim = members[2].clone();
+        sim.kill(&victim);
+        let killed_at = sim.elapsed();
+        assert!(
+            sim.run_until(Duration::from_secs(30), |sim| members
+                .iter()
+                .filter(|m| **m != victim)
+                .all(|m| sim.status_seen_by(m, &victim) == Some(MemberStatus::Down))),
+            "seed {seed}: the victim was not downed everywhere within 30 s"
+        );
+        let unreachable = members
+            .iter()
+            .filter(|m| **m != victim)
+            .filter_map(|m| first_seen(&sim, m, &MemberEvent::Unreachable(victim.clone())))
+            .min()
+            .expect("somebody saw it unreachable first");
+        let downed = members
+            .iter()
+            .filter(|m| **m != victim)
+            .filter_map(|m| first_seen(&sim, m, &MemberEvent::Down(victim.clone())))
+            .min()
+            .expect("downed");
+        assert!(
+            downed >= unreachable + config.stable_after,
+            "seed {seed}: downed at {downed:?}, unreachable at {unreachable:?}"
+        );
+        // Failover budget: detection plus stable-after stays under 10 s with the defaults.
+        assert!(
+            downed - killed_at < Duration::from_secs(10),
+            "seed {seed}: downed {:?} after the kill",
+            downed - killed_at
+        );
+        // Nobody else was downed, and the survivors still form one cluster.
+        for e in sim.log() {
+            if let MemberEvent::Down(m) = &e.event {
+                assert_eq!(*m, victim, "seed {seed}: {e:?}");
+            }
+        }
+    }
+}
+
+#[test]
+fn a_restart_on_the_same_address_is_a_new_member_admitted_at_once() {
+    let (mut sim, members) = converged(3, 4, &config());
+    let old = members[1].clone();
+    sim.kill(&old);
+    // The new process starts before anybody noticed the old one died.
+    let new = sim.add_member_at(old.address.port, &config());
+    assert_ne!(new, old);
+    assert!(new.supersedes(&old));
+    let restarted_at = sim.elapsed();
+    assert!(sim.run_until(Duration::from_secs(10), Simulation::converged));
+    assert!(
+        sim.elapsed() - restarted_at < Duration::from_secs(3),
+        "admitted after {:?}",
+        sim.elapsed() - restarted_at
+    );
+    for observer in [&members[0], &members[2], &members[3]] {
+        // The old life is removed, not downed, and never comes back.
+        let about_old = seen(&sim, observer, &old);
+        assert_eq!(
+            about_old.last(),
+            Some(&&MemberEvent::Removed(old.clone())),
+            "{observer}"
+        );
+        assert!(!about_old.contains(&&MemberEvent::Down(old.clone())));
+        assert_eq!(
+            seen(&sim, observer, &new),
+            [
+                &MemberEvent::Joined(new.clone()),
+                &MemberEvent::Up(new.clone())
+            ]
+        );
+        assert_eq!(sim.status_seen_by(observer, &old), None);
+    }
+    sim.run_for(Duration::from_secs(30));
+    assert!(sim.converged());
+}
+
+#[test]
+fn the_same_seed_replays_the_same_history() {
+    let run = |seed| {
+        let mut sim = Simulation::new(seed);
+        sim.set_drop_rate(0.05);
+        let members = sim.add_members(5, &config());
+        sim.run_for(Duration::from_secs(5));
+        sim.kill(&members[4]);
+        sim.run_for(Duration::from_secs(20));
+        sim.log().to_vec()
+    };
+    let a = run(11);
+    assert!(a.len() > 20);
+    assert_eq!(a, run(11));
+    assert_ne!(a, run(12));
+}

@@ -1,0 +1,44 @@
+//! Helpers shared by the simulated membership tests.
+#![allow(dead_code)]
+
+use std::time::Duration;
+
+use rally_cluster::sim::{LoggedEvent, Simulation};
+use rally_cluster::{ClusterConfig, MemberEvent, MemberId};
+
+/// Settings of the simulated tests: the defaults, so the figures are the ones users get.
+pub fn config() -> ClusterConfig {
+    ClusterConfig::default()
+}
+
+/// Events `observer` saw about `subject`, in order.
+pub fn seen<'a>(
+    sim: &'a Simulation,
+    observer: &MemberId,
+    subject: &MemberId,
+) -> Vec<&'a MemberEvent> {
+    sim.log()
+        .iter()
+        .filter(|e| e.observer == *observer && e.event.member() == subject)
+        .map(|e| &e.event)
+        .collect()
+}
+
+/// When `observer` first saw `event`.
+pub fn first_seen(sim: &Simulation, observer: &MemberId, event: &MemberEvent) -> Option<Duration> {
+    sim.log()
+        .iter()
+        .find(|e: &&LoggedEvent| e.observer == *observer && e.event == *event)
+        .map(|e| e.at)
+}
+
+/// A simulation of `n` members that has converged.
+pub fn converged(seed: u64, n: usize, config: &ClusterConfig) -> (Simulation, Vec<MemberId>) {
+    let mut sim = Simulation::new(seed);
+    let members = sim.add_members(n, config);
+    assert!(
+        sim.run_until(Duration::from_secs(30), Simulation::converged),
+        "seed {seed}: {n} members did not converge in 30 s of simulated time"
+    );
+    (sim, members)
+}
