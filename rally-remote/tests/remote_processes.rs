@@ -89,6 +89,23 @@ impl Peer {
             .unwrap();
         assert!(status.success());
     }
+
+    /// Stops the process and returns once the kernel shows it stopped (state `T`).
+    fn pause(&self) {
+        self.signal("-STOP");
+        let stat = format!("/proc/{}/stat", self.child.id().unwrap());
+        let deadline = Instant::now() + T;
+        loop {
+            let text = std::fs::read_to_string(&stat).unwrap();
+            // The state follows the parenthesised command name.
+            let state = text.rsplit_once(") ").unwrap().1.chars().next();
+            if state == Some('T') {
+                return;
+            }
+            assert!(Instant::now() < deadline, "the peer never stopped: {text}");
+            std::thread::yield_now();
+        }
+    }
 }
 
 async fn start_peer(port: u16) -> Peer {
@@ -146,7 +163,6 @@ async fn tell_ask_and_watch_across_processes_and_sigkill_fires_terminated() {
     assert_eq!(target.ask(Check, T).await, Ok((10_000, true)));
     let mut probe = Probe::<Terminated>::spawn(&a_system);
     probe.watch(&target);
-    tokio::time::sleep(Duration::from_millis(500)).await;
     peer.child.start_kill().unwrap(); // SIGKILL: no goodbye
     let killed = Instant::now();
     let terminated = probe
@@ -172,7 +188,6 @@ async fn a_restarted_peer_is_reached_again_under_a_new_incarnation() {
     assert_eq!(target.ask(Echo(1), T).await, Ok(1));
     let mut probe = Probe::<Terminated>::spawn(&a_system);
     probe.watch(&target);
-    tokio::time::sleep(Duration::from_millis(300)).await;
     first.child.start_kill().unwrap();
     first.child.wait().await.unwrap();
     let second = start_peer(port).await;
@@ -213,7 +228,7 @@ async fn a_peer_paused_past_the_detector_is_down_for_good_and_undeliverable_asks
     assert_eq!(target.ask(Echo(1), T).await, Ok(1));
     let mut probe = Probe::<Terminated>::spawn(&a_system);
     probe.watch(&target);
-    peer.signal("-STOP");
+    peer.pause();
     // Asks sent while it is paused: some leave (they sit in the socket buffers), and once the
     // detector declares the peer down each gets an answer that says what is known.
     let asks: Vec<_> = (1..=300u64)
@@ -286,7 +301,6 @@ async fn heartbeats_stay_on_time_while_lanes_are_saturated_and_a_10mb_message_is
     assert_eq!(target.ask(Echo(1), T).await, Ok(1));
     let mut probe = Probe::<Terminated>::spawn(&a_system);
     probe.watch(&target);
-    tokio::time::sleep(Duration::from_millis(300)).await;
     // 10 MB messages back to back on the large lane (one in flight at a time, so the bounded
     // lane takes each) and a flood on the ordinary lane, for ~3 s: far longer than the 600 ms
     // pause the detector tolerates. A delayed heartbeat would show up as a (false) Terminated.
