@@ -2,9 +2,9 @@
 //!
 //! Runs Rally (this executable, `<scenario> --json`) and each selected peer harness of
 //! `bench/peers/` alternately, `A B C A B C …`, so that drift on this shared machine spreads over
-//! all of them; parses each run's JSON report (the contract of `shared/BENCHMARKS.md`); and prints,
+//! all of them; parses each run's JSON report (the output contract in `docs/benchmarks.md`); and prints,
 //! per row, the median msgs/s with its min–max over the runs and the ratio Rally/peer (median over
-//! median). It also writes a chart, `target/rally-bench/<scenario>.svg`.
+//! median). With the `plots` feature it also writes a chart, `target/rally-bench/<scenario>.svg`.
 //!
 //! Rows of different frameworks are matched by what they measure, not by their label text: the
 //! payload size (`payload_bytes`), else the offered rate (`rate`), else the client or pair count
@@ -646,6 +646,7 @@ impl RowKey {
     }
 
     /// The x value of the chart when every key is a client count.
+    #[cfg(feature = "plots")]
     fn clients(&self) -> Option<u64> {
         match self {
             Self::Clients {
@@ -971,6 +972,14 @@ struct CompareOutput<'a> {
 // ---------------------------------------------------------------------------------------------
 // The chart.
 
+/// Without the `plots` feature (left out of the default build to keep the main job's cold
+/// build short) there is no chart; the table and JSON are the same.
+#[cfg(not(feature = "plots"))]
+fn draw_chart(_table: &Comparison, _scenario: &str, _path: &Path) -> anyhow::Result<()> {
+    bail!("rally-bench was built without the `plots` feature (add `--features plots`)")
+}
+
+#[cfg(feature = "plots")]
 fn draw_chart(table: &Comparison, scenario: &str, path: &Path) -> anyhow::Result<()> {
     use plotters::prelude::*;
 

@@ -1,5 +1,5 @@
-//! `rally-bench`: the scenarios of `shared/BENCHMARKS.md`, each printing a plain table or, with
-//! `--json`, one JSON object in the shared format (see [`report`]).
+//! `rally-bench`: the benchmark scenarios defined in `docs/benchmarks.md`, each printing a plain
+//! table or, with `--json`, one JSON object in the shared format (see [`report`]).
 
 mod compare;
 mod report;
@@ -34,7 +34,7 @@ enum Scenario {
     Spawn(local::SpawnArgs),
     /// `ask` round-trip latency on the multi-threaded and the current-thread runtime.
     AskLatency(local::AskArgs),
-    /// A receiver starved by blocking workers, and the two fixes (BENCHMARKS.md §7).
+    /// A receiver starved by blocking workers, and the two fixes.
     DispatcherStarvation(dispatcher::StarvationArgs),
     /// Total time of 40 actors on 4 threads per `throughput` setting.
     DispatcherThroughput(dispatcher::ThroughputArgs),

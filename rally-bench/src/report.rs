@@ -1,6 +1,6 @@
 //! The output contract every scenario shares: a plain table, or one JSON object with `--json`.
 //!
-//! The JSON shape is fixed by `shared/BENCHMARKS.md` so that one script can compare Rally with any
+//! The JSON shape is fixed (the output contract in `docs/benchmarks.md`) so that one script can compare Rally with any
 //! peer harness: `{"scenario", "framework", "machine", "params", "rows": [...]}`. Fields that do
 //! not apply are `null`; a row may carry extra fields.
 
@@ -99,7 +99,7 @@ impl Row {
 /// A scenario's whole result.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 pub struct Report {
-    /// Scenario name as in `shared/BENCHMARKS.md`.
+    /// Scenario name, as `docs/benchmarks.md` lists them.
     pub scenario: String,
     /// Always `"rally"` for this crate's scenarios; peers write their own name.
     pub framework: String,

@@ -32,7 +32,7 @@ enum Command {
 
 #[derive(Debug, clap::Args)]
 struct TopArgs {
-    /// The node's metrics endpoint (host:port of `rally_metrics::prometheus::serve`).
+    /// The node's metrics endpoint (host:port of `rally::metrics::prometheus::serve`).
     #[arg(long, default_value = "127.0.0.1:9464")]
     endpoint: String,
     /// Refresh interval in milliseconds.

@@ -1,4 +1,4 @@
-// Command protoactor-bench runs Rally's benchmark scenarios (shared/BENCHMARKS.md) on Proto.Actor Go,
+// Command protoactor-bench runs Rally's benchmark scenarios (docs/benchmarks.md) on Proto.Actor Go,
 // with the same definitions and counting as rally-bench, and prints the same report: a plain
 // table, or one JSON object with --json.
 //

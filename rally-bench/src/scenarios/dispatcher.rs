@@ -1,4 +1,4 @@
-//! The dispatcher experiments of `shared/BENCHMARKS.md` §7: starvation, the throughput setting,
+//! The dispatcher experiments defined in `docs/benchmarks.md`: starvation, the throughput setting,
 //! and fairness. Each prints a table per period or per setting and the diagnosis Rally gives.
 
 use std::sync::Arc;

@@ -1,4 +1,4 @@
-//! Local scenarios (BENCHMARKS.md §6): ping-pong, throughput, spawn, and ask latency.
+//! Local scenarios (defined in `docs/benchmarks.md`): ping-pong, throughput, spawn, and ask latency.
 
 use std::time::{Duration, Instant};
 

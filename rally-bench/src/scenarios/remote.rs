@@ -1,5 +1,5 @@
-//! Remote scenarios (BENCHMARKS.md §1–3): ping-pong, one-way throughput, latency at a fixed
-//! rate. Node B (the echo side) runs in a child process by default (`--processes 2`), or in
+//! Remote scenarios (defined in `docs/benchmarks.md`): ping-pong, one-way throughput, latency
+//! at a fixed rate. Node B (the echo side) runs in a child process by default (`--processes 2`), or in
 //! this process (`--processes 1`, as the Akka.NET original).
 
 use std::path::{Path, PathBuf};
@@ -60,7 +60,18 @@ fn transport(tls_dir: Option<&Path>) -> anyhow::Result<Arc<dyn Transport>> {
     })
 }
 
+/// Without the `tls` feature (left out of the default build to keep the main job's cold build
+/// short), `--tls` says how to get it.
+#[cfg(not(feature = "tls"))]
+fn throwaway_pki() -> anyhow::Result<PathBuf> {
+    bail!(
+        "--tls needs rally-bench built with the `tls` feature: \
+         cargo run --release -p rally-bench --features tls -- <scenario> --tls"
+    )
+}
+
 /// Issues a CA and two node certificates into a fresh directory: `<dir>/a` and `<dir>/b`.
+#[cfg(feature = "tls")]
 fn throwaway_pki() -> anyhow::Result<PathBuf> {
     use rcgen::{BasicConstraints, CertificateParams, IsCa, KeyPair};
     let dir = std::env::temp_dir().join(format!("rally-bench-pki-{}", std::process::id()));
@@ -95,6 +106,23 @@ impl RemoteMessage for Ping {
 #[derive(Debug, Clone, Copy, Serialize, Deserialize)]
 pub struct Pong(pub u64);
 impl Message for Pong {
+    type Reply = ();
+}
+
+/// The benchmark message with `--payload N`: N bytes, sent back as they came.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Padded(#[serde(with = "serde_bytes_compat")] pub Vec<u8>);
+impl Message for Padded {
+    type Reply = PaddedReply;
+}
+impl RemoteMessage for Padded {
+    const MANIFEST: &'static str = "bench.Padded";
+}
+
+/// The echo's reply to [`Padded`]: the same bytes.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct PaddedReply(#[serde(with = "serde_bytes_compat")] pub Vec<u8>);
+impl Message for PaddedReply {
     type Reply = ();
 }
 
@@ -142,6 +170,11 @@ impl Handler<Ping> for Echo {
         Ok(Pong(ping.0))
     }
 }
+impl Handler<Padded> for Echo {
+    async fn handle(&mut self, msg: Padded, _ctx: &mut Context<Self>) -> ActorResult<PaddedReply> {
+        Ok(PaddedReply(msg.0))
+    }
+}
 impl Handler<Blob> for Echo {
     async fn handle(&mut self, _: Blob, _ctx: &mut Context<Self>) -> ActorResult<()> {
         self.blobs += 1;
@@ -155,7 +188,11 @@ impl Handler<Count> for Echo {
 }
 impl RemoteActor for Echo {
     fn messages(table: &mut MessageTable<Self>) {
-        table.add::<Ping>().add::<Blob>().add::<Count>();
+        table
+            .add::<Ping>()
+            .add::<Padded>()
+            .add::<Blob>()
+            .add::<Count>();
     }
 }
 
@@ -260,12 +297,45 @@ pub struct PingPongArgs {
     /// Client counts, comma separated.
     #[arg(long, value_delimiter = ',', default_value = "1,5,10,15,20,25,30")]
     clients: Vec<usize>,
+    /// Bytes of payload per message (e.g. 100, as Artery's figures); without it, the tiny
+    /// message of the Akka.NET original (an 8-byte counter).
+    #[arg(long)]
+    payload: Option<usize>,
+}
+
+/// A message the ping-pong client can send: the tiny `Ping` or the `Padded` payload.
+trait PingMessage: Message + Clone + Sync
+where
+    Echo: Handler<Self>,
+    Self::Reply: Message,
+{
+    /// The message for the `n`-th send (the tiny ping carries the counter, as the original's
+    /// string carries its text; a payload is cloned).
+    fn nth(&self, n: u64) -> Self;
+}
+
+impl PingMessage for Ping {
+    fn nth(&self, n: u64) -> Self {
+        Ping(n)
+    }
+}
+
+impl PingMessage for Padded {
+    fn nth(&self, _n: u64) -> Self {
+        self.clone()
+    }
 }
 
 /// Keeps `in_flight` pings outstanding to its echo until it has `remaining` replies.
-struct Client {
+struct Client<M>
+where
+    M: PingMessage,
+    Echo: Handler<M>,
+    M::Reply: Message,
+{
     echo: ActorRef<Echo>,
-    me: Option<Recipient<Pong>>,
+    msg: M,
+    me: Option<Recipient<M::Reply>>,
     to_send: u64,
     to_receive: u64,
     done: Option<oneshot::Sender<()>>,
@@ -274,27 +344,44 @@ struct Go(u64);
 impl Message for Go {
     type Reply = ();
 }
-impl Actor for Client {}
-impl Handler<Go> for Client {
+impl<M> Actor for Client<M>
+where
+    M: PingMessage,
+    Echo: Handler<M>,
+    M::Reply: Message,
+{
+}
+impl<M> Handler<Go> for Client<M>
+where
+    M: PingMessage,
+    Echo: Handler<M>,
+    M::Reply: Message,
+    Client<M>: Handler<M::Reply>,
+{
     async fn handle(&mut self, go: Go, ctx: &mut Context<Self>) -> ActorResult<()> {
-        let me = ctx.myself().recipient::<Pong>();
+        let me = ctx.myself().recipient::<M::Reply>();
         for _ in 0..go.0.min(self.to_send) {
-            self.echo.request(Ping(self.to_send), &me)?;
+            self.echo.request(self.msg.nth(self.to_send), &me)?;
             self.to_send -= 1;
         }
         self.me = Some(me);
         Ok(())
     }
 }
-impl Handler<Pong> for Client {
-    async fn handle(&mut self, _: Pong, _ctx: &mut Context<Self>) -> ActorResult<()> {
+impl<M> Client<M>
+where
+    M: PingMessage,
+    Echo: Handler<M>,
+    M::Reply: Message,
+{
+    fn on_reply(&mut self) -> ActorResult<()> {
         self.to_receive -= 1;
         if self.to_send > 0 {
             let me = self
                 .me
                 .as_ref()
-                .expect("Go sets the recipient before any Pong");
-            self.echo.request(Ping(self.to_send), me)?;
+                .expect("Go sets the recipient before any reply");
+            self.echo.request(self.msg.nth(self.to_send), me)?;
             self.to_send -= 1;
         } else if self.to_receive == 0 {
             if let Some(done) = self.done.take() {
@@ -304,7 +391,25 @@ impl Handler<Pong> for Client {
         Ok(())
     }
 }
+impl Handler<Pong> for Client<Ping> {
+    async fn handle(&mut self, _: Pong, _ctx: &mut Context<Self>) -> ActorResult<()> {
+        self.on_reply()
+    }
+}
+impl Handler<PaddedReply> for Client<Padded> {
+    async fn handle(&mut self, _: PaddedReply, _ctx: &mut Context<Self>) -> ActorResult<()> {
+        self.on_reply()
+    }
+}
 
+/// The message the clients send.
+#[derive(Debug, Clone)]
+enum Payload {
+    Tiny,
+    Bytes(usize),
+}
+
+#[allow(clippy::too_many_arguments)]
 async fn ping_pong_round(
     system: &ActorSystem,
     node: &RemoteNode,
@@ -312,7 +417,44 @@ async fn ping_pong_round(
     clients: usize,
     round_trips: u64,
     in_flight: u64,
+    payload: &Payload,
 ) -> anyhow::Result<Duration> {
+    match payload {
+        Payload::Tiny => {
+            ping_pong_with(
+                system,
+                node,
+                echo_at,
+                clients,
+                round_trips,
+                in_flight,
+                Ping(0),
+            )
+            .await
+        }
+        Payload::Bytes(n) => {
+            let msg = Padded(vec![0x5a; *n]);
+            ping_pong_with(system, node, echo_at, clients, round_trips, in_flight, msg).await
+        }
+    }
+}
+
+#[allow(clippy::too_many_arguments)]
+async fn ping_pong_with<M>(
+    system: &ActorSystem,
+    node: &RemoteNode,
+    echo_at: &NodeAddress,
+    clients: usize,
+    round_trips: u64,
+    in_flight: u64,
+    msg: M,
+) -> anyhow::Result<Duration>
+where
+    M: PingMessage,
+    Echo: Handler<M>,
+    M::Reply: Message,
+    Client<M>: Handler<M::Reply> + Handler<Go>,
+{
     let mut actors = Vec::new();
     let mut waits = Vec::new();
     for i in 0..clients {
@@ -320,6 +462,7 @@ async fn ping_pong_round(
         let (done, wait) = oneshot::channel();
         actors.push(system.spawn(Client {
             echo,
+            msg: msg.clone(),
             me: None,
             to_send: round_trips,
             to_receive: round_trips,
@@ -330,7 +473,7 @@ async fn ping_pong_round(
     let start = Instant::now();
     for actor in &actors {
         actor
-            .tell(Go(in_flight))
+            .tell::<Go>(Go(in_flight))
             .map_err(|e| anyhow::anyhow!("{e}"))?;
     }
     for wait in waits {
@@ -345,7 +488,8 @@ async fn ping_pong_round(
     Ok(elapsed)
 }
 
-/// Runs `remote-ping-pong`.
+/// Runs `remote-ping-pong`: a progress line per client count on stderr, and one table on
+/// stdout whose rows appear as each client count finishes (or, with `--json`, one object).
 pub fn ping_pong(args: &PingPongArgs) -> anyhow::Result<()> {
     let (round_trips, clients) = if args.common.quick {
         (5_000, vec![1, 5])
@@ -353,53 +497,23 @@ pub fn ping_pong(args: &PingPongArgs) -> anyhow::Result<()> {
         (args.round_trips, args.clients.clone())
     };
     let in_flight = args.in_flight;
-    let node_args = args.node.clone();
-    let runtime = multi_thread_runtime();
-    let rows = on_worker(&runtime, async move {
-        let echo_side = EchoSide::start(&node_args).await?;
-        let (system, node) = start_client_node(&echo_side).await?;
-        // Warm up: connections, handshakes, tables, allocator.
-        ping_pong_round(
-            &system,
-            &node,
-            &echo_side.address,
-            2,
-            round_trips.min(20_000),
-            in_flight,
-        )
-        .await?;
-        let mut rows = Vec::new();
-        for &n in &clients {
-            let before = node.stats();
-            let elapsed = ping_pong_round(
-                &system,
-                &node,
-                &echo_side.address,
-                n,
-                round_trips,
-                in_flight,
-            )
-            .await?;
-            let after = node.stats();
-            let sent = after.messages_sent - before.messages_sent;
-            let writes = (after.writes - before.writes).max(1);
-            let bytes = after.bytes_written - before.bytes_written;
-            rows.push(
-                Row::new(format!("{n} clients"))
-                    .clients(n as u64)
-                    .throughput(n as u64 * round_trips * 2, elapsed)
-                    .with("msgs_per_write", sent as f64 / writes as f64)
-                    .with("bytes_per_msg", bytes as f64 / sent.max(1) as f64),
-            );
-        }
-        node.leave(Duration::from_secs(1)).await;
-        anyhow::Ok(rows)
-    })?;
+    let payload = match args.payload {
+        Some(bytes) => Payload::Bytes(bytes),
+        None => Payload::Tiny,
+    };
+    let json = args.common.json;
     let mut report = Report::new("remote-ping-pong");
     report
         .param("round_trips_per_client", round_trips)
         .param("in_flight_per_client", in_flight)
         .param("processes", args.node.processes)
+        .param(
+            "payload_bytes",
+            match payload {
+                Payload::Tiny => serde_json::Value::Null,
+                Payload::Bytes(n) => n.into(),
+            },
+        )
         .param(
             "transport",
             if args.node.tls {
@@ -408,23 +522,104 @@ pub fn ping_pong(args: &PingPongArgs) -> anyhow::Result<()> {
                 "tcp loopback"
             },
         );
-    report.rows = rows;
-    if args.common.json {
-        report.print(true);
-    } else {
-        println!("Num clients, Total [msg], Msgs/sec, Total [ms]");
-        for row in &report.rows {
-            println!(
-                "{}, {}, {:.0}, {:.0}",
-                row.clients.unwrap_or(0),
-                row.total_msgs.unwrap_or(0),
-                row.msgs_per_sec.unwrap_or(0.0),
-                row.elapsed_ms.unwrap_or(0.0)
+    if !json {
+        print!("{}", ping_pong_heading(&report, &payload));
+    }
+    let node_args = args.node.clone();
+    let runtime = multi_thread_runtime();
+    let rows = on_worker(&runtime, async move {
+        eprintln!("remote-ping-pong: starting node B and connecting...");
+        let echo_side = EchoSide::start(&node_args).await?;
+        let (system, node) = start_client_node(&echo_side).await?;
+        // Warm up: connections, handshakes, tables, allocator.
+        let warm_up = round_trips.min(20_000);
+        eprintln!("remote-ping-pong: warm-up, 2 clients x {warm_up} round trips");
+        ping_pong_round(
+            &system,
+            &node,
+            &echo_side.address,
+            2,
+            warm_up,
+            in_flight,
+            &payload,
+        )
+        .await?;
+        let mut rows = Vec::new();
+        for (i, &n) in clients.iter().enumerate() {
+            let total = n as u64 * round_trips * 2;
+            eprintln!(
+                "remote-ping-pong: [{}/{}] {n} client{}, {total} messages...",
+                i + 1,
+                clients.len(),
+                if n == 1 { "" } else { "s" },
             );
+            let before = node.stats();
+            let elapsed = ping_pong_round(
+                &system,
+                &node,
+                &echo_side.address,
+                n,
+                round_trips,
+                in_flight,
+                &payload,
+            )
+            .await?;
+            let after = node.stats();
+            let sent = after.messages_sent - before.messages_sent;
+            let writes = (after.writes - before.writes).max(1);
+            let bytes = after.bytes_written - before.bytes_written;
+            let row = Row::new(format!("{n} clients"))
+                .clients(n as u64)
+                .throughput(total, elapsed)
+                .with("msgs_per_write", sent as f64 / writes as f64)
+                .with("bytes_per_msg", bytes as f64 / sent.max(1) as f64);
+            if !json {
+                print!("{}", ping_pong_row(&row));
+            }
+            rows.push(row);
         }
-        eprint!("{}", report.table());
+        node.leave(Duration::from_secs(1)).await;
+        anyhow::Ok(rows)
+    })?;
+    report.rows = rows;
+    if json {
+        report.print(true);
     }
     Ok(())
+}
+
+/// The table's first lines: what ran where, then the column names (the Akka.NET original's
+/// four, then two of Rally's transport figures).
+fn ping_pong_heading(report: &Report, payload: &Payload) -> String {
+    let message = match payload {
+        Payload::Tiny => "tiny message".to_owned(),
+        Payload::Bytes(n) => format!("{n}-byte payload"),
+    };
+    format!(
+        "# remote-ping-pong (rally), {message}, {}, {}; {} cores, {}\n\
+         Num clients, Total [msg], Msgs/sec, Total [ms], Msgs/write, Bytes/msg\n",
+        match report.params["processes"].as_u64() {
+            Some(1) => "both nodes in one process",
+            _ => "nodes in 2 processes",
+        },
+        report.params["transport"].as_str().unwrap_or("?"),
+        report.machine.cores,
+        report.machine.cpu,
+    )
+}
+
+/// One row of the table.
+fn ping_pong_row(row: &Row) -> String {
+    let extra = |key: &str| row.extra.get(key).and_then(|v| v.as_f64()).unwrap_or(0.0);
+    format!(
+        "{}, {}, {:.0}, {:.0}, {:.1}, {:.1}\n",
+        row.clients.unwrap_or(0),
+        row.total_msgs.unwrap_or(0),
+        row.msgs_per_sec.unwrap_or(0.0),
+        row.elapsed_ms.unwrap_or(0.0),
+        extra("msgs_per_write"),
+        extra("bytes_per_msg"),
+    )
 }
 
 /// `max-throughput` flags.

@@ -1,5 +1,6 @@
-//! `rust-peers`: Rally's `local-ping-pong` scenario (shared/BENCHMARKS.md) on actix, ractor and
-//! kameo, with the same definitions and counting as rally-bench, printing the same report.
+//! `rust-peers`: Rally's `local-ping-pong` scenario (defined in `docs/benchmarks.md`) on actix,
+//! ractor and kameo, with the same definitions and counting as rally-bench, printing the same
+//! report.
 //!
 //! ```text
 //! rust-peers --framework actix|ractor-mt|ractor-ct|kameo-mt|kameo-ct local-ping-pong [--quick] [--json]

@@ -1,4 +1,5 @@
-//! The report shared with rally-bench (shared/BENCHMARKS.md): a plain table, or one JSON object.
+//! The report shared with rally-bench (the output contract in `docs/benchmarks.md`): a plain
+//! table, or one JSON object.
 
 use std::time::Duration;
 

@@ -6,7 +6,7 @@ import java.util.List;
 import java.util.Map;
 
 /**
- * Runs Rally's benchmark scenarios (shared/BENCHMARKS.md) on Apache Pekko, with the same
+ * Runs Rally's benchmark scenarios (docs/benchmarks.md) on Apache Pekko, with the same
  * definitions and counting as rally-bench, and prints the same report.
  *
  * <pre>

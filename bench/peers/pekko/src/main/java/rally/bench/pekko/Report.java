@@ -9,7 +9,7 @@ import java.util.List;
 import java.util.Map;
 import java.util.TreeMap;
 
-/** The report every harness prints: a plain table, or one JSON object (shared/BENCHMARKS.md). */
+/** The report every harness prints: a plain table, or one JSON object (docs/benchmarks.md). */
 final class Report {
   final String scenario;
   final String framework;
