@@ -40,7 +40,7 @@
 //! | `rally-actor` | local runtime: actors, refs, mailboxes, supervision, watch, timers | the root |
 //! | `rally-remote` | nodes, remote refs, batching transport | [`remote`] (feature `remote`) |
 //! | `rally-wire` | the wire protocol, no I/O | used by `rally-remote` |
-//! | `rally-metrics` | period reports, the diagnosis, the `/metrics` endpoint | [`metrics`] (feature `metrics`) |
+//! | `rally-metrics` | period reports, the diagnosis, the `/metrics` endpoint | `rally::metrics` (feature `metrics`) |
 //! | `rally-test` | probes and paused time for tests | a dev-dependency of yours |
 //!
 //! # Features
@@ -50,7 +50,7 @@
 //! | `remote` | yes | [`remote`]: [`remote::RemoteNode`] and friends |
 //! | `monitoring` | yes | the counters behind [`monitor`]; off, they compile to a no-op |
 //! | `toml` | yes | [`SystemConfig::from_toml`] and `from_file` |
-//! | `metrics` | no | [`metrics`]: the period recorder, the diagnosis and the HTTP endpoint `rally top` reads |
+//! | `metrics` | no | `rally::metrics`: the period recorder, the diagnosis and the HTTP endpoint `rally top` reads |
 //!
 //! # Logs
 //!
@@ -59,11 +59,13 @@
 
 pub use rally_actor::{
     Actor, ActorError, ActorId, ActorRef, ActorResult, ActorSystem, AskError, Backoff, Context,
-    DEFAULT_THROUGHPUT, DeadLetter, DeadLetterReason, DeadLetters, DeliveryError, Directive,
-    Dispatcher, Envelope, ErasedReply, EventStream, ExternalTarget, Failure, Handler, LookupError,
-    MailboxConfig, Message, Overflow, Props, Recipient, ReplyError, ReplySink, ReplyTo, Scope,
-    SendError, ShutdownError, SpawnError, SupervisorStrategy, SystemConfig, Terminated,
-    Termination, TerminationReason, TerminationSink, TimerId, Undelivered, WeakActorRef,
+    DEFAULT_CORE_POOL_SIZE, DEFAULT_KEEP_ALIVE, DEFAULT_MAX_POOL_SIZE, DEFAULT_PARALLELISM_FACTOR,
+    DEFAULT_PARALLELISM_MAX, DEFAULT_PARALLELISM_MIN, DEFAULT_QUEUE_SIZE, DEFAULT_THROUGHPUT,
+    DeadLetter, DeadLetterReason, DeadLetters, DeliveryError, Directive, Dispatcher, Envelope,
+    ErasedReply, EventStream, ExternalTarget, Failure, Handler, LookupError, MailboxConfig,
+    Message, Overflow, Props, Recipient, ReplyError, ReplySink, ReplyTo, Scope, SendError,
+    ShutdownError, SpawnError, SupervisorStrategy, SystemConfig, Terminated, Termination,
+    TerminationReason, TerminationSink, TimerId, Undelivered, WeakActorRef,
 };
 pub use rally_actor::{
     BalancingPool, ConfigError, DispatcherConfig, DispatcherError, DispatcherKind, Monitor,
@@ -98,3 +100,8 @@ pub mod prelude {
 #[doc = include_str!("../../README.md")]
 #[cfg(all(doctest, feature = "remote"))]
 pub struct ReadmeDoctests;
+
+/// The examples of `docs/configuration.md`, compiled as doc tests so they stay true.
+#[doc = include_str!("../../docs/configuration.md")]
+#[cfg(all(doctest, feature = "remote"))]
+pub struct ConfigurationDoctests;

@@ -2,8 +2,8 @@
 
 use rally::{
     ActorRef, ActorSystem, AskError, DeadLetter, DeadLetters, Dispatcher, EventStream,
-    MailboxConfig, Recipient, SendError, SupervisorStrategy, SystemConfig, Terminated,
-    WeakActorRef,
+    MailboxConfig, Pool, Recipient, SendError, SupervisorStrategy, SystemConfig,
+    SystemConfigBuilder, Terminated, Termination, TerminationReason, WeakActorRef,
 };
 
 fn send_sync<T: Send + Sync>() {}
@@ -32,6 +32,13 @@ fn public_types_are_send_and_sync() {
     send_sync::<MailboxConfig>();
     send_sync::<AskError>();
     send_sync::<SendError<u8>>();
+    send_sync::<TerminationReason>();
+    send_sync::<SystemConfigBuilder>();
+    // A pool's ref is shared by many tasks; the pool itself moves to its dispatcher.
+    send_sync::<ActorRef<Pool<A>>>();
+    send::<Pool<A>>();
+    // Awaited from any task (spawned futures must be Send).
+    send::<Termination>();
     send::<rally::Envelope<A>>();
     send::<rally::ReplyTo<u8>>();
 }
