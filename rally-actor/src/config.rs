@@ -274,3 +274,49 @@ impl SystemConfigBuilder {
         Ok(config.clone())
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_builder_starts_from_the_defaults() {
+        let config = SystemConfig::builder().build().unwrap();
+        assert_eq!(config.throughput, DEFAULT_THROUGHPUT);
+        assert_eq!(config.shutdown_timeout, DEFAULT_SHUTDOWN_TIMEOUT);
+        assert!(config.dispatchers.is_empty());
+    }
+
+    #[test]
+    fn the_builder_refuses_what_the_toml_file_refuses_naming_the_key() {
+        let io = || DispatcherConfig::new("io", DispatcherKind::blocking());
+        let twice = SystemConfig::builder()
+            .dispatcher(io())
+            .dispatcher(io())
+            .build()
+            .unwrap_err();
+        assert_eq!(twice.key(), Some("dispatchers.io"));
+        let default = SystemConfig::builder()
+            .dispatcher(DispatcherConfig::new("default", DispatcherKind::blocking()))
+            .build()
+            .unwrap_err();
+        assert_eq!(default.key(), Some("dispatchers.default"));
+        let mut stalled = io();
+        stalled.throughput = Some(0);
+        let zero = SystemConfig::builder()
+            .dispatcher(stalled)
+            .build()
+            .unwrap_err();
+        assert_eq!(zero.key(), Some("dispatchers.io.throughput"));
+    }
+
+    #[test]
+    fn setters_chain_on_one_builder() {
+        let mut builder = SystemConfig::builder();
+        builder.throughput(5);
+        builder.throughput_deadline(Some(Duration::from_millis(2)));
+        let config = builder.build().unwrap();
+        assert_eq!(config.throughput, 5);
+        assert_eq!(config.throughput_deadline, Some(Duration::from_millis(2)));
+    }
+}

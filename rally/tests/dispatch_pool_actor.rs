@@ -150,3 +150,26 @@ async fn a_pool_under_a_supervisor_restarts_with_it_and_spawns_fresh_routees() {
     assert_eq!(started.load(Ordering::SeqCst), 6);
     system.shutdown().await.unwrap();
 }
+
+#[tokio::test]
+async fn random_routing_reaches_every_routee() {
+    let system = ActorSystem::new("t");
+    let started = Arc::new(AtomicUsize::new(0));
+    let counted = started.clone();
+    let pool = system
+        .spawn(Pool::new(3, Routing::Random, move || {
+            Props::new(Square {
+                started: counted.clone(),
+            })
+        }))
+        .unwrap();
+    let mut routees = std::collections::HashSet::new();
+    // 300 picks among 3: missing one has probability (2/3)^300, never in practice.
+    for i in 0..300u64 {
+        let (square, routee) = pool.ask(N(i), T).await.unwrap();
+        assert_eq!(square, i * i);
+        routees.insert(routee);
+    }
+    assert_eq!(routees.len(), 3);
+    system.shutdown().await.unwrap();
+}

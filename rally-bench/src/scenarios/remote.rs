@@ -35,7 +35,8 @@ pub struct NodeArgs {
     /// 2: node B in a child process (default); 1: both nodes in this process.
     #[arg(long, default_value_t = 2)]
     pub processes: u8,
-    /// Mutual TLS between the nodes (certificates from a throwaway CA), instead of plain TCP.
+    /// Mutual TLS between the nodes (certificates from a throwaway CA), instead of plain TCP;
+    /// needs rally-bench built with `--features tls`.
     #[arg(long)]
     pub tls: bool,
 }
