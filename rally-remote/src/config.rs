@@ -35,7 +35,7 @@ pub const DEFAULT_MAX_UNAUTHENTICATED_CONNECTIONS: usize = 256;
 /// # Example
 ///
 /// ```
-/// use rally_remote::RemoteConfig;
+/// use rally::remote::RemoteConfig;
 ///
 /// let config = RemoteConfig::new("127.0.0.1", 0).with_secret(b"cluster secret".to_vec());
 /// assert_eq!(config.port, 0);

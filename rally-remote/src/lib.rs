@@ -18,6 +18,8 @@
 //! - [`RemoteActor`], [`RemoteMessage`], [`MessageTable`]: what may cross the wire
 //! - [`transport`]: TCP and in-memory streams behind one trait
 
+#![doc(test(attr(deny(warnings))))]
+
 mod association;
 mod codec;
 mod config;

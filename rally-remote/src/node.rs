@@ -17,7 +17,9 @@ use crate::inbound;
 use crate::outbound::backoff;
 use crate::registry::{Exposed, ExposedActor, MessageTable, RemoteActor};
 use crate::remote_ref::RemoteRef;
-use crate::transport::{TcpTransport, Transport};
+#[cfg(not(loom))]
+use crate::transport::TcpTransport;
+use crate::transport::Transport;
 use crate::{RemoteConfig, RemoteStats};
 
 /// Why a node could not start.
@@ -59,8 +61,8 @@ pub enum ExposeError {
 /// # Example
 ///
 /// ```no_run
-/// use rally_actor::{Actor, ActorResult, ActorSystem, Context, Handler, Message};
-/// use rally_remote::{MessageTable, RemoteActor, RemoteConfig, RemoteMessage, RemoteNode};
+/// use rally::{Actor, ActorResult, ActorSystem, Context, Handler, Message};
+/// use rally::remote::{MessageTable, RemoteActor, RemoteConfig, RemoteMessage, RemoteNode};
 /// use serde::{Deserialize, Serialize};
 ///
 /// #[derive(Serialize, Deserialize)]
@@ -159,6 +161,7 @@ pub(crate) struct Counters {
 }
 
 impl RemoteNode {
+    #[cfg(not(loom))]
     /// Starts listening on the configured address over TCP.
     ///
     /// # Errors

@@ -7,10 +7,17 @@
 //! heavy load everything that queued during one write goes out in the next, so batches grow by
 //! themselves. Steady state allocates nothing: the two buffers are reused.
 
+mod wake;
+
 use std::panic::AssertUnwindSafe;
+use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
+
+#[cfg(loom)]
+use loom::sync::{Mutex, MutexGuard};
+#[cfg(not(loom))]
+use std::sync::{Mutex, MutexGuard};
 
 use bytes::BytesMut;
 use rally_actor::ReplyError;
@@ -20,7 +27,8 @@ use rally_wire::{
 };
 use serde::Serialize;
 use tokio::io::AsyncWriteExt;
-use tokio::sync::Notify;
+
+use self::wake::Wakeup;
 
 use crate::codec;
 use crate::transport::BoxStream;
@@ -110,7 +118,7 @@ pub(crate) struct LaneStats {
 pub(crate) struct OutboundLane {
     pub(crate) lane: rally_wire::Lane,
     state: Mutex<LaneState>,
-    wakeup: Notify,
+    wakeup: Wakeup,
     capacity: usize,
     pub(crate) stats: LaneStats,
 }
@@ -122,6 +130,19 @@ struct LaneState {
     /// The peer's life the current connection reaches (0: none).
     attached: u64,
     closed: bool,
+}
+
+/// What the writer found when it looked at the lane.
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) enum Next {
+    /// Frames to write: they are in the spare buffer now.
+    Batch(rally_wire::Batch),
+    /// Nothing queued: wait for a wake-up.
+    Idle,
+    /// Nothing queued and the lane is closed: flush and end.
+    Closed,
+    /// The peer's life this connection reaches has ended: reconnect.
+    Detached,
 }
 
 /// A write failed; `lost` messages were in the batch.
@@ -141,7 +162,7 @@ impl OutboundLane {
                 attached: 0,
                 closed: false,
             }),
-            wakeup: Notify::new(),
+            wakeup: Wakeup::default(),
             capacity,
             stats: LaneStats::default(),
         }
@@ -180,7 +201,7 @@ impl OutboundLane {
             (out, was_empty && !state.encoder.is_empty())
         };
         if wake {
-            self.wakeup.notify_one();
+            self.wakeup.wake();
         }
         Ok(out)
     }
@@ -251,7 +272,7 @@ impl OutboundLane {
     /// Stops taking frames; the writer flushes what is queued, then ends.
     pub(crate) fn close(&self) {
         self.lock().closed = true;
-        self.wakeup.notify_one();
+        self.wakeup.wake();
     }
 
     /// Whether every queued byte has been written (or dropped).
@@ -277,7 +298,7 @@ impl OutboundLane {
             state.encoder.discard()
         };
         self.stats.dropped.fetch_add(dropped, Ordering::Relaxed);
-        self.wakeup.notify_one();
+        self.wakeup.wake();
         dropped
     }
 
@@ -319,36 +340,34 @@ impl OutboundLane {
         // Whether the last write carried more than one frame: only then is company likely.
         let mut batching = false;
         loop {
-            let wakeup = self.wakeup.notified();
-            let (closed, batch) = {
-                let mut state = self.lock();
-                if state.attached != state.generation {
-                    return Ok(false);
+            let batch = match self.next_batch(&mut spare) {
+                Next::Batch(batch) => batch,
+                Next::Detached => return Ok(false),
+                Next::Closed => {
+                    stream
+                        .flush()
+                        .await
+                        .map_err(|error| WriteFailed { error, lost: 0 })?;
+                    return Ok(true);
                 }
-                let batch = state.encoder.take(&mut spare);
-                (state.closed, batch)
+                Next::Idle => {
+                    self.wakeup.wait().await;
+                    // While frames come in company, let the tasks that are already runnable
+                    // (typically the actors that woke us, and their peers) queue theirs first:
+                    // the wake-up put this task in front of them. One yield, no timer. A yield
+                    // also hands this task to the run queue, where another worker may steal it
+                    // (a cross-core wake-up), so when frames come alone (a paced sender, a
+                    // quiet link) the frame leaves at once instead.
+                    if batching {
+                        tokio::task::yield_now().await;
+                    }
+                    continue;
+                }
             };
             let failed = |error| WriteFailed {
                 error,
                 lost: batch.messages,
             };
-            if spare.is_empty() {
-                if closed {
-                    stream.flush().await.map_err(failed)?;
-                    return Ok(true);
-                }
-                wakeup.await;
-                // While frames come in company, let the tasks that are already runnable
-                // (typically the actors that woke us, and their peers) queue theirs first: the
-                // wake-up put this task in front of them. One yield, no timer. A yield also
-                // hands this task to the run queue, where another worker may steal it (a
-                // cross-core wake-up), so when frames come alone (a paced sender, a quiet
-                // link) the frame leaves at once instead.
-                if batching {
-                    tokio::task::yield_now().await;
-                }
-                continue;
-            }
             batching = batch.frames > 1;
             stream.write_all(&spare).await.map_err(failed)?;
             // A buffered stream may accept every byte yet hold some back: TLS takes the
@@ -365,6 +384,22 @@ impl OutboundLane {
             } else {
                 spare.clear();
             }
+        }
+    }
+
+    /// The writer's step: takes everything queued into `spare` (which must be empty), or says
+    /// why there is nothing to write. A wake-up given after an `Idle` answer is never lost:
+    /// every push that leaves the buffer non-empty after it was empty wakes the writer.
+    pub(crate) fn next_batch(&self, spare: &mut BytesMut) -> Next {
+        let mut state = self.lock();
+        if state.attached != state.generation {
+            return Next::Detached;
+        }
+        let batch = state.encoder.take(spare);
+        match (spare.is_empty(), state.closed) {
+            (false, _) => Next::Batch(batch),
+            (true, true) => Next::Closed,
+            (true, false) => Next::Idle,
         }
     }
 }
@@ -413,4 +448,107 @@ fn status_of(error: &ReplyError) -> ReplyStatus {
 pub(crate) fn backoff(attempt: u32, max: Duration) -> Duration {
     let base = Duration::from_millis(100).saturating_mul(1 << attempt.min(16));
     base.min(max)
+}
+
+#[cfg(all(test, loom))]
+mod loom_tests {
+    //! The lane's wake protocol under every interleaving loom finds: senders (one whose push
+    //! fails after writing, as a reply that fails to encode does) racing the writer going to
+    //! sleep; every frame queued is written, none twice.
+
+    use loom::thread;
+
+    use super::*;
+
+    fn lane() -> Arc<OutboundLane> {
+        let lane = OutboundLane::new(rally_wire::Lane::Ordinary(0), 1 << 16, 1 << 20);
+        assert_eq!(lane.attach(1, 1 << 16), Some(0));
+        Arc::new(lane)
+    }
+
+    /// Runs the writer until the lane is closed and drained; returns the frames written.
+    fn write_all(lane: &OutboundLane) -> usize {
+        let mut spare = BytesMut::new();
+        let mut frames = 0;
+        loop {
+            match lane.next_batch(&mut spare) {
+                Next::Batch(batch) => {
+                    frames += batch.frames as usize;
+                    spare.clear();
+                }
+                Next::Idle => lane.wakeup.wait_blocking(),
+                Next::Closed => return frames,
+                Next::Detached => panic!("the generation did not change"),
+            }
+        }
+    }
+
+    #[test]
+    fn no_wake_up_is_lost_on_any_path() {
+        loom::model(|| {
+            let lane = lane();
+            let heartbeat = {
+                let lane = lane.clone();
+                thread::spawn(move || lane.push_heartbeat(1).unwrap())
+            };
+            let failed_reply = {
+                let lane = lane.clone();
+                thread::spawn(move || {
+                    // Encoding fails after writing part of the value: an error reply goes in
+                    // its place, and the writer must still be woken for it.
+                    let queued = lane.push_reply(1, 9, Ok(&Unencodable)).unwrap();
+                    assert!(matches!(queued, ReplyQueued::Replaced(_)));
+                })
+            };
+            let writer = {
+                let lane = lane.clone();
+                thread::spawn(move || write_all(&lane))
+            };
+            heartbeat.join().unwrap();
+            failed_reply.join().unwrap();
+            lane.close();
+            assert_eq!(writer.join().unwrap(), 2);
+        });
+    }
+
+    #[test]
+    fn a_refused_message_wakes_nobody_and_strands_nothing() {
+        loom::model(|| {
+            let lane = lane();
+            let refused = {
+                let lane = lane.clone();
+                thread::spawn(move || {
+                    let pushed = lane.push_message(
+                        1,
+                        rally_wire::RecipientKey { id: 1, name: "a" },
+                        "m",
+                        0,
+                        |buf| {
+                            buf.extend_from_slice(&[0; 8]);
+                            Err(postcard::Error::SerializeBufferFull)
+                        },
+                    );
+                    assert!(matches!(pushed, Err(PushError::Encode(_))));
+                    lane.push_heartbeat(2).unwrap();
+                })
+            };
+            let writer = {
+                let lane = lane.clone();
+                thread::spawn(move || write_all(&lane))
+            };
+            refused.join().unwrap();
+            lane.close();
+            assert_eq!(writer.join().unwrap(), 1, "only the heartbeat is written");
+        });
+    }
+
+    struct Unencodable;
+    impl Serialize for Unencodable {
+        fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+            use serde::ser::SerializeTuple;
+            let mut tuple = s.serialize_tuple(2)?;
+            tuple.serialize_element(&7u8)?;
+            Err(serde::ser::Error::custom("cannot encode the rest"))
+        }
+    }
 }

@@ -10,7 +10,7 @@ use std::sync::Arc;
 use bytes::BytesMut;
 use rally_actor::{Actor, ActorRef, Envelope, ErasedReply, Handler, Message, ReplyError, ReplyTo};
 
-use rally_wire::FastHashMap;
+use rustc_hash::FxHashMap;
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 
@@ -24,14 +24,18 @@ use crate::outbound::ReplyRoute;
 /// # Example
 ///
 /// ```
-/// use rally_actor::Message;
-/// use rally_remote::RemoteMessage;
+/// use rally::Message;
+/// use rally::remote::RemoteMessage;
 /// use serde::{Deserialize, Serialize};
 ///
 /// #[derive(Serialize, Deserialize)]
 /// struct Ping(String);
 /// impl Message for Ping { type Reply = String; }
 /// impl RemoteMessage for Ping { const MANIFEST: &'static str = "example.Ping"; }
+///
+/// let ping = Ping("hit".into());
+/// assert_eq!(ping.0, "hit");
+/// assert_eq!(Ping::MANIFEST, "example.Ping");
 /// ```
 pub trait RemoteMessage:
     Message<Reply: Serialize + DeserializeOwned> + Serialize + DeserializeOwned
@@ -45,8 +49,8 @@ pub trait RemoteMessage:
 /// # Example
 ///
 /// ```
-/// use rally_actor::{Actor, ActorResult, Context, Handler, Message};
-/// use rally_remote::{MessageTable, RemoteActor, RemoteMessage};
+/// use rally::{Actor, ActorResult, Context, Handler, Message};
+/// use rally::remote::{MessageTable, RemoteActor, RemoteMessage};
 /// use serde::{Deserialize, Serialize};
 ///
 /// #[derive(Serialize, Deserialize)]
@@ -64,6 +68,13 @@ pub trait RemoteMessage:
 ///         table.add::<Ping>();
 ///     }
 /// }
+///
+/// # #[tokio::main] async fn main() {
+/// // An ordinary actor: remote-capable only adds the table.
+/// let system = rally::ActorSystem::new("doc");
+/// let echo = system.spawn(Echo).unwrap();
+/// assert_eq!(echo.ask(Ping, std::time::Duration::from_secs(1)).await, Ok(()));
+/// # }
 /// ```
 pub trait RemoteActor: Actor {
     /// Adds every message type this actor accepts from other nodes.
@@ -104,7 +115,7 @@ pub(crate) struct Outgoing {
 /// The messages an actor type accepts from other nodes; built by [`RemoteActor::messages`].
 pub struct MessageTable<A: Actor> {
     outgoing: HashMap<TypeId, Outgoing>,
-    incoming: FastHashMap<&'static str, DeliverFn<A>>,
+    incoming: FxHashMap<&'static str, DeliverFn<A>>,
 }
 
 impl<A: Actor> MessageTable<A> {
@@ -115,7 +126,7 @@ impl<A: Actor> MessageTable<A> {
     {
         let mut table = Self {
             outgoing: HashMap::new(),
-            incoming: FastHashMap::default(),
+            incoming: FxHashMap::default(),
         };
         A::messages(&mut table);
         table

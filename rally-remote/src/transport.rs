@@ -4,7 +4,10 @@
 //! same over TCP, TLS or memory.
 
 mod memory;
+// tokio has no sockets in a `--cfg loom` build (the loom models need none).
+#[cfg(not(loom))]
 mod tcp;
+#[cfg(not(loom))]
 mod tls;
 
 use std::io;
@@ -14,7 +17,9 @@ use futures_util::future::BoxFuture;
 use tokio::io::{AsyncRead, AsyncWrite};
 
 pub use memory::MemoryTransport;
+#[cfg(not(loom))]
 pub use tcp::TcpTransport;
+#[cfg(not(loom))]
 pub use tls::{TlsError, TlsTransport};
 
 /// A bidirectional byte stream.

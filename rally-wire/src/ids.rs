@@ -8,7 +8,7 @@ use std::str::FromStr;
 /// # Example
 ///
 /// ```
-/// use rally_wire::NodeAddress;
+/// use rally::remote::NodeAddress;
 ///
 /// let address: NodeAddress = "rally://bench@127.0.0.1:2552".parse().unwrap();
 /// assert_eq!(address.port, 2552);

@@ -29,12 +29,13 @@
 //! - the data phase as a session: [`OutboundEncoder`], [`InboundDecoder`], [`RequestTable`],
 //!   [`Liveness`]
 
+#![doc(test(attr(deny(warnings))))]
+
 mod codec;
 mod envelope;
 mod failure_detector;
 mod frame;
 mod handshake;
-mod hash;
 mod ids;
 mod session;
 mod tables;
@@ -56,7 +57,6 @@ pub use handshake::{
     ClientHandshake, HANDSHAKE_MAX_FRAME, HandshakeConfig, HandshakeError, HandshakeEvent,
     PeerInfo, RejectReason, ServerHandshake,
 };
-pub use hash::{FastHashMap, FastHasher};
 pub use ids::{
     AddressParseError, Incarnation, Lane, MAX_ORDINARY_LANES, NodeAddress, UniqueAddress,
 };

@@ -1,7 +1,7 @@
 //! Per-connection compression tables: names and manifests become small ids, defined on the
 //! connection before their first use, so a steady-state header is a few bytes.
 
-use crate::hash::FastHashMap;
+use rustc_hash::FxHashMap;
 
 /// The sender's side: assigns ids on first use.
 ///
@@ -17,7 +17,7 @@ use crate::hash::FastHashMap;
 /// ```
 #[derive(Debug, Default, Clone)]
 pub struct OutboundTable {
-    ids: FastHashMap<String, u32>,
+    ids: FxHashMap<String, u32>,
 }
 
 impl OutboundTable {

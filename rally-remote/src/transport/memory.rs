@@ -18,7 +18,7 @@ const PIPE_BYTES: usize = 256 * 1024;
 /// # Example
 ///
 /// ```
-/// use rally_remote::transport::{MemoryTransport, Transport};
+/// use rally::remote::transport::{MemoryTransport, Transport};
 ///
 /// # #[tokio::main] async fn main() -> std::io::Result<()> {
 /// let net = MemoryTransport::default();

@@ -12,7 +12,7 @@ use super::{BoxStream, Incoming, Listener, Transport};
 /// # Example
 ///
 /// ```
-/// use rally_remote::transport::{TcpTransport, Transport};
+/// use rally::remote::transport::{TcpTransport, Transport};
 ///
 /// # #[tokio::main] async fn main() -> std::io::Result<()> {
 /// let listener = TcpTransport.bind("127.0.0.1", 0).await?;

@@ -43,10 +43,10 @@ pub enum TlsError {
 ///
 /// ```no_run
 /// use std::sync::Arc;
-/// use rally_remote::transport::TlsTransport;
+/// use rally::remote::transport::TlsTransport;
 ///
 /// let tls = TlsTransport::from_files("node.crt".as_ref(), "node.key".as_ref(), "ca.crt".as_ref()).unwrap();
-/// # let _: Arc<dyn rally_remote::transport::Transport> = Arc::new(tls);
+/// # let _: Arc<dyn rally::remote::transport::Transport> = Arc::new(tls);
 /// ```
 #[derive(Clone)]
 pub struct TlsTransport {

@@ -39,7 +39,7 @@ pub enum Observed {
 /// # Example
 ///
 /// ```
-/// use std::time::{Duration, Instant};
+/// use std::time::Instant;
 /// use rally_wire::{Incarnation, Liveness, Observed, PhiAccrualConfig};
 ///
 /// let mut peer = Liveness::new(PhiAccrualConfig::default());

@@ -9,8 +9,8 @@ use crate::envelope::{
     write_reply_header,
 };
 use crate::frame::{FrameKind, begin_frame, finish_frame, split_frame};
-use crate::hash::FastHashMap;
 use crate::tables::OutboundTable;
+use rustc_hash::FxHashMap;
 
 /// Why a message was not queued. Nothing of it is left in the buffer or the tables.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -105,8 +105,8 @@ pub struct OutboundEncoder {
     buf: BytesMut,
     recipients: OutboundTable,
     manifests: OutboundTable,
-    known_recipients: FastHashMap<u64, u32>,
-    known_manifests: FastHashMap<usize, u32>,
+    known_recipients: FxHashMap<u64, u32>,
+    known_manifests: FxHashMap<usize, u32>,
     local_max: u32,
     peer_max: u32,
     messages: u64,
@@ -123,8 +123,8 @@ impl OutboundEncoder {
             buf: BytesMut::with_capacity(64 * 1024),
             recipients: OutboundTable::default(),
             manifests: OutboundTable::default(),
-            known_recipients: FastHashMap::default(),
-            known_manifests: FastHashMap::default(),
+            known_recipients: FxHashMap::default(),
+            known_manifests: FxHashMap::default(),
             local_max: max_frame,
             peer_max: u32::MAX,
             messages: 0,
