@@ -39,6 +39,8 @@ pub(crate) struct Association {
     /// Mirrors `peer.refused.is_some()`, so a send checks it without the lock.
     refused_flag: std::sync::atomic::AtomicBool,
     requests: Mutex<RequestTable<PendingReply>>,
+    /// Request ids are handed out here, without the table's lock.
+    next_request: std::sync::atomic::AtomicU64,
     watches: Mutex<HashMap<String, Vec<Arc<dyn TerminationSink>>>>,
     /// Watchers on this node registered on behalf of the peer: (watchee, watcher) -> sink id.
     pub(crate) remote_watchers: Mutex<HashMap<(String, String), rally_actor::ActorId>>,
@@ -84,6 +86,7 @@ impl Association {
             }),
             refused_flag: std::sync::atomic::AtomicBool::new(false),
             requests: Mutex::new(RequestTable::default()),
+            next_request: std::sync::atomic::AtomicU64::new(1),
             watches: Mutex::new(HashMap::new()),
             remote_watchers: Mutex::new(HashMap::new()),
         }
@@ -260,7 +263,8 @@ impl Association {
 
     /// A fresh request id.
     pub(crate) fn next_request_id(&self) -> u64 {
-        lock(&self.requests).next_id()
+        self.next_request
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed)
     }
 
     /// Registers where the reply to request `id` goes, once its frame is queued on `lane` as
@@ -280,7 +284,12 @@ impl Association {
 
     /// A reply frame arrived.
     pub(crate) fn complete(&self, id: u64, status: ReplyStatus, payload: &[u8]) {
-        let waiting = lock(&self.requests).complete(id, status, payload);
+        let issued = self.next_request.load(std::sync::atomic::Ordering::Relaxed);
+        let waiting = {
+            let mut requests = lock(&self.requests);
+            requests.issued(issued);
+            requests.complete(id, status, payload)
+        };
         match waiting {
             Some(pending) => pending.complete(reply_result(status, payload)),
             None => tracing::trace!(request = id, "a reply for an unknown or abandoned request"),

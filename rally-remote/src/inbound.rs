@@ -274,25 +274,22 @@ impl Connection {
 /// The exposed actor behind `recipient_id` on this connection, resolving `name` again whenever
 /// the node's exposed names changed since the last time (a name exposed late is found, a name
 /// reused reaches its new actor).
-fn resolve(
+fn resolve<'t>(
     node: &NodeInner,
-    targets: &mut Vec<CachedTarget>,
+    targets: &'t mut Vec<CachedTarget>,
     recipient_id: u32,
     name: &str,
-) -> Option<Arc<dyn Exposed>> {
+) -> Option<&'t Arc<dyn Exposed>> {
     let index = recipient_id as usize;
     if targets.len() <= index {
         targets.resize_with(index + 1, || None);
     }
     let version = node.exposed_version();
-    match &targets[index] {
-        Some((cached, target)) if *cached == version => target.clone(),
-        _ => {
-            let target = node.exposed(name);
-            targets[index] = Some((version, target.clone()));
-            target
-        }
+    let slot = &mut targets[index];
+    if !matches!(slot, Some((cached, _)) if *cached == version) {
+        *slot = Some((version, node.exposed(name)));
     }
+    slot.as_ref().and_then(|(_, target)| target.as_ref())
 }
 
 fn on_system(

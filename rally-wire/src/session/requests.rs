@@ -1,7 +1,9 @@
 //! Requests waiting for their replies: registered after their frame is queued, freed by the
 //! reply, by the asker giving up, or by the peer going down (with what is known of the outcome).
 
-use std::collections::BTreeMap;
+use std::collections::VecDeque;
+
+use rustc_hash::FxHashMap;
 
 use crate::envelope::ReplyStatus;
 
@@ -24,9 +26,10 @@ pub enum Outcome {
 /// that overtook its registration); the bound stops a peer answering requests never made from
 /// growing the table.
 pub const MAX_EARLY_REPLIES: usize = 1024;
-/// Entries looked at for abandonment on each registration: amortised O(1), and enough that a
-/// storm of asks that all time out cannot outgrow the sweep.
-const SWEEP_PER_REGISTRATION: usize = 4;
+/// Entries looked at on each registration: two per one added, so the sweep order (ids of
+/// requests since answered are dropped from it as they come up) and abandoned slots cannot
+/// outgrow the requests actually waiting, at an amortised O(1) cost.
+const SWEEP_PER_REGISTRATION: usize = 2;
 
 enum Slot<P> {
     Waiting {
@@ -40,8 +43,8 @@ enum Slot<P> {
     },
 }
 
-/// The requests of one peer. Ids increase, so the table is ordered oldest first and a rotating
-/// sweep finds abandoned slots without a timer per request.
+/// The requests of one peer: a hash map of slots, and the ids in registration order for a
+/// rotating sweep that finds abandoned slots without a timer per request.
 ///
 /// # Example
 ///
@@ -63,19 +66,20 @@ enum Slot<P> {
 /// assert_eq!(failed[0].1, Outcome::NeverSent); // sequence 2 was never handed over
 /// ```
 pub struct RequestTable<P> {
-    slots: BTreeMap<u64, Slot<P>>,
+    slots: FxHashMap<u64, Slot<P>>,
+    /// Ids of waiting requests in sweep order (ids answered since are skipped when met).
+    order: VecDeque<u64>,
     early: usize,
     next: u64,
-    cursor: u64,
 }
 
 impl<P> Default for RequestTable<P> {
     fn default() -> Self {
         Self {
-            slots: BTreeMap::new(),
+            slots: FxHashMap::default(),
+            order: VecDeque::new(),
             early: 0,
             next: 1,
-            cursor: 0,
         }
     }
 }
@@ -90,11 +94,18 @@ impl<P> std::fmt::Debug for RequestTable<P> {
 }
 
 impl<P: Waiting> RequestTable<P> {
-    /// A fresh request id (never 0, which means "no reply wanted").
+    /// A fresh request id (never 0, which means "no reply wanted"). A caller that hands out
+    /// ids itself (from an atomic counter, say) says so with [`issued`](Self::issued).
     pub fn next_id(&mut self) -> u64 {
         let id = self.next;
         self.next += 1;
         id
+    }
+
+    /// Ids below `next` have been handed out (by the caller's own counter): replies to them
+    /// may arrive before their registration.
+    pub fn issued(&mut self, next: u64) {
+        self.next = self.next.max(next);
     }
 
     /// Registers request `id`, whose frame went out on `lane` as message `sequence`. If its
@@ -127,6 +138,7 @@ impl<P: Waiting> RequestTable<P> {
                         sequence,
                     },
                 );
+                self.order.push_back(id);
                 None
             }
         }
@@ -169,39 +181,38 @@ impl<P: Waiting> RequestTable<P> {
         }
     }
 
-    /// Frees up to `budget` abandoned slots, continuing where the last sweep stopped; with
-    /// `usize::MAX` the whole table. Returns how many were freed.
+    /// Looks at up to `budget` waiting requests, oldest first, continuing where the last sweep
+    /// stopped, and frees those whose asker gave up; with `usize::MAX`, every one once. Returns
+    /// how many were freed.
     pub fn sweep(&mut self, budget: usize) -> usize {
-        let mut looked = 0;
-        let mut abandoned = Vec::new();
-        for (&id, slot) in self.slots.range(self.cursor..) {
-            if looked == budget {
+        let mut freed = 0;
+        for _ in 0..budget.min(self.order.len()) {
+            let Some(id) = self.order.pop_front() else {
                 break;
+            };
+            match self.slots.get(&id) {
+                Some(Slot::Waiting { pending, .. }) if pending.is_abandoned() => {
+                    self.slots.remove(&id);
+                    freed += 1;
+                }
+                Some(Slot::Waiting { .. }) => self.order.push_back(id),
+                // Answered since (or an early reply under this id): nothing to keep.
+                _ => {}
             }
-            looked += 1;
-            self.cursor = id + 1;
-            if let Slot::Waiting { pending, .. } = slot
-                && pending.is_abandoned()
-            {
-                abandoned.push(id);
-            }
         }
-        if looked < budget {
-            // Reached the newest: start from the oldest next time.
-            self.cursor = 0;
-        }
-        for id in &abandoned {
-            self.slots.remove(id);
-        }
-        abandoned.len()
+        freed
     }
 
     /// The peer is down: every waiting request, with what is known of its outcome given the
     /// highest sequence `handed(lane)` handed to the transport on each lane. Early replies go.
     pub fn fail_all(&mut self, handed: impl Fn(usize) -> u64) -> Vec<(P, Outcome)> {
         self.early = 0;
-        std::mem::take(&mut self.slots)
-            .into_values()
+        self.order.clear();
+        let mut slots: Vec<(u64, Slot<P>)> = std::mem::take(&mut self.slots).into_iter().collect();
+        slots.sort_unstable_by_key(|(id, _)| *id);
+        slots
+            .into_iter()
+            .map(|(_, slot)| slot)
             .filter_map(|slot| match slot {
                 Slot::Waiting {
                     pending,
@@ -258,6 +269,11 @@ mod tests {
             gave_up.set(true); // a 1 ms timeout
         }
         assert!(table.slots() < 16, "{} slots held", table.slots());
+        assert!(
+            table.order.len() < 16,
+            "{} ids in the sweep order",
+            table.order.len()
+        );
         table.sweep(usize::MAX);
         assert_eq!(table.slots(), 1, "the live ask stays");
         assert!(table.complete(long, ReplyStatus::Ok, &[]).is_some());
