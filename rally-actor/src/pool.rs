@@ -7,16 +7,21 @@
 //! fresh ones). Its handle is an ordinary `ActorRef<Pool<A>>`: cloned freely and used from
 //! many tasks at once, watched, looked up by name.
 
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+
 use crate::{
     Actor, ActorRef, ActorResult, Context, DeliveryError, Envelope, Handler, Message, Props,
-    ReplyError, Routing, Undelivered,
+    ReplyError, ReplyTo, Routing, Undelivered,
 };
 
 /// A pool of `size` routees of type `A`, as an actor. Every message `A` handles, the pool
 /// handles by forwarding.
 ///
-/// Routing: [`Routing::RoundRobin`], [`Routing::Random`] or [`Routing::SmallestMailbox`];
-/// keyed routing needs a key per message, which [`Router`](crate::Router) offers.
+/// Routing: [`Routing::RoundRobin`], [`Routing::Random`] or [`Routing::SmallestMailbox`],
+/// which here means the routee with the fewest messages the pool has handed it and not yet
+/// seen finished (the one in hand included, so a busy routee with an empty mailbox is passed
+/// by); keyed routing needs a key per message, which [`Router`](crate::Router) offers.
 ///
 /// # Example
 ///
@@ -55,7 +60,18 @@ pub struct Pool<A: Actor> {
     routing: Routing,
     props: Box<dyn FnMut() -> Props<A> + Send>,
     routees: Vec<ActorRef<A>>,
+    /// Per routee, messages handed over and not yet finished (kept for `SmallestMailbox`).
+    outstanding: Vec<Arc<AtomicUsize>>,
     next: usize,
+}
+
+/// Counts a message as finished when its reply destination is used or dropped.
+struct Finished(Arc<AtomicUsize>);
+
+impl Drop for Finished {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::AcqRel);
+    }
 }
 
 impl<A: Actor> std::fmt::Debug for Pool<A> {
@@ -81,6 +97,7 @@ impl<A: Actor> Pool<A> {
             routing,
             props: Box::new(props),
             routees: Vec::new(),
+            outstanding: Vec::new(),
             next: 0,
         }
     }
@@ -91,7 +108,7 @@ impl<A: Actor> Pool<A> {
         match self.routing {
             Routing::Random => random_below(n),
             Routing::SmallestMailbox => (0..n)
-                .min_by_key(|&i| self.routees[i].mailbox_len().unwrap_or(usize::MAX))
+                .min_by_key(|&i| self.outstanding[i].load(Ordering::Acquire))
                 .unwrap_or(0),
             _ => {
                 self.next = self.next.wrapping_add(1);
@@ -105,9 +122,11 @@ impl<A: Actor> Actor for Pool<A> {
     async fn started(&mut self, ctx: &mut Context<Self>) -> ActorResult<()> {
         // After a restart the old routees were stopped with the pool's other children.
         self.routees.clear();
+        self.outstanding.clear();
         for _ in 0..self.size {
             let routee = ctx.spawn((self.props)())?;
             self.routees.push(routee);
+            self.outstanding.push(Arc::new(AtomicUsize::new(0)));
         }
         Ok(())
     }
@@ -122,6 +141,9 @@ where
         let reply = ctx
             .reply_later::<M::Reply>()
             .expect("a handler's reply destination is there until taken");
+        if self.routing == Routing::SmallestMailbox {
+            return self.forward_counted(msg, reply, ctx);
+        }
         let mut envelope = Envelope::new(msg, reply);
         // A routee its supervisor stopped leaves the pool; the message goes to the next one.
         while !self.routees.is_empty() {
@@ -132,7 +154,7 @@ where
                     envelope: back,
                     reason: Undelivered::Stopped,
                 }) => {
-                    self.routees.swap_remove(routee);
+                    self.remove(routee);
                     envelope = back;
                 }
                 Err(error) => {
@@ -149,6 +171,83 @@ where
         drop(envelope.reject(ReplyError::Stopped));
         ctx.deferred()
     }
+}
+
+impl<A: Actor> Pool<A> {
+    fn remove(&mut self, routee: usize) {
+        self.routees.swap_remove(routee);
+        if routee < self.outstanding.len() {
+            self.outstanding.swap_remove(routee);
+        }
+    }
+
+    /// Forwards to the routee with the fewest unfinished messages, counting this one until its
+    /// reply destination is used or dropped.
+    fn forward_counted<M>(
+        &mut self,
+        msg: M,
+        reply: ReplyTo<M::Reply>,
+        ctx: &mut Context<Self>,
+    ) -> ActorResult<M::Reply>
+    where
+        A: Handler<M>,
+        M: Message,
+    {
+        let mut msg = msg;
+        let mut reply = Some(reply);
+        while let Some(original) = reply.take() {
+            if self.routees.is_empty() {
+                drop(msg);
+                original.send(Err(ReplyError::Stopped));
+                return ctx.deferred();
+            }
+            let routee = self.pick();
+            let counter = self.outstanding[routee].clone();
+            counter.fetch_add(1, Ordering::AcqRel);
+            let finished = Finished(counter);
+            // Shared, so that the original destination can be taken back if delivery fails.
+            let slot = Arc::new(Mutex::new(Some(original)));
+            let answer = slot.clone();
+            let counted = ReplyTo::callback(move |result| {
+                drop(finished);
+                if let Some(original) = lock(&answer).take() {
+                    original.send(result);
+                }
+            });
+            match self.routees[routee].deliver(Envelope::new(msg, counted)) {
+                Ok(()) => return ctx.deferred(),
+                Err(error) => {
+                    let (back, wrapper) = error.envelope.into_parts();
+                    // Dropping the unused wrapper counts the attempt as finished.
+                    drop(wrapper);
+                    msg = *back
+                        .downcast::<M>()
+                        .expect("the pool built this envelope from an M");
+                    let original = lock(&slot)
+                        .take()
+                        .expect("an undelivered wrapper was never called");
+                    match error.reason {
+                        // A routee its supervisor stopped leaves the pool; the next one is tried.
+                        Undelivered::Stopped => {
+                            self.remove(routee);
+                            reply = Some(original);
+                        }
+                        Undelivered::Full => original.send(Err(ReplyError::MailboxFull)),
+                        Undelivered::Refused(why) => {
+                            original.send(Err(ReplyError::Undeliverable(why)));
+                        }
+                    }
+                }
+            }
+        }
+        ctx.deferred()
+    }
+}
+
+/// The slot's lock: nothing that can panic runs under it.
+fn lock<T>(slot: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    slot.lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
 }
 
 fn random_below(n: usize) -> usize {

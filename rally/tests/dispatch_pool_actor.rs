@@ -173,3 +173,50 @@ async fn random_routing_reaches_every_routee() {
     assert_eq!(routees.len(), 3);
     system.shutdown().await.unwrap();
 }
+
+/// Keeps its routee busy until the test lets go; tells which routee it is when it starts.
+struct Hold {
+    started: tokio::sync::oneshot::Sender<rally::ActorId>,
+    release: tokio::sync::oneshot::Receiver<()>,
+}
+impl Message for Hold {
+    type Reply = ();
+}
+impl Handler<Hold> for Square {
+    async fn handle(&mut self, hold: Hold, ctx: &mut Context<Self>) -> ActorResult<()> {
+        let _ = hold.started.send(ctx.id());
+        let _ = hold.release.await;
+        Ok(())
+    }
+}
+
+#[tokio::test]
+async fn smallest_mailbox_routing_passes_by_a_busy_routee() {
+    let system = ActorSystem::new("t");
+    let started = Arc::new(AtomicUsize::new(0));
+    let counted = started.clone();
+    let pool = system
+        .spawn(Pool::new(2, Routing::SmallestMailbox, move || {
+            Props::new(Square {
+                started: counted.clone(),
+            })
+        }))
+        .unwrap();
+    // One routee is held busy (a message in hand counts as one waiting)...
+    let (started_tx, started_rx) = tokio::sync::oneshot::channel();
+    let (release, release_rx) = tokio::sync::oneshot::channel();
+    pool.tell(Hold {
+        started: started_tx,
+        release: release_rx,
+    })
+    .unwrap();
+    let held = started_rx.await.unwrap();
+    // ...so every ask goes to the other one, whose mailbox is empty at each pick.
+    for i in 0..10u64 {
+        let (square, routee) = pool.ask(N(i), T).await.unwrap();
+        assert_eq!(square, i * i);
+        assert_ne!(routee, held, "ask {i} went to the busy routee");
+    }
+    release.send(()).unwrap();
+    system.shutdown().await.unwrap();
+}
