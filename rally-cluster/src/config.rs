@@ -73,8 +73,9 @@ pub struct ClusterConfig {
     /// How long the view must be unchanged before a downing decision (default 5 s).
     #[serde(with = "duration")]
     pub stable_after: Duration,
-    /// If members stay unreachable this long past `stable_after` without the view ever
-    /// settling, every member downs itself (default: `stable_after`, 5 s): a flapping network
+    /// If members stay unreachable this long past the earliest decision (`stable-after`, or
+    /// the detection bound if longer) without the view ever settling, every member downs
+    /// itself (default: `stable_after`, 5 s): a flapping network
     /// must not keep two sides alive forever, and an honest partition, whose suspicions all
     /// arrive within a round of probes, must settle before it fires.
     #[serde(with = "duration")]
@@ -171,7 +172,7 @@ impl ClusterConfig {
     }
 
     /// How long after a member is downed the winning side may take over what it hosted:
-    /// `min(detection_bound(cluster_size), stable-after) + down-all-when-unstable`. By then
+    /// `detection_bound(cluster_size) + down-all-when-unstable`. By then
     /// every member of a losing side has downed itself and stopped hosting, so two members
     /// never act as owners of the same thing at once. The arithmetic is in
     /// `docs/cluster-protocol.md`.
@@ -182,11 +183,11 @@ impl ClusterConfig {
     /// use std::time::Duration;
     /// use rally_cluster::ClusterConfig;
     ///
-    /// // min(5.5 s of worst-case detection, 5 s of stable-after) plus 5 s.
-    /// assert_eq!(ClusterConfig::default().takeover_margin(5), Duration::from_secs(10));
+    /// // 5.5 s of worst-case detection plus 5 s.
+    /// assert_eq!(ClusterConfig::default().takeover_margin(5), Duration::from_millis(10_500));
     /// ```
     pub fn takeover_margin(&self, cluster_size: usize) -> Duration {
-        self.detection_bound(cluster_size).min(self.stable_after) + self.down_all_when_unstable
+        self.detection_bound(cluster_size) + self.down_all_when_unstable
     }
 
     /// Checks that the settings can work together.

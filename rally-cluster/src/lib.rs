@@ -18,7 +18,9 @@
 //!
 //! # Modules
 //!
+//! - [`Cluster`], [`MemberEvents`]: join, leave, down, the members and their events
 //! - [`MemberId`], [`Member`], [`MemberStatus`], [`MemberEvent`]: identities, states, events
+//! - [`provider`]: where membership comes from (gossip over Rally's connections, in-memory)
 //! - [`Membership`]: the sans-I/O core (SWIM plus states, events and downing)
 //! - [`DowningStrategy`], [`decide`]: split-brain resolution as a pure function
 //! - [`ClusterConfig`]: every setting with its default and why
@@ -42,12 +44,17 @@
 //! assert!(sim.core(&members[4]).unwrap().is_stopped());
 //! ```
 
+#![doc(test(attr(deny(warnings))))]
+
+mod cluster;
 mod config;
 mod downing;
 mod member;
 mod membership;
+pub mod provider;
 pub mod sim;
 
+pub use cluster::{Cluster, DownError, JoinError, LeaveError, MemberEvents};
 pub use config::{ClusterConfig, ClusterConfigBuilder, ConfigError};
 pub use downing::{Decision, DowningStrategy, ViewMember, decide};
 pub use member::{Member, MemberEvent, MemberId, MemberStatus};

@@ -110,7 +110,7 @@ pub struct MembershipStats {
 /// Two members, wired by hand:
 ///
 /// ```
-/// use std::time::{Duration, Instant};
+/// use std::time::Instant;
 /// use rally_cluster::{ClusterConfig, Membership, MemberEvent, MemberId};
 /// use rally_remote::Incarnation;
 ///
@@ -296,7 +296,7 @@ impl Membership {
         }
         let timer = self.timers.keys().next().map(|(at, _)| *at);
         let downing = self.stability.unreachable_since.map(|since| {
-            let unstable = since + self.config.stable_after + self.config.down_all_when_unstable;
+            let unstable = self.unstable_due(since);
             if self.stability.decided {
                 unstable
             } else {
@@ -622,6 +622,16 @@ impl Membership {
         stable.max(complete)
     }
 
+    /// When members unreachable since `unreachable_since` without a decision make this member
+    /// down itself: `down-all-when-unstable` after the earliest a decision could have come.
+    fn unstable_due(&self, unreachable_since: Instant) -> Instant {
+        let earliest = self.config.stable_after.max(
+            self.config
+                .detection_bound(self.stability.fingerprint.len()),
+        );
+        unreachable_since + earliest + self.config.down_all_when_unstable
+    }
+
     fn check_downing(&mut self, now: Instant) {
         if self.stopped || !matches!(self.local.status, MemberStatus::Up | MemberStatus::Leaving) {
             return;
@@ -632,7 +642,7 @@ impl Membership {
         let decision = if !self.stability.decided && now >= self.decision_due(since) {
             self.stability.decided = true;
             decide(self.config.downing, &self.view())
-        } else if now >= since + self.config.stable_after + self.config.down_all_when_unstable {
+        } else if now >= self.unstable_due(since) {
             tracing::warn!(member = %self.local.id, "the view never settled: downing itself");
             Decision::DownAll
         } else {

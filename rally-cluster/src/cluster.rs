@@ -1,0 +1,270 @@
+//! The cluster as a member's application sees it.
+
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use rally_actor::ActorSystem;
+use rally_remote::RemoteNode;
+use tokio::sync::{mpsc, oneshot};
+use tokio_stream::Stream;
+use tokio_stream::wrappers::BroadcastStream;
+use tokio_stream::wrappers::errors::BroadcastStreamRecvError;
+
+use crate::config::{ClusterConfig, ConfigError};
+use crate::member::{Member, MemberEvent, MemberId, MemberStatus};
+use crate::membership::MembershipStats;
+use crate::provider::{
+    Command, GossipProvider, Provider, ProviderContext, ProviderStartError, Shared,
+};
+
+/// Why a member could not join.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum JoinError {
+    /// The configuration is out of range.
+    #[error("invalid cluster configuration: {0}")]
+    Config(#[from] ConfigError),
+    /// The provider could not start.
+    #[error(transparent)]
+    Provider(#[from] ProviderStartError),
+}
+
+/// Why a member could not be downed.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum DownError {
+    /// This member is no longer in the cluster (it left or was downed).
+    #[error("this member is no longer in the cluster")]
+    NotInCluster,
+}
+
+/// Why a leave did not run.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum LeaveError {
+    /// This member is no longer in the cluster (it left or was downed).
+    #[error("this member is no longer in the cluster")]
+    NotInCluster,
+}
+
+/// This member of a cluster: its view of the members, their events, and leave/down.
+///
+/// Cloning gives another handle to the same member. Dropping every handle without
+/// [`leave`](Self::leave) stops the member at once, as a crash would: the others find it
+/// unreachable and down it.
+///
+/// # Example
+///
+/// ```no_run
+/// use rally_actor::ActorSystem;
+/// use rally_cluster::{Cluster, ClusterConfig, MemberEvent};
+/// use rally_remote::{RemoteConfig, RemoteNode};
+///
+/// # #[tokio::main] async fn main() {
+/// let system = ActorSystem::new("shop");
+/// let node = RemoteNode::start(&system, RemoteConfig::new("127.0.0.1", 2552)).await.unwrap();
+/// let config = ClusterConfig::builder()
+///     .seed("rally://shop@127.0.0.1:2552".parse().unwrap())
+///     .build()
+///     .unwrap();
+/// let cluster = Cluster::join(&system, &node, config).unwrap();
+/// let mut events = cluster.events();
+/// while let Some(event) = events.next().await {
+///     if let MemberEvent::Up(member) = event {
+///         println!("{member} is up; members: {}", cluster.members().len());
+///     }
+/// }
+/// # }
+/// ```
+#[derive(Clone)]
+pub struct Cluster {
+    shared: Arc<Shared>,
+    commands: mpsc::UnboundedSender<Command>,
+}
+
+impl Cluster {
+    /// Joins (or founds) the cluster named by the node's system name, through
+    /// `config.seeds`, with SWIM gossip over the node's connections ([`GossipProvider`]).
+    /// Returns at once; [`events`](Self::events) reports when this member is up.
+    ///
+    /// # Errors
+    ///
+    /// [`JoinError::Config`] for an invalid configuration; [`JoinError::Provider`] if a
+    /// member already runs on this node or the actor system is shutting down.
+    ///
+    /// # Panics
+    ///
+    /// Outside a tokio runtime.
+    pub fn join(
+        system: &ActorSystem,
+        node: &RemoteNode,
+        config: ClusterConfig,
+    ) -> Result<Self, JoinError> {
+        Self::join_with(
+            Self::member_id(node),
+            config,
+            GossipProvider::new(system, node),
+        )
+    }
+
+    /// Joins as `local` with any [`Provider`].
+    ///
+    /// # Errors
+    ///
+    /// As [`join`](Self::join).
+    ///
+    /// # Panics
+    ///
+    /// Outside a tokio runtime.
+    pub fn join_with(
+        local: MemberId,
+        config: ClusterConfig,
+        provider: impl Provider,
+    ) -> Result<Self, JoinError> {
+        config.validate()?;
+        let shared = Shared::new(Member::new(local.clone(), MemberStatus::Joining, true));
+        let (commands, receiver) = mpsc::unbounded_channel();
+        let task = Box::new(provider).start(ProviderContext {
+            local,
+            config,
+            publisher: shared.publisher(),
+            commands: receiver,
+        })?;
+        tokio::spawn(task);
+        Ok(Self { shared, commands })
+    }
+
+    /// The identity a node joins with: its address and incarnation, and now as its generation.
+    pub fn member_id(node: &RemoteNode) -> MemberId {
+        let unique = node.unique_address();
+        let generation = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map_or(1, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX));
+        MemberId::new(
+            unique.address.clone(),
+            unique.incarnation,
+            generation.max(1),
+        )
+    }
+
+    /// This member as it sees itself.
+    pub fn self_member(&self) -> Member {
+        self.shared.state().local.clone()
+    }
+
+    /// Every member this member knows, itself included, oldest first (down members until
+    /// they are removed).
+    pub fn members(&self) -> Vec<Member> {
+        self.shared.state().members.clone()
+    }
+
+    /// The membership figures (packets, drops by reason, decisions).
+    pub fn stats(&self) -> MembershipStats {
+        self.shared.state().stats
+    }
+
+    /// Member events from now on, starting with the current view as events (each known
+    /// member's `Joined`, then `Up`, `Unreachable`, `Leaving` or `Down` as it stands), so a
+    /// subscriber misses nothing between the view and the stream.
+    pub fn events(&self) -> MemberEvents {
+        let (state, receiver) = self.shared.subscribe();
+        let mut initial = Vec::new();
+        for member in &state.members {
+            let id = &member.id;
+            initial.push(MemberEvent::Joined(id.clone()));
+            match member.status {
+                MemberStatus::Up => initial.push(MemberEvent::Up(id.clone())),
+                MemberStatus::Leaving => initial.push(MemberEvent::Leaving(id.clone())),
+                MemberStatus::Down => initial.push(MemberEvent::Down(id.clone())),
+                _ => {}
+            }
+            if !member.reachable && member.is_serving() {
+                initial.push(MemberEvent::Unreachable(id.clone()));
+            }
+        }
+        initial.reverse();
+        MemberEvents {
+            initial,
+            live: BroadcastStream::new(receiver),
+            missed: 0,
+        }
+    }
+
+    /// Declares `member` down: it is out of the cluster for good (a restart joins as a new
+    /// member). Downing this member itself stops it.
+    ///
+    /// # Errors
+    ///
+    /// [`DownError::NotInCluster`] if this member has left or was downed.
+    pub fn down(&self, member: &MemberId) -> Result<(), DownError> {
+        self.commands
+            .send(Command::Down(member.clone()))
+            .map_err(|_| DownError::NotInCluster)
+    }
+
+    /// Leaves gracefully: tells every member it is leaving, then that it is gone; the others
+    /// report it `Leaving`, then `Removed` (never `Down`). Returns when the packets are handed
+    /// to the transport.
+    ///
+    /// # Errors
+    ///
+    /// [`LeaveError::NotInCluster`] if this member has already left or was downed.
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancelling the wait does not cancel the leave.
+    pub async fn leave(&self) -> Result<(), LeaveError> {
+        let (done, wait) = oneshot::channel();
+        self.commands
+            .send(Command::Leave(done))
+            .map_err(|_| LeaveError::NotInCluster)?;
+        wait.await.map_err(|_| LeaveError::NotInCluster)
+    }
+}
+
+/// Member events as an async stream (see [`Cluster::events`]).
+///
+/// A subscriber that falls more than a few thousand events behind misses the oldest; it can
+/// tell from [`missed`](Self::missed) and re-read [`Cluster::members`].
+pub struct MemberEvents {
+    initial: Vec<MemberEvent>,
+    live: BroadcastStream<MemberEvent>,
+    missed: u64,
+}
+
+impl MemberEvents {
+    /// The next event; `None` once this member has stopped (left, downed, or every
+    /// [`Cluster`] handle dropped) and every event was read.
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe: an event is never lost to a cancelled call.
+    pub async fn next(&mut self) -> Option<MemberEvent> {
+        std::future::poll_fn(|cx| Pin::new(&mut *self).poll_next(cx)).await
+    }
+
+    /// Events this subscriber missed by falling behind.
+    pub fn missed(&self) -> u64 {
+        self.missed
+    }
+}
+
+impl Stream for MemberEvents {
+    type Item = MemberEvent;
+
+    fn poll_next(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<MemberEvent>> {
+        if let Some(event) = self.initial.pop() {
+            return Poll::Ready(Some(event));
+        }
+        loop {
+            match Pin::new(&mut self.live).poll_next(cx) {
+                Poll::Ready(Some(Ok(event))) => return Poll::Ready(Some(event)),
+                Poll::Ready(Some(Err(BroadcastStreamRecvError::Lagged(n)))) => self.missed += n,
+                Poll::Ready(None) => return Poll::Ready(None),
+                Poll::Pending => return Poll::Pending,
+            }
+        }
+    }
+}

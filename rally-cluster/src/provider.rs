@@ -1,0 +1,261 @@
+//! Where membership comes from: the [`Provider`] trait, and the loop that runs the
+//! [`Membership`] core over any packet transport.
+//!
+//! A provider is started once per member by [`Cluster::join_with`](crate::Cluster::join_with).
+//! It returns a task that runs until the member leaves, is downed, or every
+//! [`Cluster`](crate::Cluster) handle is dropped; the task reports through a [`ViewPublisher`]
+//! and obeys [`Command`]s. Two providers are here: [`GossipProvider`] (SWIM over Rally's own
+//! connections, the default) and [`MemoryProvider`] (SWIM over in-process channels, for many
+//! members in one test). An etcd provider will implement the same trait.
+
+mod gossip;
+mod memory;
+
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+
+use tokio::sync::{broadcast, mpsc, oneshot};
+
+use crate::member::{Member, MemberEvent, MemberId};
+use crate::membership::{Membership, MembershipStats, Transmit};
+
+pub use gossip::GossipProvider;
+pub use memory::{MemoryNetwork, MemoryProvider};
+
+/// The task a provider runs for one member.
+pub type ProviderTask = Pin<Box<dyn Future<Output = ()> + Send>>;
+
+/// A source of membership for one member.
+///
+/// # Example
+///
+/// A provider that only ever knows the member itself:
+///
+/// ```
+/// use rally_cluster::provider::{Command, Provider, ProviderContext, ProviderStartError, ProviderTask};
+/// use rally_cluster::{Member, MemberEvent, MemberStatus};
+///
+/// struct Alone;
+///
+/// impl Provider for Alone {
+///     fn start(self: Box<Self>, mut context: ProviderContext) -> Result<ProviderTask, ProviderStartError> {
+///         Ok(Box::pin(async move {
+///             let me = Member::new(context.local.clone(), MemberStatus::Up, true);
+///             context.publisher.publish(&me, vec![me.clone()], [MemberEvent::Up(me.id.clone())], None);
+///             while let Some(command) = context.commands.recv().await {
+///                 if let Command::Leave(done) = command {
+///                     let _ = done.send(());
+///                     break;
+///                 }
+///             }
+///             // Every event stream of this member ends.
+///             context.publisher.close();
+///         }))
+///     }
+/// }
+///
+/// let provider: Box<dyn Provider> = Box::new(Alone);
+/// # drop(provider);
+/// ```
+pub trait Provider: Send + 'static {
+    /// Starts membership for `context.local`.
+    ///
+    /// # Errors
+    ///
+    /// [`ProviderStartError`] when the provider cannot start (its endpoint name is taken, its
+    /// actor system is shutting down).
+    fn start(self: Box<Self>, context: ProviderContext)
+    -> Result<ProviderTask, ProviderStartError>;
+}
+
+/// What a provider is started with.
+#[non_exhaustive]
+pub struct ProviderContext {
+    /// This member.
+    pub local: MemberId,
+    /// The member's settings.
+    pub config: crate::ClusterConfig,
+    /// Where to report the view and events.
+    pub publisher: ViewPublisher,
+    /// What the cluster asks of the provider; closed when every handle is dropped.
+    pub commands: mpsc::UnboundedReceiver<Command>,
+}
+
+/// A request from the [`Cluster`](crate::Cluster) to its provider.
+#[derive(Debug)]
+#[non_exhaustive]
+pub enum Command {
+    /// Declare this member down.
+    Down(MemberId),
+    /// Leave gracefully; answer when done.
+    Leave(oneshot::Sender<()>),
+}
+
+/// Why a provider could not start.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum ProviderStartError {
+    /// The node already exposes an actor under the membership endpoint's name: a cluster is
+    /// already running on it.
+    #[error("a cluster member already runs on this node: {0}")]
+    Endpoint(#[from] rally_remote::ExposeError),
+    /// The actor system refused the provider's actor (it is shutting down).
+    #[error("the actor system refused the membership endpoint: {0}")]
+    System(#[from] rally_actor::SpawnError),
+}
+
+/// Where a provider reports this member's view; the [`Cluster`](crate::Cluster) reads it.
+#[derive(Clone)]
+pub struct ViewPublisher {
+    shared: Arc<Shared>,
+}
+
+/// The view shared by a provider and the cluster handles.
+pub(crate) struct Shared {
+    state: Mutex<ViewState>,
+    /// `None` once the provider has finished: subscribers' streams then end.
+    events: Mutex<Option<broadcast::Sender<MemberEvent>>>,
+}
+
+#[derive(Clone)]
+pub(crate) struct ViewState {
+    pub(crate) local: Member,
+    pub(crate) members: Vec<Member>,
+    pub(crate) stats: MembershipStats,
+}
+
+/// Events kept for a slow subscriber before it starts missing some.
+const EVENT_BUFFER: usize = 4096;
+
+impl Shared {
+    pub(crate) fn new(local: Member) -> Arc<Self> {
+        Arc::new(Self {
+            state: Mutex::new(ViewState {
+                members: vec![local.clone()],
+                local,
+                stats: MembershipStats::default(),
+            }),
+            events: Mutex::new(Some(broadcast::channel(EVENT_BUFFER).0)),
+        })
+    }
+
+    /// The state; every update is whole, so a poisoned lock is still consistent.
+    pub(crate) fn state(&self) -> MutexGuard<'_, ViewState> {
+        self.state.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// The current view and a subscription that starts right after it.
+    pub(crate) fn subscribe(&self) -> (ViewState, broadcast::Receiver<MemberEvent>) {
+        let state = self.state();
+        let receiver = match &*self.sender() {
+            Some(sender) => sender.subscribe(),
+            // Finished: a stream that ends after the view.
+            None => broadcast::channel(1).1,
+        };
+        (state.clone(), receiver)
+    }
+
+    fn sender(&self) -> MutexGuard<'_, Option<broadcast::Sender<MemberEvent>>> {
+        self.events.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    pub(crate) fn publisher(self: &Arc<Self>) -> ViewPublisher {
+        ViewPublisher {
+            shared: self.clone(),
+        }
+    }
+}
+
+impl ViewPublisher {
+    /// Replaces the view (this member and every member it knows, itself included) and
+    /// delivers `events`, atomically for subscribers; `stats`, if given, replaces the figures.
+    pub fn publish(
+        &self,
+        local: &Member,
+        members: Vec<Member>,
+        events: impl IntoIterator<Item = MemberEvent>,
+        stats: Option<MembershipStats>,
+    ) {
+        let mut state = self.shared.state();
+        state.local = local.clone();
+        state.members = members;
+        if let Some(stats) = stats {
+            state.stats = stats;
+        }
+        if let Some(sender) = &*self.shared.sender() {
+            for event in events {
+                // No subscriber is not an error: the view above is still kept.
+                let _ = sender.send(event);
+            }
+        }
+    }
+
+    /// The provider has finished (this member left, was downed, or was dropped): every event
+    /// stream ends once its events are read.
+    pub fn close(&self) {
+        let _state = self.shared.state();
+        self.shared.sender().take();
+    }
+}
+
+/// Runs a membership core: joins, then feeds it packets, time and commands, and sends what it
+/// hands out through `send`, until it stops or the commands close.
+pub(crate) async fn drive(
+    mut core: Membership,
+    mut inbound: mpsc::Receiver<Vec<u8>>,
+    mut send: impl FnMut(Transmit) + Send,
+    mut commands: mpsc::UnboundedReceiver<Command>,
+    publisher: ViewPublisher,
+) {
+    let now = || tokio::time::Instant::now().into_std();
+    core.join(now());
+    let mut left = None;
+    loop {
+        flush(&mut core, &mut send, &publisher);
+        if core.is_stopped() {
+            break;
+        }
+        let deadline = core
+            .poll_timeout()
+            .map_or_else(far_future, tokio::time::Instant::from_std);
+        tokio::select! {
+            packet = inbound.recv() => match packet {
+                Some(packet) => {
+                    let _ = core.handle_packet(&packet, now());
+                }
+                None => break,
+            },
+            command = commands.recv() => match command {
+                Some(Command::Down(member)) => core.down(&member, now()),
+                Some(Command::Leave(done)) => {
+                    core.leave(now());
+                    left = Some(done);
+                }
+                // Every handle dropped without a leave: stop at once, as a crash would.
+                None => break,
+            },
+            () = tokio::time::sleep_until(deadline) => core.handle_timeout(now()),
+        }
+    }
+    flush(&mut core, &mut send, &publisher);
+    // Refuse commands before the streams end, so a handle that saw its stream end is
+    // refused at once.
+    drop(commands);
+    publisher.close();
+    if let Some(done) = left {
+        let _ = done.send(());
+    }
+}
+
+fn far_future() -> tokio::time::Instant {
+    tokio::time::Instant::now() + std::time::Duration::from_secs(24 * 60 * 60)
+}
+
+fn flush(core: &mut Membership, send: &mut impl FnMut(Transmit), publisher: &ViewPublisher) {
+    while let Some(transmit) = core.poll_transmit() {
+        send(transmit);
+    }
+    let events: Vec<MemberEvent> = std::iter::from_fn(|| core.poll_event()).collect();
+    publisher.publish(core.local(), core.members(), events, Some(core.stats()));
+}

@@ -1,0 +1,145 @@
+//! The gossip provider: the membership core over Rally's own connections.
+//!
+//! Every member exposes one actor under [`ENDPOINT`]; membership packets travel to it as
+//! [`GossipPacket`] messages, so they use the node's authenticated connections, lanes and
+//! bounds like any other message: no second port, no second secret.
+
+use std::collections::HashMap;
+
+use rally_actor::{Actor, ActorRef, ActorResult, ActorSystem, Context, Handler, Message};
+use rally_remote::{MessageTable, NodeAddress, RemoteActor, RemoteMessage, RemoteNode};
+use serde::{Deserialize, Serialize};
+use tokio::sync::mpsc;
+
+use super::{Provider, ProviderContext, ProviderStartError, ProviderTask, drive};
+use crate::membership::Membership;
+
+/// The name the membership endpoint is exposed under on every member (reserved).
+pub const ENDPOINT: &str = "rally.cluster.membership";
+
+/// Packets waiting for the membership loop: at ~100 B each a few hundred KiB at most; a
+/// flood beyond it is dropped (and SWIM tolerates loss).
+const INBOUND_PACKETS: usize = 1024;
+
+/// SWIM over a [`RemoteNode`]'s connections: the default provider.
+///
+/// # Example
+///
+/// ```no_run
+/// use rally_actor::ActorSystem;
+/// use rally_cluster::provider::GossipProvider;
+/// use rally_cluster::{Cluster, ClusterConfig};
+/// use rally_remote::{RemoteConfig, RemoteNode};
+///
+/// # #[tokio::main] async fn main() {
+/// let system = ActorSystem::new("shop");
+/// let node = RemoteNode::start(&system, RemoteConfig::new("127.0.0.1", 0)).await.unwrap();
+/// let provider = GossipProvider::new(&system, &node);
+/// let cluster = Cluster::join_with(Cluster::member_id(&node), ClusterConfig::default(), provider).unwrap();
+/// assert_eq!(cluster.self_member().id.address, *node.address());
+/// # }
+/// ```
+pub struct GossipProvider {
+    system: ActorSystem,
+    node: RemoteNode,
+}
+
+impl GossipProvider {
+    /// Gossip over `node`, whose actors live in `system`.
+    pub fn new(system: &ActorSystem, node: &RemoteNode) -> Self {
+        Self {
+            system: system.clone(),
+            node: node.clone(),
+        }
+    }
+}
+
+impl Provider for GossipProvider {
+    fn start(
+        self: Box<Self>,
+        context: ProviderContext,
+    ) -> Result<ProviderTask, ProviderStartError> {
+        let (inbound_tx, inbound) = mpsc::channel(INBOUND_PACKETS);
+        let endpoint = self.system.spawn(Endpoint {
+            inbound: inbound_tx,
+        })?;
+        if let Err(e) = self.node.expose(ENDPOINT, &endpoint) {
+            endpoint.stop();
+            return Err(e.into());
+        }
+        let core = Membership::new(
+            context.local,
+            context.config.clone(),
+            rand::random(),
+            tokio::time::Instant::now().into_std(),
+        )
+        .expect("Cluster::join_with validates the configuration before it starts a provider");
+        let node = self.node.clone();
+        let max_peers = context.config.max_members;
+        let mut peers: HashMap<NodeAddress, ActorRef<Endpoint>> = HashMap::new();
+        let send = move |transmit: crate::Transmit| {
+            if peers.len() > max_peers {
+                peers.clear();
+            }
+            let peer = peers
+                .entry(transmit.to)
+                .or_insert_with_key(|to| node.lookup::<Endpoint>(to, ENDPOINT));
+            // A refused send (queue full, peer gone) is a lost packet: SWIM tolerates loss.
+            let _ = peer.tell(GossipPacket(transmit.payload));
+        };
+        let node = self.node;
+        Ok(Box::pin(async move {
+            drive(core, inbound, send, context.commands, context.publisher).await;
+            node.unexpose(ENDPOINT);
+            endpoint.stop();
+        }))
+    }
+}
+
+/// One membership packet (see `docs/cluster-protocol.md`), carried as a remote message.
+#[derive(Debug, Serialize, Deserialize)]
+pub(crate) struct GossipPacket(#[serde(with = "bytes")] Vec<u8>);
+
+impl Message for GossipPacket {
+    type Reply = ();
+}
+
+impl RemoteMessage for GossipPacket {
+    const MANIFEST: &'static str = "rally.cluster.Gossip";
+}
+
+/// Receives membership packets and hands them to the membership loop.
+pub(crate) struct Endpoint {
+    inbound: mpsc::Sender<Vec<u8>>,
+}
+
+impl Actor for Endpoint {}
+
+impl Handler<GossipPacket> for Endpoint {
+    async fn handle(&mut self, packet: GossipPacket, _: &mut Context<Self>) -> ActorResult<()> {
+        if self.inbound.try_send(packet.0).is_err() {
+            tracing::debug!("membership packet dropped: the membership loop is behind or gone");
+        }
+        Ok(())
+    }
+}
+
+impl RemoteActor for Endpoint {
+    fn messages(table: &mut MessageTable<Self>) {
+        table.add::<GossipPacket>();
+    }
+}
+
+/// Packets as one byte string (postcard would otherwise encode them byte by byte as a
+/// sequence, which is the same bytes but slower).
+mod bytes {
+    use serde::{Deserialize, Deserializer, Serializer};
+
+    pub(super) fn serialize<S: Serializer>(bytes: &[u8], s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_bytes(bytes)
+    }
+
+    pub(super) fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Vec<u8>, D::Error> {
+        <Vec<u8>>::deserialize(d)
+    }
+}
