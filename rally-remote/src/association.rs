@@ -298,7 +298,7 @@ impl Association {
 
     /// Frees the slots of asks that gave up. Returns how many.
     pub(crate) fn sweep_requests(&self) -> usize {
-        lock(&self.requests).sweep(usize::MAX)
+        lock(&self.requests).sweep()
     }
 
     /// Registers a local watcher of the remote actor `name`.
@@ -337,7 +337,7 @@ impl Association {
     /// Requests waiting for replies (after freeing those whose asker gave up).
     pub(crate) fn pending_requests(&self) -> usize {
         let mut requests = lock(&self.requests);
-        requests.sweep(usize::MAX);
+        requests.sweep();
         requests.waiting()
     }
 }

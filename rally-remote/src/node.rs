@@ -630,10 +630,14 @@ impl NodeInner {
                 .sum()
         };
         let c = &self.counters;
-        let replies_sent = lane_sum(|s| &s.replies);
+        let (messages, replies_sent) = associations
+            .values()
+            .flat_map(|a| a.lanes.iter())
+            .map(|l| l.counts())
+            .fold((0, 0), |(m, r), (lm, lr)| (m + lm, r + lr));
         RemoteStats {
             associations: associations.len(),
-            messages_sent: lane_sum(|s| &s.messages) + replies_sent,
+            messages_sent: messages + replies_sent,
             replies_sent,
             writes: lane_sum(|s| &s.writes),
             bytes_written: lane_sum(|s| &s.bytes),

@@ -103,11 +103,9 @@ fn rally_actor_panic_message(panic: &Box<dyn std::any::Any + Send>) -> String {
     }
 }
 
-/// Counters of one lane.
+/// Counters of one lane kept outside its lock (messages and replies are counted under it).
 #[derive(Debug, Default)]
 pub(crate) struct LaneStats {
-    pub(crate) messages: AtomicU64,
-    pub(crate) replies: AtomicU64,
     pub(crate) writes: AtomicU64,
     pub(crate) bytes: AtomicU64,
     pub(crate) dropped: AtomicU64,
@@ -125,6 +123,10 @@ pub(crate) struct OutboundLane {
 
 struct LaneState {
     encoder: OutboundEncoder,
+    /// Messages and replies queued since start (counted under the lock the push holds anyway,
+    /// rather than with an atomic every sender would contend on).
+    messages: u64,
+    replies: u64,
     /// The peer's life the queued frames are for.
     generation: u64,
     /// The peer's life the current connection reaches (0: none).
@@ -158,6 +160,8 @@ impl OutboundLane {
             lane,
             state: Mutex::new(LaneState {
                 encoder: OutboundEncoder::new(max_frame),
+                messages: 0,
+                replies: 0,
                 generation: 1,
                 attached: 0,
                 closed: false,
@@ -182,7 +186,7 @@ impl OutboundLane {
     fn push<T>(
         &self,
         generation: Option<u64>,
-        write: impl FnOnce(&mut OutboundEncoder) -> T,
+        write: impl FnOnce(&mut LaneState) -> T,
     ) -> Result<T, PushError> {
         let (out, wake) = {
             let mut state = self.lock();
@@ -197,7 +201,7 @@ impl OutboundLane {
                 return Err(PushError::Full);
             }
             let was_empty = state.encoder.is_empty();
-            let out = write(&mut state.encoder);
+            let out = write(&mut state);
             (out, was_empty && !state.encoder.is_empty())
         };
         if wake {
@@ -220,12 +224,15 @@ impl OutboundLane {
             id: manifest.as_ptr() as usize,
             name: manifest,
         };
-        let sequence = self.push(Some(generation), |encoder| {
-            encoder.push_message(recipient, manifest, request_id, |buf| {
-                guarded_encode(encode, buf)
-            })
+        let sequence = self.push(Some(generation), |state| {
+            let sequence = state
+                .encoder
+                .push_message(recipient, manifest, request_id, |buf| {
+                    guarded_encode(encode, buf)
+                })?;
+            state.messages += 1;
+            Ok::<_, EncodeError>(sequence)
         })??;
-        self.stats.messages.fetch_add(1, Ordering::Relaxed);
         Ok(sequence)
     }
 
@@ -237,17 +244,18 @@ impl OutboundLane {
         request_id: u64,
         reply: Result<&R, ReplyStatus>,
     ) -> Result<ReplyQueued, PushError> {
-        let queued = self.push(Some(generation), |encoder| match reply {
-            Ok(value) => encoder.push_reply(
-                request_id,
-                Ok(&mut |buf: &mut BytesMut| {
-                    guarded_encode(|buf| codec::encode_into(value, buf), buf)
-                }),
-            ),
-            Err(status) => encoder.push_reply(request_id, Err(status)),
-        })?;
-        self.stats.replies.fetch_add(1, Ordering::Relaxed);
-        Ok(queued)
+        self.push(Some(generation), |state| {
+            state.replies += 1;
+            match reply {
+                Ok(value) => state.encoder.push_reply(
+                    request_id,
+                    Ok(&mut |buf: &mut BytesMut| {
+                        guarded_encode(|buf| codec::encode_into(value, buf), buf)
+                    }),
+                ),
+                Err(status) => state.encoder.push_reply(request_id, Err(status)),
+            }
+        })
     }
 
     /// Queues a system message for the peer's life `generation`.
@@ -256,17 +264,17 @@ impl OutboundLane {
         generation: u64,
         msg: &SystemMessage,
     ) -> Result<(), PushError> {
-        self.push(Some(generation), |encoder| encoder.push_system(msg))
+        self.push(Some(generation), |state| state.encoder.push_system(msg))
     }
 
     /// Queues a heartbeat (for whichever life the connection reaches).
     pub(crate) fn push_heartbeat(&self, sequence: u64) -> Result<(), PushError> {
-        self.push(None, |encoder| encoder.push_heartbeat(sequence))
+        self.push(None, |state| state.encoder.push_heartbeat(sequence))
     }
 
     /// Queues a leave notice.
     pub(crate) fn push_leave(&self) -> Result<(), PushError> {
-        self.push(None, |encoder| encoder.push_leave())
+        self.push(None, |state| state.encoder.push_leave())
     }
 
     /// Stops taking frames; the writer flushes what is queued, then ends.
@@ -278,6 +286,12 @@ impl OutboundLane {
     /// Whether every queued byte has been written (or dropped).
     pub(crate) fn is_drained(&self) -> bool {
         self.lock().encoder.is_empty()
+    }
+
+    /// Messages and replies queued since start.
+    pub(crate) fn counts(&self) -> (u64, u64) {
+        let state = self.lock();
+        (state.messages, state.replies)
     }
 
     /// The highest message sequence handed to the transport.

@@ -1,8 +1,6 @@
 //! Requests waiting for their replies: registered after their frame is queued, freed by the
 //! reply, by the asker giving up, or by the peer going down (with what is known of the outcome).
 
-use std::collections::VecDeque;
-
 use rustc_hash::FxHashMap;
 
 use crate::envelope::ReplyStatus;
@@ -26,10 +24,11 @@ pub enum Outcome {
 /// that overtook its registration); the bound stops a peer answering requests never made from
 /// growing the table.
 pub const MAX_EARLY_REPLIES: usize = 1024;
-/// Entries looked at on each registration: two per one added, so the sweep order (ids of
-/// requests since answered are dropped from it as they come up) and abandoned slots cannot
-/// outgrow the requests actually waiting, at an amortised O(1) cost.
-const SWEEP_PER_REGISTRATION: usize = 2;
+/// Slots held before the first sweep for abandoned asks. A whole sweep runs when the table has
+/// grown to twice what the last sweep left (plus this): abandoned slots never make it more than
+/// twice the requests really waiting, at an amortised O(1) cost per request and no cost at all
+/// while the number in flight holds steady.
+const SWEEP_SLACK: usize = 1024;
 
 enum Slot<P> {
     Waiting {
@@ -43,8 +42,8 @@ enum Slot<P> {
     },
 }
 
-/// The requests of one peer: a hash map of slots, and the ids in registration order for a
-/// rotating sweep that finds abandoned slots without a timer per request.
+/// The requests of one peer: a hash map of slots, swept for abandoned asks whenever it doubles,
+/// without a timer per request.
 ///
 /// # Example
 ///
@@ -67,19 +66,19 @@ enum Slot<P> {
 /// ```
 pub struct RequestTable<P> {
     slots: FxHashMap<u64, Slot<P>>,
-    /// Ids of waiting requests in sweep order (ids answered since are skipped when met).
-    order: VecDeque<u64>,
     early: usize,
     next: u64,
+    /// The size at which the next registration sweeps.
+    sweep_at: usize,
 }
 
 impl<P> Default for RequestTable<P> {
     fn default() -> Self {
         Self {
             slots: FxHashMap::default(),
-            order: VecDeque::new(),
             early: 0,
             next: 1,
+            sweep_at: SWEEP_SLACK,
         }
     }
 }
@@ -109,8 +108,8 @@ impl<P: Waiting> RequestTable<P> {
     }
 
     /// Registers request `id`, whose frame went out on `lane` as message `sequence`. If its
-    /// reply already came, the request is not kept: it is returned with the reply. A few
-    /// older slots are checked for abandonment on the way.
+    /// reply already came, the request is not kept: it is returned with the reply. When the
+    /// table has doubled since the last sweep, abandoned slots are freed first.
     pub fn register(
         &mut self,
         id: u64,
@@ -118,7 +117,9 @@ impl<P: Waiting> RequestTable<P> {
         lane: usize,
         sequence: u64,
     ) -> Option<(P, ReplyStatus, Vec<u8>)> {
-        self.sweep(SWEEP_PER_REGISTRATION);
+        if self.slots.len() >= self.sweep_at {
+            self.sweep();
+        }
         match self.slots.remove(&id) {
             Some(Slot::Early { status, payload }) => {
                 self.early -= 1;
@@ -138,7 +139,6 @@ impl<P: Waiting> RequestTable<P> {
                         sequence,
                     },
                 );
-                self.order.push_back(id);
                 None
             }
         }
@@ -181,33 +181,21 @@ impl<P: Waiting> RequestTable<P> {
         }
     }
 
-    /// Looks at up to `budget` waiting requests, oldest first, continuing where the last sweep
-    /// stopped, and frees those whose asker gave up; with `usize::MAX`, every one once. Returns
-    /// how many were freed.
-    pub fn sweep(&mut self, budget: usize) -> usize {
-        let mut freed = 0;
-        for _ in 0..budget.min(self.order.len()) {
-            let Some(id) = self.order.pop_front() else {
-                break;
-            };
-            match self.slots.get(&id) {
-                Some(Slot::Waiting { pending, .. }) if pending.is_abandoned() => {
-                    self.slots.remove(&id);
-                    freed += 1;
-                }
-                Some(Slot::Waiting { .. }) => self.order.push_back(id),
-                // Answered since (or an early reply under this id): nothing to keep.
-                _ => {}
-            }
-        }
-        freed
+    /// Frees the slots of asks that gave up. Returns how many.
+    pub fn sweep(&mut self) -> usize {
+        let before = self.slots.len();
+        self.slots.retain(|_, slot| match slot {
+            Slot::Waiting { pending, .. } => !pending.is_abandoned(),
+            Slot::Early { .. } => true,
+        });
+        self.sweep_at = 2 * self.slots.len() + SWEEP_SLACK;
+        before - self.slots.len()
     }
 
     /// The peer is down: every waiting request, with what is known of its outcome given the
     /// highest sequence `handed(lane)` handed to the transport on each lane. Early replies go.
     pub fn fail_all(&mut self, handed: impl Fn(usize) -> u64) -> Vec<(P, Outcome)> {
         self.early = 0;
-        self.order.clear();
         let mut slots: Vec<(u64, Slot<P>)> = std::mem::take(&mut self.slots).into_iter().collect();
         slots.sort_unstable_by_key(|(id, _)| *id);
         slots
@@ -268,13 +256,13 @@ mod tests {
             table.register(id, Ask(gave_up.clone()), 0, 0);
             gave_up.set(true); // a 1 ms timeout
         }
-        assert!(table.slots() < 16, "{} slots held", table.slots());
+        // Never more than twice the live requests plus the slack.
         assert!(
-            table.order.len() < 16,
-            "{} ids in the sweep order",
-            table.order.len()
+            table.slots() <= 2 + SWEEP_SLACK,
+            "{} slots held",
+            table.slots()
         );
-        table.sweep(usize::MAX);
+        table.sweep();
         assert_eq!(table.slots(), 1, "the live ask stays");
         assert!(table.complete(long, ReplyStatus::Ok, &[]).is_some());
     }
