@@ -295,14 +295,19 @@ impl Membership {
             return None;
         }
         let timer = self.timers.keys().next().map(|(at, _)| *at);
-        let downing = self.stability.unreachable_since.map(|since| {
-            let unstable = self.unstable_due(since);
-            if self.stability.decided {
-                unstable
-            } else {
-                self.decision_due(since).min(unstable)
-            }
-        });
+        let may_decide = matches!(self.local.status, MemberStatus::Up | MemberStatus::Leaving);
+        let downing = self
+            .stability
+            .unreachable_since
+            .filter(|_| may_decide)
+            .map(|since| {
+                let unstable = self.unstable_due(since);
+                if self.stability.decided {
+                    unstable
+                } else {
+                    self.decision_due(since).min(unstable)
+                }
+            });
         [timer, self.next_join, downing].into_iter().flatten().min()
     }
 

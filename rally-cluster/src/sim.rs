@@ -66,6 +66,8 @@ pub struct Simulation {
     /// Last delivery instant per (from, to): packets between two members stay in order, as
     /// on Rally's connections.
     last_delivery: BTreeMap<(NodeAddress, NodeAddress), Instant>,
+    /// Steps in a row that did not advance time.
+    steps_without_progress: u32,
 }
 
 struct SimMember {
@@ -90,6 +92,7 @@ impl Simulation {
             log: Vec::new(),
             next_port: 1,
             last_delivery: BTreeMap::new(),
+            steps_without_progress: 0,
         }
     }
 
@@ -268,6 +271,18 @@ impl Simulation {
         };
         if next > deadline {
             return false;
+        }
+        if next <= self.now {
+            // A core that keeps asking to be woken at an instant it has already handled
+            // would spin a real driver: fail loudly here instead.
+            self.steps_without_progress += 1;
+            assert!(
+                self.steps_without_progress < 10_000,
+                "a member asks to be woken at {:?} again and again: busy loop",
+                self.elapsed()
+            );
+        } else {
+            self.steps_without_progress = 0;
         }
         self.now = self.now.max(next);
         let now = self.now;

@@ -204,3 +204,27 @@ fn a_flood_of_join_requests_stops_at_max_members() {
     assert!(members <= 51, "{members} members remembered");
     assert!(a.stats().full >= 4_900, "{:?}", a.stats());
 }
+
+proptest::proptest! {
+    /// Arbitrary bytes, and arbitrary bytes behind a valid packet tag, never panic the core,
+    /// are counted when dropped, and never add a member.
+    #[test]
+    fn arbitrary_packets_are_dropped_or_harmless(
+        raw in proptest::collection::vec(proptest::num::u8::ANY, 0..300),
+        swim_tagged in proptest::bool::ANY,
+    ) {
+        let (mut a, _b, now) = pair(ClusterConfig::default());
+        let payload = if swim_tagged {
+            postcard::to_allocvec(&Packet::Swim(raw)).unwrap()
+        } else {
+            raw
+        };
+        let before = a.stats();
+        let result = a.handle_packet(&payload, now);
+        let after = a.stats();
+        let dropped = (after.malformed + after.forged + after.impossible + after.full)
+            - (before.malformed + before.forged + before.impossible + before.full);
+        proptest::prop_assert_eq!(dropped, u64::from(result.is_err()));
+        proptest::prop_assert!(a.members().len() <= 2);
+    }
+}
