@@ -218,3 +218,94 @@ impl Codec<FocaId> for GuardedCodec {
         Ok(member)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use rally_remote::Incarnation;
+
+    use super::*;
+
+    fn id(system: &str, port: u16, incarnation: u64, generation: u64) -> MemberId {
+        MemberId::new(
+            NodeAddress {
+                system: system.into(),
+                host: "127.0.0.1".into(),
+                port,
+            },
+            Incarnation(incarnation),
+            generation,
+        )
+    }
+
+    fn guard(max_members: usize) -> Guard {
+        Guard::new(id("c", 1, 1, 1), max_members)
+    }
+
+    #[test]
+    fn foreign_impossible_and_placeholder_members_are_forged() {
+        let mut g = guard(10);
+        for bad in [id("other", 2, 2, 2), id("c", 0, 2, 2), id("c", 2, 0, 0)] {
+            assert!(
+                matches!(
+                    g.check(&bad, 0, State::Alive, false),
+                    Err(Reject::Forged { .. })
+                ),
+                "{bad}"
+            );
+        }
+        let mut empty_host = id("c", 2, 2, 2);
+        empty_host.address.host.clear();
+        assert!(matches!(
+            g.check(&empty_host, 0, State::Alive, false),
+            Err(Reject::Forged { .. })
+        ));
+        assert!(g.check(&id("c", 2, 2, 2), 0, State::Alive, false).is_ok());
+    }
+
+    #[test]
+    fn this_members_address_as_sender_is_forged_but_as_an_update_is_let_through() {
+        let mut g = guard(10);
+        let other_life = id("c", 1, 9, 9);
+        assert!(matches!(
+            g.check(&other_life, 0, State::Alive, true),
+            Err(Reject::Forged { .. })
+        ));
+        // Foca buries it by declaring it down: letting it through is the better answer.
+        assert!(g.check(&other_life, 0, State::Alive, false).is_ok());
+    }
+
+    #[test]
+    fn only_this_member_raises_its_own_incarnation() {
+        let mut g = guard(10);
+        let me = id("c", 1, 1, 1);
+        assert!(g.check(&me, 0, State::Alive, false).is_ok());
+        assert!(matches!(
+            g.check(&me, 1, State::Suspect, false),
+            Err(Reject::Impossible { .. })
+        ));
+        g.sent_about_self(&me, 3);
+        assert!(g.check(&me, 3, State::Alive, false).is_ok());
+        assert!(
+            g.check(&me, 9, State::Down, false).is_ok(),
+            "a down claim is not a liveness claim"
+        );
+    }
+
+    #[test]
+    fn new_addresses_stop_at_the_bound_within_a_packet_and_across_packets() {
+        let mut g = guard(3);
+        g.refresh([id("c", 2, 2, 2)].iter());
+        assert!(
+            g.check(&id("c", 2, 2, 2), 0, State::Alive, false).is_ok(),
+            "known"
+        );
+        assert!(g.check(&id("c", 3, 3, 3), 0, State::Alive, false).is_ok());
+        assert!(g.check(&id("c", 4, 4, 4), 0, State::Alive, false).is_ok());
+        assert!(matches!(
+            g.check(&id("c", 5, 5, 5), 0, State::Alive, false),
+            Err(Reject::Full(3))
+        ));
+        // A new life at a known address takes no new place.
+        assert!(g.check(&id("c", 2, 7, 7), 0, State::Alive, false).is_ok());
+    }
+}
