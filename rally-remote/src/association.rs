@@ -8,7 +8,7 @@ use std::hash::{Hash, Hasher};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Instant;
 
-use rally_actor::{ReplyError, Terminated, TerminationSink};
+use rally_actor::{ReplyError, Terminated, TerminationReason, TerminationSink};
 use rally_wire::{
     Incarnation, Lane, Liveness, NodeAddress, Observed, Outcome, PhiAccrualConfig, ReplyStatus,
     RequestTable,
@@ -237,10 +237,10 @@ impl Association {
         for (name, watchers) in watches {
             let (id, path) = id_for(&name);
             for watcher in watchers {
-                watcher.notify(Terminated {
-                    id,
-                    path: path.clone(),
-                });
+                watcher.notify_reason(
+                    Terminated::new(id, path.clone()),
+                    TerminationReason::NodeDown,
+                );
             }
         }
         lock(&self.remote_watchers).clear();
@@ -326,10 +326,11 @@ impl Association {
         if let Some(watchers) = watchers {
             let (id, path) = id_for(name);
             for watcher in watchers {
-                watcher.notify(Terminated {
-                    id,
-                    path: path.clone(),
-                });
+                // The wire does not say why the remote actor stopped.
+                watcher.notify_reason(
+                    Terminated::new(id, path.clone()),
+                    TerminationReason::Unknown,
+                );
             }
         }
     }

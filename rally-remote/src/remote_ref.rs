@@ -4,7 +4,7 @@ use std::sync::Arc;
 
 use rally_actor::{
     Actor, ActorId, DeadLetterReason, DeadLetters, DeliveryError, Envelope, ExternalTarget,
-    ReplyError, Terminated, TerminationSink, Undelivered,
+    ReplyError, Terminated, TerminationReason, TerminationSink, Undelivered,
 };
 use rally_wire::{RecipientKey, SystemMessage};
 
@@ -134,10 +134,10 @@ impl<A: Actor> ExternalTarget<A> for RemoteRef<A> {
 
     fn watch(&self, watcher: Arc<dyn TerminationSink>) {
         if self.association.generation() != self.generation {
-            watcher.notify(Terminated {
-                id: self.id,
-                path: self.path.clone(),
-            });
+            watcher.notify_reason(
+                Terminated::new(self.id, self.path.clone()),
+                TerminationReason::NodeDown,
+            );
             return;
         }
         let watcher_key = watcher.watcher().as_u64().to_string();

@@ -112,8 +112,14 @@ async fn graceful_leave_terminates_watchers_at_once() {
     assert_eq!(target.ask(Echo(1), T).await, Ok(1));
     let mut probe = Probe::<Terminated>::spawn(&a_system);
     probe.watch(&target);
+    // Plain async code can await the same end, and hears why.
+    let ended = tokio::spawn(target.terminated());
     b.leave(Duration::from_secs(1)).await;
     probe.expect_msg(Duration::from_secs(2)).await.unwrap();
+    assert_eq!(
+        tokio::time::timeout(T, ended).await.unwrap().unwrap(),
+        rally_actor::TerminationReason::NodeDown
+    );
 }
 
 #[tokio::test]
