@@ -87,7 +87,8 @@ pub struct Cluster {
 impl Cluster {
     /// Joins (or founds) the cluster named by the node's system name, through
     /// `config.seeds`, with SWIM gossip over the node's connections ([`GossipProvider`]).
-    /// Returns at once; [`events`](Self::events) reports when this member is up.
+    /// Returns at once; [`events`](Self::events) reports when this member is up. Member
+    /// events are also published on `system`'s event stream.
     ///
     /// # Errors
     ///
@@ -102,10 +103,11 @@ impl Cluster {
         node: &RemoteNode,
         config: ClusterConfig,
     ) -> Result<Self, JoinError> {
-        Self::join_with(
+        Self::start(
             Self::member_id(node),
             config,
             GossipProvider::new(system, node),
+            Some(system.clone()),
         )
     }
 
@@ -123,8 +125,20 @@ impl Cluster {
         config: ClusterConfig,
         provider: impl Provider,
     ) -> Result<Self, JoinError> {
+        Self::start(local, config, provider, None)
+    }
+
+    fn start(
+        local: MemberId,
+        config: ClusterConfig,
+        provider: impl Provider,
+        system: Option<ActorSystem>,
+    ) -> Result<Self, JoinError> {
         config.validate()?;
-        let shared = Shared::new(Member::new(local.clone(), MemberStatus::Joining, true));
+        let shared = Shared::new(
+            Member::new(local.clone(), MemberStatus::Joining, true),
+            system,
+        );
         let (commands, receiver) = mpsc::unbounded_channel();
         let task = Box::new(provider).start(ProviderContext {
             local,

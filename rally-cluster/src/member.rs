@@ -229,6 +229,13 @@ pub enum MemberEvent {
     Removed(MemberId),
 }
 
+/// Member events are also published on the actor system's event stream
+/// ([`rally_actor::EventStream`]) by [`Cluster::join`](crate::Cluster::join): an actor
+/// subscribes with `system.event_stream().subscribe(actor.recipient::<MemberEvent>())`.
+impl rally_actor::Message for MemberEvent {
+    type Reply = ();
+}
+
 impl MemberEvent {
     /// The member the event is about.
     pub fn member(&self) -> &MemberId {

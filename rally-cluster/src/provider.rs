@@ -114,6 +114,8 @@ pub struct ViewPublisher {
 /// The view shared by a provider and the cluster handles.
 pub(crate) struct Shared {
     state: Mutex<ViewState>,
+    /// The actor system whose event stream also gets every event, if any.
+    system: Option<rally_actor::ActorSystem>,
     /// `None` once the provider has finished: subscribers' streams then end.
     events: Mutex<Option<broadcast::Sender<MemberEvent>>>,
 }
@@ -129,8 +131,9 @@ pub(crate) struct ViewState {
 const EVENT_BUFFER: usize = 4096;
 
 impl Shared {
-    pub(crate) fn new(local: Member) -> Arc<Self> {
+    pub(crate) fn new(local: Member, system: Option<rally_actor::ActorSystem>) -> Arc<Self> {
         Arc::new(Self {
+            system,
             state: Mutex::new(ViewState {
                 members: vec![local.clone()],
                 local,
@@ -177,16 +180,27 @@ impl ViewPublisher {
         events: impl IntoIterator<Item = MemberEvent>,
         stats: Option<MembershipStats>,
     ) {
-        let mut state = self.shared.state();
-        state.local = local.clone();
-        state.members = members;
-        if let Some(stats) = stats {
-            state.stats = stats;
+        let events: Vec<MemberEvent> = events.into_iter().collect();
+        {
+            let mut state = self.shared.state();
+            state.local = local.clone();
+            state.members = members;
+            if let Some(stats) = stats {
+                state.stats = stats;
+            }
+            if let Some(sender) = &*self.shared.sender() {
+                for event in &events {
+                    // No subscriber is not an error: the view above is still kept.
+                    let _ = sender.send(event.clone());
+                }
+            }
         }
-        if let Some(sender) = &*self.shared.sender() {
-            for event in events {
-                // No subscriber is not an error: the view above is still kept.
-                let _ = sender.send(event);
+        if let Some(system) = &self.shared.system {
+            let stream = system.event_stream();
+            if stream.has_subscribers::<MemberEvent>() {
+                for event in events {
+                    stream.publish(event);
+                }
             }
         }
     }

@@ -52,3 +52,45 @@ async fn a_late_subscriber_gets_the_current_view_as_events_first() {
         );
     }
 }
+
+/// Forwards the member events it receives from the event stream.
+struct Listener(tokio::sync::mpsc::UnboundedSender<rally_cluster::MemberEvent>);
+
+impl rally_actor::Actor for Listener {}
+
+impl rally_actor::Handler<rally_cluster::MemberEvent> for Listener {
+    async fn handle(
+        &mut self,
+        event: rally_cluster::MemberEvent,
+        _: &mut rally_actor::Context<Self>,
+    ) -> rally_actor::ActorResult<()> {
+        let _ = self.0.send(event);
+        Ok(())
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn member_events_reach_actors_subscribed_to_the_event_stream() {
+    let first = nodes::node(0).await;
+    let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
+    let listener = first.system.spawn(Listener(tx)).expect("spawns");
+    first
+        .system
+        .event_stream()
+        .subscribe(listener.recipient::<rally_cluster::MemberEvent>());
+    let seeds = [first.node.address().clone()];
+    let a = nodes::join(first, nodes::config(&seeds));
+    let b = nodes::join(nodes::node(0).await, nodes::config(&seeds));
+    let b_id = b.id();
+    let seen = tokio::time::timeout(nodes::T, async {
+        while let Some(event) = rx.recv().await {
+            if event == rally_cluster::MemberEvent::Up(b_id.clone()) {
+                return true;
+            }
+        }
+        false
+    })
+    .await;
+    assert_eq!(seen, Ok(true), "the listener saw the second member up");
+    drop((a, b));
+}

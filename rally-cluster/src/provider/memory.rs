@@ -38,7 +38,8 @@ const INBOUND_PACKETS: usize = 1024;
 ///     false
 /// });
 /// assert!(up.await.unwrap());
-/// assert_eq!(b.members().len(), 2);
+/// assert_eq!(a.members().len(), 2);
+/// # drop(b);
 /// # }
 /// ```
 #[derive(Clone, Default)]
