@@ -129,6 +129,7 @@ impl Association {
     }
 
     /// Like [`refused`](Self::refused), checking a flag first (the send path).
+    #[inline]
     pub(crate) fn refused_fast(&self) -> Option<String> {
         if self.refused_flag.load(std::sync::atomic::Ordering::Acquire) {
             self.refused()

@@ -71,6 +71,9 @@ pub struct RemoteConfig {
     /// Connections that may be in their handshake at once; more are refused at once and
     /// counted (`RemoteStats::connections_refused`).
     pub max_unauthenticated_connections: usize,
+    /// Start with an empty secret anyway: anyone who can reach the port is then a trusted
+    /// peer. For tests on a private machine only; see [`insecure_without_secret`](Self::insecure_without_secret).
+    pub allow_empty_secret: bool,
 }
 
 impl std::fmt::Debug for RemoteConfig {
@@ -99,13 +102,15 @@ impl std::fmt::Debug for RemoteConfig {
                 "max_unauthenticated_connections",
                 &self.max_unauthenticated_connections,
             )
+            .field("allow_empty_secret", &self.allow_empty_secret)
             .finish()
     }
 }
 
 impl RemoteConfig {
-    /// Defaults, listening on `host:port`, with an empty secret (set one with
-    /// [`with_secret`](Self::with_secret) for anything but a test).
+    /// Defaults, listening on `host:port`, with no secret yet: set one with
+    /// [`with_secret`](Self::with_secret) (a node refuses to start without one unless told
+    /// [`insecure_without_secret`](Self::insecure_without_secret)).
     pub fn new(host: impl Into<String>, port: u16) -> Self {
         Self {
             host: host.into(),
@@ -121,12 +126,30 @@ impl RemoteConfig {
             max_reconnect_backoff: DEFAULT_MAX_RECONNECT_BACKOFF,
             partial_frame_timeout: DEFAULT_IDLE_PARTIAL_FRAME_TIMEOUT,
             max_unauthenticated_connections: DEFAULT_MAX_UNAUTHENTICATED_CONNECTIONS,
+            allow_empty_secret: false,
         }
     }
 
     /// Sets the shared cluster secret.
     pub fn with_secret(mut self, secret: Vec<u8>) -> Self {
         self.secret = secret;
+        self
+    }
+
+    /// Lets the node start with an empty secret, which it otherwise refuses
+    /// ([`StartError::EmptySecret`](crate::StartError::EmptySecret)): every peer that can reach
+    /// the port is then trusted. Only for tests on a machine of your own.
+    ///
+    /// # Example
+    ///
+    /// ```
+    /// use rally::remote::RemoteConfig;
+    ///
+    /// let config = RemoteConfig::new("127.0.0.1", 0).insecure_without_secret();
+    /// assert!(config.allow_empty_secret);
+    /// ```
+    pub fn insecure_without_secret(mut self) -> Self {
+        self.allow_empty_secret = true;
         self
     }
 }

@@ -37,6 +37,12 @@ pub enum StartError {
     /// The actor system refused the node's own actors (it is shutting down).
     #[error("the actor system refused the node's actors: {0}")]
     System(rally_actor::SpawnError),
+    /// The secret is empty: every peer that reaches the port would be trusted. Set one with
+    /// `RemoteConfig::with_secret`, or, for a test, `RemoteConfig::insecure_without_secret`.
+    #[error(
+        "the remoting secret is empty; set one with RemoteConfig::with_secret (or insecure_without_secret for a test)"
+    )]
+    EmptySecret,
     /// A setting is out of range.
     #[error("invalid remoting setting {key}: {reason}")]
     Config {
@@ -82,12 +88,13 @@ pub enum ExposeError {
 /// }
 ///
 /// # #[tokio::main] async fn main() {
+/// let config = || RemoteConfig::new("127.0.0.1", 0).with_secret(b"cluster secret".to_vec());
 /// let system_b = ActorSystem::new("b");
-/// let node_b = RemoteNode::start(&system_b, RemoteConfig::new("127.0.0.1", 0)).await.unwrap();
+/// let node_b = RemoteNode::start(&system_b, config()).await.unwrap();
 /// node_b.expose("greeter", &system_b.spawn(Greeter).unwrap()).unwrap();
 ///
 /// let system_a = ActorSystem::new("a");
-/// let node_a = RemoteNode::start(&system_a, RemoteConfig::new("127.0.0.1", 0)).await.unwrap();
+/// let node_a = RemoteNode::start(&system_a, config()).await.unwrap();
 /// let greeter = node_a.lookup::<Greeter>(node_b.address(), "greeter");
 /// let reply = greeter.ask(Hello("rally".into()), std::time::Duration::from_secs(5)).await;
 /// assert_eq!(reply.unwrap(), "Hello rally");
@@ -182,6 +189,9 @@ impl RemoteNode {
         config: RemoteConfig,
         transport: Arc<dyn Transport>,
     ) -> Result<Self, StartError> {
+        if config.secret.is_empty() && !config.allow_empty_secret {
+            return Err(StartError::EmptySecret);
+        }
         if !(1..=rally_wire::MAX_ORDINARY_LANES).contains(&config.ordinary_lanes) {
             return Err(StartError::Config {
                 key: "ordinary_lanes",

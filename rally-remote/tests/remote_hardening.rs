@@ -277,3 +277,23 @@ async fn heartbeats_keep_flowing_both_ways_at_rest() {
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
 }
+
+#[tokio::test]
+async fn an_empty_secret_is_refused_unless_asked_for() {
+    let system = rally_actor::ActorSystem::new("open");
+    let refused =
+        rally_remote::RemoteNode::start(&system, rally_remote::RemoteConfig::new("127.0.0.1", 0))
+            .await;
+    assert!(matches!(
+        refused,
+        Err(rally_remote::StartError::EmptySecret)
+    ));
+    let config = rally_remote::RemoteConfig::new("127.0.0.1", 0).insecure_without_secret();
+    // Debug never shows a secret, empty or not.
+    assert!(format!("{config:?}").contains("not shown"));
+    assert!(
+        rally_remote::RemoteNode::start(&system, config)
+            .await
+            .is_ok()
+    );
+}
