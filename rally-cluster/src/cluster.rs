@@ -20,6 +20,22 @@ use crate::provider::{
 };
 
 /// Why a member could not join.
+///
+/// # Example
+///
+/// ```
+/// use rally_cluster::provider::{MemoryNetwork, MemoryProvider};
+/// use rally_cluster::{Cluster, ClusterConfig, JoinError, MemberId};
+/// use rally_remote::Incarnation;
+///
+/// # #[tokio::main] async fn main() {
+/// let me = MemberId::new("rally://c@mem:1".parse().unwrap(), Incarnation(1), 1);
+/// let mut config = ClusterConfig::default();
+/// config.max_members = 1;
+/// let refused = Cluster::join_with(me, config, MemoryProvider::new(&MemoryNetwork::new()));
+/// assert!(matches!(refused, Err(JoinError::Config(_))));
+/// # }
+/// ```
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum JoinError {
@@ -32,6 +48,21 @@ pub enum JoinError {
 }
 
 /// Why a member could not be downed.
+///
+/// # Example
+///
+/// ```
+/// use rally_cluster::provider::{MemoryNetwork, MemoryProvider};
+/// use rally_cluster::{Cluster, ClusterConfig, DownError, MemberId};
+/// use rally_remote::Incarnation;
+///
+/// # #[tokio::main] async fn main() {
+/// let me = MemberId::new("rally://c@mem:1".parse().unwrap(), Incarnation(1), 1);
+/// let cluster = Cluster::join_with(me.clone(), ClusterConfig::default(), MemoryProvider::new(&MemoryNetwork::new())).unwrap();
+/// cluster.leave().await.unwrap();
+/// assert_eq!(cluster.down(&me), Err(DownError::NotInCluster));
+/// # }
+/// ```
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[non_exhaustive]
 pub enum DownError {
@@ -41,6 +72,21 @@ pub enum DownError {
 }
 
 /// Why a leave did not run.
+///
+/// # Example
+///
+/// ```
+/// use rally_cluster::provider::{MemoryNetwork, MemoryProvider};
+/// use rally_cluster::{Cluster, ClusterConfig, LeaveError, MemberId};
+/// use rally_remote::Incarnation;
+///
+/// # #[tokio::main] async fn main() {
+/// let me = MemberId::new("rally://c@mem:1".parse().unwrap(), Incarnation(1), 1);
+/// let cluster = Cluster::join_with(me.clone(), ClusterConfig::default(), MemoryProvider::new(&MemoryNetwork::new())).unwrap();
+/// cluster.leave().await.unwrap();
+/// assert_eq!(cluster.leave().await, Err(LeaveError::NotInCluster));
+/// # }
+/// ```
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[non_exhaustive]
 pub enum LeaveError {
@@ -169,7 +215,8 @@ impl Cluster {
     }
 
     /// Every member this member knows, itself included, oldest first (down members until
-    /// they are removed).
+    /// they are removed). Empty until the provider's first report, which it makes as soon as
+    /// it starts.
     pub fn members(&self) -> Vec<Member> {
         self.shared.state().members.clone()
     }
@@ -242,6 +289,27 @@ impl Cluster {
 ///
 /// A subscriber that falls more than a few thousand events behind misses the oldest; it can
 /// tell from [`missed`](Self::missed) and re-read [`Cluster::members`].
+///
+/// # Example
+///
+/// ```
+/// use rally_cluster::provider::{MemoryNetwork, MemoryProvider};
+/// use rally_cluster::{Cluster, ClusterConfig, MemberEvent, MemberId};
+/// use rally_remote::Incarnation;
+///
+/// # #[tokio::main] async fn main() {
+/// let me = MemberId::new("rally://c@mem:1".parse().unwrap(), Incarnation(1), 1);
+/// let cluster = Cluster::join_with(me.clone(), ClusterConfig::default(), MemoryProvider::new(&MemoryNetwork::new())).unwrap();
+/// let mut events = cluster.events();
+/// assert_eq!(events.next().await, Some(MemberEvent::Joined(me.clone())));
+/// assert_eq!(events.next().await, Some(MemberEvent::Up(me.clone())));
+/// cluster.leave().await.unwrap();
+/// assert_eq!(events.next().await, Some(MemberEvent::Leaving(me.clone())));
+/// assert_eq!(events.next().await, Some(MemberEvent::Removed(me)));
+/// assert_eq!(events.next().await, None);
+/// assert_eq!(events.missed(), 0);
+/// # }
+/// ```
 pub struct MemberEvents {
     initial: Vec<MemberEvent>,
     live: BroadcastStream<MemberEvent>,

@@ -99,6 +99,21 @@ pub enum Decision {
 /// `view` lists every member that is joining, up or leaving (not down, not removed),
 /// including the deciding member itself, with its reachability as this member sees it.
 /// The function is pure and deterministic: members with the same view decide the same.
+///
+/// # Example
+///
+/// ```
+/// use rally_cluster::{decide, Decision, DowningStrategy, MemberId, ViewMember};
+/// use rally_remote::Incarnation;
+///
+/// let member = |port: u16, reachable| ViewMember {
+///     id: MemberId::new(format!("rally://c@h:{port}").parse().unwrap(), Incarnation(1), 1),
+///     reachable,
+/// };
+/// // Two of four, and the lowest address (port 1) is on the other side: this side loses.
+/// let view = [member(1, false), member(2, false), member(3, true), member(4, true)];
+/// assert_eq!(decide(DowningStrategy::KeepMajority, &view), Decision::DownSelf);
+/// ```
 pub fn decide(strategy: DowningStrategy, view: &[ViewMember]) -> Decision {
     let unreachable: Vec<MemberId> = view
         .iter()

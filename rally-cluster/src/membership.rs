@@ -42,6 +42,23 @@ const SUSPECT_TO_DOWN_LAST_RESORT: Duration = Duration::from_secs(24 * 60 * 60);
 const ANNOUNCE_PERIOD: Duration = Duration::from_secs(10);
 
 /// One packet to send: membership bytes for the member at `to`.
+///
+/// # Example
+///
+/// ```
+/// use std::time::Instant;
+/// use rally_cluster::{ClusterConfig, Membership, MemberId};
+/// use rally_remote::Incarnation;
+///
+/// let me = MemberId::new("rally://c@127.0.0.1:2".parse().unwrap(), Incarnation(2), 2);
+/// let mut config = ClusterConfig::default();
+/// config.seeds = vec!["rally://c@127.0.0.1:1".parse().unwrap()];
+/// let mut core = Membership::new(me, config, 1, Instant::now()).unwrap();
+/// core.join(Instant::now());
+/// let join = core.poll_transmit().unwrap();
+/// assert_eq!(join.to.port, 1);
+/// assert!(!join.payload.is_empty());
+/// ```
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Transmit {
     /// Where to send it.
@@ -84,6 +101,20 @@ pub enum PacketError {
 }
 
 /// Figures of one membership core.
+///
+/// # Example
+///
+/// ```
+/// use std::time::Instant;
+/// use rally_cluster::{ClusterConfig, Membership, MemberId};
+/// use rally_remote::Incarnation;
+///
+/// let me = MemberId::new("rally://c@127.0.0.1:1".parse().unwrap(), Incarnation(1), 1);
+/// let mut core = Membership::new(me, ClusterConfig::default(), 1, Instant::now()).unwrap();
+/// let _ = core.handle_packet(b"junk", Instant::now());
+/// let stats = core.stats();
+/// assert_eq!((stats.packets_in, stats.malformed), (1, 1));
+/// ```
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct MembershipStats {

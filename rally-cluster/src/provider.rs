@@ -106,6 +106,20 @@ pub enum ProviderStartError {
 }
 
 /// Where a provider reports this member's view; the [`Cluster`](crate::Cluster) reads it.
+///
+/// A provider gets one in its [`ProviderContext`]; see [`Provider`] for a whole provider.
+///
+/// # Example
+///
+/// ```
+/// # #![allow(dead_code)]
+/// use rally_cluster::provider::ViewPublisher;
+/// use rally_cluster::{Member, MemberEvent};
+///
+/// fn report_up(publisher: &ViewPublisher, me: &Member) {
+///     publisher.publish(me, vec![me.clone()], [MemberEvent::Up(me.id.clone())], None);
+/// }
+/// ```
 #[derive(Clone)]
 pub struct ViewPublisher {
     shared: Arc<Shared>,
@@ -134,8 +148,10 @@ impl Shared {
     pub(crate) fn new(local: Member, system: Option<rally_actor::ActorSystem>) -> Arc<Self> {
         Arc::new(Self {
             system,
+            // No members until the provider's first report (which comes at once): a
+            // subscriber before it gets every event live, one after it the view as events.
             state: Mutex::new(ViewState {
-                members: vec![local.clone()],
+                members: Vec::new(),
                 local,
                 stats: MembershipStats::default(),
             }),

@@ -40,6 +40,20 @@ use crate::membership::Membership;
 pub const SIM_CLUSTER: &str = "sim";
 
 /// One event as a member saw it, at a simulated instant.
+///
+/// # Example
+///
+/// ```
+/// use rally_cluster::sim::Simulation;
+/// use rally_cluster::{ClusterConfig, MemberEvent};
+///
+/// let mut sim = Simulation::new(1);
+/// let founder = sim.add_member(&ClusterConfig::default());
+/// let first = &sim.log()[0];
+/// assert_eq!(first.observer, founder);
+/// assert_eq!(first.event, MemberEvent::Joined(founder.clone()));
+/// assert!(first.at.is_zero());
+/// ```
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct LoggedEvent {
     /// Simulated time since the start.
