@@ -134,7 +134,10 @@ pub struct MembershipStats {
     pub decisions: u64,
 }
 
-/// This member's view of the cluster, sans-I/O. See the [module docs](self).
+/// This member's view of the cluster, sans-I/O: packets in
+/// ([`handle_packet`](Self::handle_packet)), time in ([`handle_timeout`](Self::handle_timeout)),
+/// packets out ([`poll_transmit`](Self::poll_transmit)), the next wake-up
+/// ([`poll_timeout`](Self::poll_timeout)) and member events ([`poll_event`](Self::poll_event)).
 ///
 /// # Example
 ///
