@@ -150,14 +150,15 @@ impl Cluster {
         config: ClusterConfig,
     ) -> Result<Self, JoinError> {
         Self::start(
-            Self::member_id(node),
+            Self::member_id(node).with_roles(config.roles.iter().cloned()),
             config,
             GossipProvider::new(system, node),
             Some(system.clone()),
         )
     }
 
-    /// Joins as `local` with any [`Provider`].
+    /// Joins as `local` (whose roles are the ones it declares; `config.roles` is not read)
+    /// with any [`Provider`].
     ///
     /// # Errors
     ///

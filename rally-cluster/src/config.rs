@@ -68,6 +68,9 @@ pub struct ClusterConfig {
     /// member's own address is harmless, so every member can share one list.
     #[serde(with = "addresses")]
     pub seeds: Vec<NodeAddress>,
+    /// Roles this member declares (default none): what it is for, so that placement can
+    /// choose among members (`"frontend"`, `"worker"`). Fixed for the member's incarnation.
+    pub roles: Vec<String>,
     /// How a partition is resolved (default keep-majority).
     pub downing: DowningStrategy,
     /// How long the view must be unchanged before a downing decision (default 5 s).
@@ -112,6 +115,7 @@ impl Default for ClusterConfig {
     fn default() -> Self {
         Self {
             seeds: Vec::new(),
+            roles: Vec::new(),
             downing: DowningStrategy::default(),
             stable_after: DEFAULT_STABLE_AFTER,
             down_all_when_unstable: DEFAULT_STABLE_AFTER,
@@ -244,6 +248,12 @@ impl ClusterConfigBuilder {
     /// Adds a seed.
     pub fn seed(&mut self, address: NodeAddress) -> &mut Self {
         self.config.seeds.push(address);
+        self
+    }
+
+    /// Adds a role.
+    pub fn role(&mut self, role: impl Into<String>) -> &mut Self {
+        self.config.roles.push(role.into());
         self
     }
 

@@ -1,13 +1,15 @@
 //! Who a member is, what state it is in, and the events that report its changes.
 
 use std::cmp::Ordering;
+use std::collections::BTreeSet;
 use std::fmt;
+use std::hash::{Hash, Hasher};
 
 use rally_remote::{Incarnation, NodeAddress};
 use serde::{Deserialize, Serialize};
 
 /// A member's identity: its address, the incarnation of the process at that address, and the
-/// moment that process joined (its generation).
+/// moment that process joined (its generation), with the roles it declared when it joined.
 ///
 /// A process that restarts on the same address draws a new incarnation (and has a later
 /// generation), so it is a new member: it is admitted at once and never confused with its
@@ -25,8 +27,11 @@ use serde::{Deserialize, Serialize};
 /// assert_ne!(first, restarted);
 /// assert!(restarted.supersedes(&first));
 /// assert!(first.is_older_than(&restarted));
+///
+/// let worker = restarted.with_roles(["worker"]);
+/// assert!(worker.has_role("worker"));
 /// ```
-#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(from = "WireMemberId", into = "WireMemberId")]
 pub struct MemberId {
     /// Where the member listens; its system name is the cluster's name.
@@ -37,16 +42,31 @@ pub struct MemberId {
     /// (keep-oldest, and later the singleton) and decides which of two incarnations at one
     /// address is the later one.
     pub generation: u64,
+    /// What this member is for (for example `"frontend"`, `"worker"`), fixed for its
+    /// incarnation. Attributes, not identity: equality and order ignore them.
+    pub roles: BTreeSet<String>,
 }
 
 impl MemberId {
-    /// A member identity.
+    /// A member identity, with no roles.
     pub fn new(address: NodeAddress, incarnation: Incarnation, generation: u64) -> Self {
         Self {
             address,
             incarnation,
             generation,
+            roles: BTreeSet::new(),
         }
+    }
+
+    /// The same identity, declaring `roles`.
+    pub fn with_roles(mut self, roles: impl IntoIterator<Item = impl Into<String>>) -> Self {
+        self.roles = roles.into_iter().map(Into::into).collect();
+        self
+    }
+
+    /// Whether the member declared `role`.
+    pub fn has_role(&self, role: &str) -> bool {
+        self.roles.contains(role)
     }
 
     /// Whether `self` is a later incarnation at the same address as `other` (a restart):
@@ -72,8 +92,24 @@ impl MemberId {
     }
 }
 
-/// Oldest first: by generation, then address, then incarnation (every field, so it agrees
-/// with equality).
+/// Identity is address, incarnation and generation; roles are attributes of it.
+impl PartialEq for MemberId {
+    fn eq(&self, other: &Self) -> bool {
+        (self.generation, &self.address, self.incarnation)
+            == (other.generation, &other.address, other.incarnation)
+    }
+}
+
+impl Eq for MemberId {}
+
+impl Hash for MemberId {
+    fn hash<H: Hasher>(&self, state: &mut H) {
+        (self.generation, &self.address, self.incarnation).hash(state);
+    }
+}
+
+/// Oldest first: by generation, then address, then incarnation (the fields of identity, so
+/// it agrees with equality).
 impl Ord for MemberId {
     fn cmp(&self, other: &Self) -> Ordering {
         self.age_order(other)
@@ -100,6 +136,7 @@ struct WireMemberId {
     port: u16,
     incarnation: u64,
     generation: u64,
+    roles: BTreeSet<String>,
 }
 
 impl From<WireMemberId> for MemberId {
@@ -112,6 +149,7 @@ impl From<WireMemberId> for MemberId {
             },
             incarnation: Incarnation(w.incarnation),
             generation: w.generation,
+            roles: w.roles,
         }
     }
 }
@@ -124,6 +162,7 @@ impl From<MemberId> for WireMemberId {
             port: m.address.port,
             incarnation: m.incarnation.0,
             generation: m.generation,
+            roles: m.roles,
         }
     }
 }
@@ -285,9 +324,20 @@ mod tests {
 
     #[test]
     fn ids_round_trip_through_postcard() {
-        let original = id(2552, u64::MAX, 1_700_000_000_000);
+        let original = id(2552, u64::MAX, 1_700_000_000_000).with_roles(["a", "b"]);
         let bytes = postcard::to_allocvec(&original).unwrap();
         let back: MemberId = postcard::from_bytes(&bytes).unwrap();
         assert_eq!(back, original);
+        assert_eq!(back.roles, original.roles);
+    }
+
+    #[test]
+    fn roles_are_attributes_not_identity() {
+        let plain = id(1, 1, 1);
+        let worker = plain.clone().with_roles(["worker"]);
+        assert_eq!(plain, worker);
+        assert!(worker.has_role("worker") && !plain.has_role("worker"));
+        let set: std::collections::HashSet<MemberId> = [plain, worker].into_iter().collect();
+        assert_eq!(set.len(), 1);
     }
 }

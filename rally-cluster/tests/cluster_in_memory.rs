@@ -36,10 +36,22 @@ async fn ten_members_join_and_an_operator_down_is_seen_everywhere() {
     let network = MemoryNetwork::new();
     let mut config = ClusterConfig::default();
     config.seeds = vec![id(1).address];
+    // Even ports declare the role "worker"; every member learns the others' roles.
+    let with_roles = |port: u16| {
+        if port % 2 == 0 {
+            id(port).with_roles(["worker"])
+        } else {
+            id(port)
+        }
+    };
     let members: Vec<Cluster> = (1..=10)
         .map(|port| {
-            Cluster::join_with(id(port), config.clone(), MemoryProvider::new(&network))
-                .expect("joins")
+            Cluster::join_with(
+                with_roles(port),
+                config.clone(),
+                MemoryProvider::new(&network),
+            )
+            .expect("joins")
         })
         .collect();
     let mut events: Vec<MemberEvents> = members.iter().map(Cluster::events).collect();
@@ -59,6 +71,13 @@ async fn ten_members_join_and_an_operator_down_is_seen_everywhere() {
         .await;
         assert_eq!(all, Ok(true), "all ten up");
     }
+    let workers: Vec<u16> = members[0]
+        .members()
+        .iter()
+        .filter(|m| m.id.has_role("worker"))
+        .map(|m| m.id.address.port)
+        .collect();
+    assert_eq!(workers, [2, 4, 6, 8, 10]);
     members[0].down(&id(10)).expect("running");
     for stream in &mut events[..9] {
         until(stream, &MemberEvent::Down(id(10))).await;

@@ -80,7 +80,9 @@ async fn member_events_reach_actors_subscribed_to_the_event_stream() {
         .subscribe(listener.recipient::<rally_cluster::MemberEvent>());
     let seeds = [first.node.address().clone()];
     let a = nodes::join(first, nodes::config(&seeds));
-    let b = nodes::join(nodes::node(0).await, nodes::config(&seeds));
+    let mut b_config = nodes::config(&seeds);
+    b_config.roles = vec!["worker".into()];
+    let b = nodes::join(nodes::node(0).await, b_config);
     let b_id = b.id();
     let seen = tokio::time::timeout(nodes::T, async {
         while let Some(event) = rx.recv().await {
@@ -92,5 +94,8 @@ async fn member_events_reach_actors_subscribed_to_the_event_stream() {
     })
     .await;
     assert_eq!(seen, Ok(true), "the listener saw the second member up");
+    // The role B declared in its configuration travels with its identity.
+    let b_seen_by_a = a.cluster.members().into_iter().find(|m| m.id == b_id);
+    assert!(b_seen_by_a.is_some_and(|m| m.id.has_role("worker")));
     drop((a, b));
 }
