@@ -110,7 +110,8 @@ pub enum LeaveError {
 ///
 /// # #[tokio::main] async fn main() {
 /// let system = ActorSystem::new("shop");
-/// let node = RemoteNode::start(&system, RemoteConfig::new("127.0.0.1", 2552)).await.unwrap();
+/// let remote = RemoteConfig::new("127.0.0.1", 2552).with_secret(b"cluster secret".to_vec());
+/// let node = RemoteNode::start(&system, remote).await.unwrap();
 /// let config = ClusterConfig::builder()
 ///     .seed("rally://shop@127.0.0.1:2552".parse().unwrap())
 ///     .build()

@@ -33,7 +33,8 @@ const INBOUND_PACKETS: usize = 1024;
 ///
 /// # #[tokio::main] async fn main() {
 /// let system = ActorSystem::new("shop");
-/// let node = RemoteNode::start(&system, RemoteConfig::new("127.0.0.1", 0)).await.unwrap();
+/// let remote = RemoteConfig::new("127.0.0.1", 0).with_secret(b"cluster secret".to_vec());
+/// let node = RemoteNode::start(&system, remote).await.unwrap();
 /// let provider = GossipProvider::new(&system, &node);
 /// let cluster = Cluster::join_with(Cluster::member_id(&node), ClusterConfig::default(), provider).unwrap();
 /// assert_eq!(cluster.self_member().id.address, *node.address());
