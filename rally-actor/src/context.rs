@@ -40,9 +40,12 @@ pub struct Context<A: Actor> {
     receive_timeout: Option<ReceiveTimeout<A>>,
     /// Futures started with `pipe`/`pipe_to`, aborted when the actor stops.
     tasks: Vec<AbortHandle>,
-    /// The reply destination of the message being handled (a boxed `ReplyTo<R>`), until the
-    /// handler takes it with `reply_later`.
+    /// The reply destination of the message being handled (a boxed `Option<ReplyTo<R>>`),
+    /// until the handler takes it with `reply_later`.
     pub(crate) current_reply: Option<Box<dyn Any + Send>>,
+    /// Empty reply slots, one per reply type this actor has handled, reused message after
+    /// message (a box per message cost 6-9% of remote ping-pong).
+    reply_slots: Vec<Box<dyn Any + Send>>,
 }
 
 /// The message an idle actor is sent, and after how long.
@@ -87,6 +90,7 @@ impl<A: Actor> Context<A> {
             receive_timeout: None,
             tasks: Vec::new(),
             current_reply: None,
+            reply_slots: Vec::new(),
         }
     }
 
@@ -464,14 +468,27 @@ impl<A: Actor> Context<A> {
     /// # }
     /// ```
     pub fn reply_later<R: Send + 'static>(&mut self) -> Option<ReplyTo<R>> {
-        let boxed = self.current_reply.take()?;
-        match boxed.downcast::<ReplyTo<R>>() {
-            Ok(reply) => Some(*reply),
-            Err(other) => {
-                self.current_reply = Some(other);
-                None
-            }
+        self.current_reply
+            .as_mut()?
+            .downcast_mut::<Option<ReplyTo<R>>>()?
+            .take()
+    }
+
+    /// An empty reply slot (a boxed `Option<ReplyTo<R>>`), reused if this actor has one.
+    pub(crate) fn reply_slot<R: Send + 'static>(&mut self) -> Box<dyn Any + Send> {
+        match self
+            .reply_slots
+            .iter()
+            .position(|slot| (**slot).is::<Option<ReplyTo<R>>>())
+        {
+            Some(index) => self.reply_slots.swap_remove(index),
+            None => Box::new(None::<ReplyTo<R>>),
         }
+    }
+
+    /// Gives back a slot taken with [`reply_slot`](Self::reply_slot), emptied.
+    pub(crate) fn return_reply_slot(&mut self, slot: Box<dyn Any + Send>) {
+        self.reply_slots.push(slot);
     }
 
     /// What a handler returns after [`reply_later`](Self::reply_later): the reply goes out

@@ -126,8 +126,13 @@ where
     ) -> BoxFuture<'a, ActorResult<()>> {
         let Typed { msg, reply } = *self;
         Box::pin(async move {
-            // The handler may take the reply with `Context::reply_later`.
-            let previous = ctx.current_reply.replace(Box::new(reply));
+            // The handler may take the reply with `Context::reply_later`. The slot is a box the
+            // context keeps per reply type, so a handled message allocates nothing for it.
+            let mut slot = ctx.reply_slot::<M::Reply>();
+            *slot
+                .downcast_mut::<Option<ReplyTo<M::Reply>>>()
+                .expect("reply_slot hands out a slot of this reply type") = Some(reply);
+            let previous = ctx.current_reply.replace(slot);
             let result = match crate::panic::catch(actor.handle(msg, ctx)).await {
                 Ok(result) => result,
                 Err(panic) => {
@@ -211,12 +216,13 @@ fn take_reply<A: Actor, M: Message>(
     ctx: &mut Context<A>,
     previous: Option<Box<dyn Any + Send>>,
 ) -> Option<ReplyTo<M::Reply>> {
-    let current = std::mem::replace(&mut ctx.current_reply, previous)?;
-    Some(
-        *current
-            .downcast::<ReplyTo<M::Reply>>()
-            .expect("the slot holds the reply destination put there for this message"),
-    )
+    let mut slot = std::mem::replace(&mut ctx.current_reply, previous)?;
+    let reply = slot
+        .downcast_mut::<Option<ReplyTo<M::Reply>>>()
+        .expect("the slot holds the reply destination put there for this message")
+        .take();
+    ctx.return_reply_slot(slot);
+    reply
 }
 
 /// Why a reply never came from the handler.
