@@ -297,3 +297,80 @@ async fn an_empty_secret_is_refused_unless_asked_for() {
             .is_ok()
     );
 }
+
+#[tokio::test]
+async fn more_ordinary_lanes_than_the_wire_can_number_are_refused_at_start() {
+    // 255 ordinary lanes would need wire bytes 1..=255, and 255 is the large lane's.
+    let system = rally_actor::ActorSystem::new("lanes");
+    let mut config = config();
+    config.ordinary_lanes = 255;
+    let refused = rally_remote::RemoteNode::start(&system, config).await;
+    assert!(
+        matches!(
+            refused,
+            Err(rally_remote::StartError::Config {
+                key: "ordinary_lanes",
+                ..
+            })
+        ),
+        "{:?}",
+        refused.err()
+    );
+    let mut config = self::config();
+    config.ordinary_lanes = 254;
+    assert!(
+        rally_remote::RemoteNode::start(&system, config)
+            .await
+            .is_ok()
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_message_refused_at_the_sender_is_counted_as_a_dead_letter() {
+    let ((a_system, a), (_b_system, b)) = picky_pair(config()).await;
+    let picky = a.lookup::<Picky>(b.address(), "picky");
+    let before = a_system.dead_letters().count();
+    assert!(picky.tell(Fussy { panic: false }).is_err());
+    assert_eq!(a_system.dead_letters().count(), before + 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn connections_beyond_the_unauthenticated_cap_are_refused_at_once_and_counted() {
+    let mut capped = config();
+    capped.max_unauthenticated_connections = 4;
+    capped.handshake_timeout = Duration::from_secs(60);
+    let (_b_system, b) = target_node("b", capped).await;
+    let address = (b.address().host.clone(), b.address().port);
+    // Four silent connections hold every slot (they never send a byte).
+    let mut silent = Vec::new();
+    for _ in 0..4 {
+        silent.push(
+            tokio::net::TcpStream::connect(address.clone())
+                .await
+                .unwrap(),
+        );
+    }
+    // The next ones are closed at once, not held until the handshake deadline.
+    for _ in 0..3 {
+        let mut extra = tokio::net::TcpStream::connect(address.clone())
+            .await
+            .unwrap();
+        let mut byte = [0u8; 1];
+        let read = tokio::time::timeout(T, tokio::io::AsyncReadExt::read(&mut extra, &mut byte))
+            .await
+            .expect("closed well before the 60 s handshake deadline");
+        assert!(matches!(read, Ok(0) | Err(_)));
+    }
+    assert_eq!(b.stats().connections_refused, 3);
+    // Once the silent ones go, a real peer is served again.
+    drop(silent);
+    let (_a_system, a) = client_node("a", config()).await;
+    let target = a.lookup::<Target>(b.address(), "target");
+    let deadline = Instant::now() + T;
+    loop {
+        match target.ask(Echo(1), Duration::from_millis(500)).await {
+            Ok(1) => break,
+            other => assert!(Instant::now() < deadline, "never served: {other:?}"),
+        }
+    }
+}
