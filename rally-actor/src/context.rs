@@ -540,3 +540,11 @@ impl<A: Actor> Context<A> {
         self.unstashed.drain(..).chain(self.stash.drain(..))
     }
 }
+
+impl<A: Actor> std::fmt::Debug for Context<A> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Context")
+            .field("actor", &self.myself().path())
+            .finish_non_exhaustive()
+    }
+}

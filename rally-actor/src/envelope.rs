@@ -385,3 +385,27 @@ impl<R: Send + 'static> ErasedReplyTo for ReplyTo<R> {
         (*self).send(typed);
     }
 }
+
+impl<R> std::fmt::Debug for ReplyTo<R> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let kind = match self.0 {
+            ReplyInner::Ignore => "ignored",
+            ReplyInner::Ask(_) => "ask",
+            ReplyInner::Sink(_) => "sink",
+            ReplyInner::Callback(_) => "callback",
+        };
+        f.debug_tuple("ReplyTo").field(&kind).finish()
+    }
+}
+
+impl std::fmt::Debug for ErasedReply {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_tuple("ErasedReply")
+            .field(&if self.is_wanted() {
+                "wanted"
+            } else {
+                "ignored"
+            })
+            .finish()
+    }
+}

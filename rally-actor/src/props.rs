@@ -112,3 +112,9 @@ impl<A: Actor> From<A> for Props<A> {
         Self::new(actor)
     }
 }
+
+impl<A: Actor> std::fmt::Debug for Props<A> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Props").finish_non_exhaustive()
+    }
+}

@@ -29,7 +29,7 @@ use crate::report::{Machine, Report, Row};
 
 /// `rally-bench compare` flags.
 #[derive(Debug, clap::Args)]
-pub struct CompareArgs {
+pub(crate) struct CompareArgs {
     /// The scenario to compare (e.g. remote-ping-pong, local-ping-pong, max-throughput, latency).
     scenario: String,
     /// Runs of each framework, alternating; at least 3 unless --quick (which does 1).
@@ -54,7 +54,7 @@ pub struct CompareArgs {
 ///
 /// When the scenario is unknown to every framework, or when Rally or a selected peer fails to
 /// build or run (after printing whatever was measured).
-pub fn run(args: &CompareArgs) -> anyhow::Result<()> {
+pub(crate) fn run(args: &CompareArgs) -> anyhow::Result<()> {
     let root = repo_root()?;
     let runs = if args.quick { 1 } else { args.runs.max(3) };
     let mut frameworks = vec![Framework::rally()?];

@@ -9,7 +9,7 @@ use serde_json::{Map, Value};
 
 /// The machine a report was measured on.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
-pub struct Machine {
+pub(crate) struct Machine {
     /// Logical cores visible to the process.
     pub cores: usize,
     /// CPU model name as `/proc/cpuinfo` states it.
@@ -18,7 +18,7 @@ pub struct Machine {
 
 impl Machine {
     /// Reads the current machine's core count and CPU model.
-    pub fn current() -> Self {
+    pub(crate) fn current() -> Self {
         let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
         let cpu = std::fs::read_to_string("/proc/cpuinfo")
             .ok()
@@ -35,7 +35,7 @@ impl Machine {
 
 /// One row of a scenario's result table.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
-pub struct Row {
+pub(crate) struct Row {
     /// Human label, e.g. `"20 clients"`.
     pub label: String,
     /// Client count (pairs, tasks), where it applies.
@@ -57,7 +57,7 @@ pub struct Row {
 
 impl Row {
     /// A row with only a label; fill the rest with the setters.
-    pub fn new(label: impl Into<String>) -> Self {
+    pub(crate) fn new(label: impl Into<String>) -> Self {
         Self {
             label: label.into(),
             clients: None,
@@ -71,7 +71,7 @@ impl Row {
     }
 
     /// Sets the message count and elapsed time, and derives the rate from them.
-    pub fn throughput(mut self, total_msgs: u64, elapsed: std::time::Duration) -> Self {
+    pub(crate) fn throughput(mut self, total_msgs: u64, elapsed: std::time::Duration) -> Self {
         let secs = elapsed.as_secs_f64();
         self.total_msgs = Some(total_msgs);
         self.elapsed_ms = Some(secs * 1e3);
@@ -84,13 +84,13 @@ impl Row {
     }
 
     /// Sets the client count.
-    pub fn clients(mut self, clients: u64) -> Self {
+    pub(crate) fn clients(mut self, clients: u64) -> Self {
         self.clients = Some(clients);
         self
     }
 
     /// Adds a scenario-specific field.
-    pub fn with(mut self, key: &str, value: impl Into<Value>) -> Self {
+    pub(crate) fn with(mut self, key: &str, value: impl Into<Value>) -> Self {
         self.extra.insert(key.to_owned(), value.into());
         self
     }
@@ -98,7 +98,7 @@ impl Row {
 
 /// A scenario's whole result.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
-pub struct Report {
+pub(crate) struct Report {
     /// Scenario name, as `docs/benchmarks.md` lists them.
     pub scenario: String,
     /// Always `"rally"` for this crate's scenarios; peers write their own name.
@@ -113,7 +113,7 @@ pub struct Report {
 
 impl Report {
     /// An empty Rally report for `scenario` on the current machine.
-    pub fn new(scenario: &str) -> Self {
+    pub(crate) fn new(scenario: &str) -> Self {
         Self {
             scenario: scenario.to_owned(),
             framework: "rally".to_owned(),
@@ -124,13 +124,13 @@ impl Report {
     }
 
     /// Records a parameter.
-    pub fn param(&mut self, key: &str, value: impl Into<Value>) -> &mut Self {
+    pub(crate) fn param(&mut self, key: &str, value: impl Into<Value>) -> &mut Self {
         self.params.insert(key.to_owned(), value.into());
         self
     }
 
     /// Prints the report: one JSON object, or a header line and a plain table.
-    pub fn print(&self, json: bool) {
+    pub(crate) fn print(&self, json: bool) {
         if json {
             println!(
                 "{}",
@@ -142,7 +142,7 @@ impl Report {
     }
 
     /// The plain-text table: machine line, then one line per row.
-    pub fn table(&self) -> String {
+    pub(crate) fn table(&self) -> String {
         let mut out = format!(
             "# {} ({}) on {} cores, {}\n",
             self.scenario, self.framework, self.machine.cores, self.machine.cpu

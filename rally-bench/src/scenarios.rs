@@ -1,7 +1,7 @@
 //! The scenarios, one module per family.
 
-pub mod common;
-pub mod dispatcher;
-pub mod local;
-pub mod raw_echo;
-pub mod remote;
+pub(crate) mod common;
+pub(crate) mod dispatcher;
+pub(crate) mod local;
+pub(crate) mod raw_echo;
+pub(crate) mod remote;

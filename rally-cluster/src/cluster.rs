@@ -352,3 +352,17 @@ impl Stream for MemberEvents {
         }
     }
 }
+
+impl std::fmt::Debug for Cluster {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Cluster")
+            .field("self_member", &self.self_member().id)
+            .finish_non_exhaustive()
+    }
+}
+
+impl std::fmt::Debug for MemberEvents {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("MemberEvents").finish_non_exhaustive()
+    }
+}

@@ -11,28 +11,28 @@ use crate::downing::DowningStrategy;
 /// so on the two sides of a partition the last suspicion comes up to a round of probes after
 /// the first; half a second keeps that spread (2 s for 5 members) well inside
 /// `stable-after`, for two small packets per member per period.
-pub const DEFAULT_PROBE_PERIOD: Duration = Duration::from_millis(500);
+pub(crate) const DEFAULT_PROBE_PERIOD: Duration = Duration::from_millis(500);
 /// How long a direct probe may take before others are asked to probe indirectly: far above a
 /// LAN round trip, so a member busy for a moment is not suspected.
-pub const DEFAULT_PROBE_RTT: Duration = Duration::from_millis(200);
+pub(crate) const DEFAULT_PROBE_RTT: Duration = Duration::from_millis(200);
 /// How long the view must stay the same before a downing decision: long enough to ride out a
 /// probe or two lost to a blip, short enough that failover stays under 10 s (detection ~1-2 s
 /// plus this).
-pub const DEFAULT_STABLE_AFTER: Duration = Duration::from_secs(5);
+pub(crate) const DEFAULT_STABLE_AFTER: Duration = Duration::from_secs(5);
 /// How often membership updates are pushed to a few members besides the probe traffic; 200 ms
 /// spreads a change through 50 members in about a second for a few hundred bytes per second.
-pub const DEFAULT_GOSSIP_PERIOD: Duration = Duration::from_millis(200);
+pub(crate) const DEFAULT_GOSSIP_PERIOD: Duration = Duration::from_millis(200);
 /// How often a joining member re-sends its join to the seeds: a seed that is still starting
 /// is found within a second of listening.
-pub const DEFAULT_JOIN_RETRY: Duration = Duration::from_millis(500);
+pub(crate) const DEFAULT_JOIN_RETRY: Duration = Duration::from_millis(500);
 /// Most members remembered, live or down. Bounds memory against a flood of forged join
 /// requests; ten times the largest cluster Rally is tested with.
-pub const DEFAULT_MAX_MEMBERS: usize = 2_000;
+pub(crate) const DEFAULT_MAX_MEMBERS: usize = 2_000;
 /// How long a down member is remembered before it is removed. A down incarnation never comes
 /// back (a restart is a new member), so this only needs to outlast stale gossip about it.
-pub const DEFAULT_REMOVE_DOWN_AFTER: Duration = Duration::from_secs(10 * 60);
+pub(crate) const DEFAULT_REMOVE_DOWN_AFTER: Duration = Duration::from_secs(10 * 60);
 /// Largest membership packet: plenty for dozens of updates, small next to a Rally frame.
-pub const DEFAULT_MAX_PACKET_BYTES: usize = 16 * 1024;
+pub(crate) const DEFAULT_MAX_PACKET_BYTES: usize = 16 * 1024;
 
 /// Settings of a cluster member.
 ///

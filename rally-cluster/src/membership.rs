@@ -746,3 +746,9 @@ fn foca_config(config: &ClusterConfig) -> foca::Config {
     });
     foca
 }
+
+impl std::fmt::Debug for Membership {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Membership").finish_non_exhaustive()
+    }
+}

@@ -289,3 +289,15 @@ fn flush(core: &mut Membership, send: &mut impl FnMut(Transmit), publisher: &Vie
     let events: Vec<MemberEvent> = std::iter::from_fn(|| core.poll_event()).collect();
     publisher.publish(core.local(), core.members(), events, Some(core.stats()));
 }
+
+impl std::fmt::Debug for ViewPublisher {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ViewPublisher").finish_non_exhaustive()
+    }
+}
+
+impl std::fmt::Debug for ProviderContext {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ProviderContext").finish_non_exhaustive()
+    }
+}

@@ -352,3 +352,9 @@ impl Simulation {
         }
     }
 }
+
+impl std::fmt::Debug for Simulation {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Simulation").finish_non_exhaustive()
+    }
+}

@@ -6,29 +6,29 @@ use rally_wire::PhiAccrualConfig;
 
 /// Largest frame (one message) by default: big enough for a 10 MB message on the large lane,
 /// small enough that one peer cannot make us buffer more than this for a single frame.
-pub const DEFAULT_MAX_FRAME_BYTES: u32 = 16 * 1024 * 1024;
+pub(crate) const DEFAULT_MAX_FRAME_BYTES: u32 = 16 * 1024 * 1024;
 /// Bound on bytes queued per outbound lane: at ~100 B a message this is ~80k messages, enough
 /// to ride out a hiccup of the peer, and bounded so a dead peer cannot exhaust memory.
-pub const DEFAULT_OUTBOUND_LANE_BYTES: usize = 8 * 1024 * 1024;
+pub(crate) const DEFAULT_OUTBOUND_LANE_BYTES: usize = 8 * 1024 * 1024;
 /// Ordinary lanes per association: one per core on a small machine keeps decoding parallel
 /// without multiplying connections.
-pub const DEFAULT_ORDINARY_LANES: u8 = 1;
+pub(crate) const DEFAULT_ORDINARY_LANES: u8 = 1;
 /// Heartbeat period on the control lane (Akka's remote watch uses 1 s as well).
-pub const DEFAULT_HEARTBEAT_INTERVAL: Duration = Duration::from_secs(1);
+pub(crate) const DEFAULT_HEARTBEAT_INTERVAL: Duration = Duration::from_secs(1);
 /// How long a handshake may take before the connection is dropped: a silent or slow peer
 /// must not hold a connection slot.
-pub const DEFAULT_HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(5);
+pub(crate) const DEFAULT_HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(5);
 /// Longest wait between reconnection attempts (the wait doubles from 100 ms up to this).
-pub const DEFAULT_MAX_RECONNECT_BACKOFF: Duration = Duration::from_secs(5);
+pub(crate) const DEFAULT_MAX_RECONNECT_BACKOFF: Duration = Duration::from_secs(5);
 /// A frame must be complete this long after its first byte arrived, or the connection is
 /// closed (a peer that sends half a frame then goes silent, or drips it a byte at a time):
 /// a 16 MiB frame then needs at least 1.6 MB/s.
-pub const DEFAULT_IDLE_PARTIAL_FRAME_TIMEOUT: Duration = Duration::from_secs(10);
+pub(crate) const DEFAULT_IDLE_PARTIAL_FRAME_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// Connections that may be in their handshake at once: a burst of peers connecting (each
 /// opens one connection per lane) fits, while memory before authentication stays bounded at
 /// this many times a few KiB of handshake buffer (plus TLS state when TLS is on).
-pub const DEFAULT_MAX_UNAUTHENTICATED_CONNECTIONS: usize = 256;
+pub(crate) const DEFAULT_MAX_UNAUTHENTICATED_CONNECTIONS: usize = 256;
 
 /// Settings of a [`RemoteNode`](crate::RemoteNode).
 ///

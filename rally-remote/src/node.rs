@@ -806,3 +806,11 @@ async fn heartbeats(node: Weak<NodeInner>, mut shutdown: watch::Receiver<bool>) 
         }
     }
 }
+
+impl std::fmt::Debug for RemoteNode {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RemoteNode")
+            .field("address", &self.inner.local)
+            .finish_non_exhaustive()
+    }
+}

@@ -274,3 +274,11 @@ impl PendingReply {
         self.reply.send(value);
     }
 }
+
+impl<A: Actor> std::fmt::Debug for MessageTable<A> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("MessageTable")
+            .field("manifests", &self.incoming.keys().collect::<Vec<_>>())
+            .finish()
+    }
+}

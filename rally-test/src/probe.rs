@@ -120,3 +120,15 @@ impl Probe<Terminated> {
             .expect("the probe runs until the test drops it");
     }
 }
+
+impl<M> std::fmt::Debug for ProbeActor<M> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ProbeActor").finish_non_exhaustive()
+    }
+}
+
+impl<M: Message<Reply = ()>> std::fmt::Debug for Probe<M> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Probe").finish_non_exhaustive()
+    }
+}

@@ -7,7 +7,7 @@ use clap::Args;
 
 /// Flags every scenario accepts.
 #[derive(Debug, Clone, Args)]
-pub struct CommonArgs {
+pub(crate) struct CommonArgs {
     /// A smoke run of a few seconds (for CI); figures are not meaningful.
     #[arg(long)]
     pub quick: bool,
@@ -17,7 +17,7 @@ pub struct CommonArgs {
 }
 
 /// A multi-threaded runtime with one worker per core (the default dispatcher).
-pub fn multi_thread_runtime() -> tokio::runtime::Runtime {
+pub(crate) fn multi_thread_runtime() -> tokio::runtime::Runtime {
     tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
@@ -25,7 +25,7 @@ pub fn multi_thread_runtime() -> tokio::runtime::Runtime {
 }
 
 /// A current-thread runtime.
-pub fn current_thread_runtime() -> tokio::runtime::Runtime {
+pub(crate) fn current_thread_runtime() -> tokio::runtime::Runtime {
     tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
@@ -33,12 +33,12 @@ pub fn current_thread_runtime() -> tokio::runtime::Runtime {
 }
 
 /// Microseconds as a float, for report fields.
-pub fn micros(d: Duration) -> f64 {
+pub(crate) fn micros(d: Duration) -> f64 {
     d.as_secs_f64() * 1e6
 }
 
 /// Resident set size of this process, in bytes (Linux `/proc/self/statm`).
-pub fn resident_bytes() -> Option<u64> {
+pub(crate) fn resident_bytes() -> Option<u64> {
     let statm = std::fs::read_to_string("/proc/self/statm").ok()?;
     let pages: u64 = statm.split_whitespace().nth(1)?.parse().ok()?;
     Some(pages * 4096)
@@ -47,7 +47,7 @@ pub fn resident_bytes() -> Option<u64> {
 /// Runs `future` as a task on one of the runtime's workers (not on the calling thread), so that
 /// it behaves like code inside an actor: wake-ups stay on the worker instead of crossing to a
 /// thread outside the pool.
-pub fn on_worker<F>(runtime: &tokio::runtime::Runtime, future: F) -> F::Output
+pub(crate) fn on_worker<F>(runtime: &tokio::runtime::Runtime, future: F) -> F::Output
 where
     F: std::future::Future + Send + 'static,
     F::Output: Send + 'static,
@@ -67,7 +67,12 @@ where
 /// cores stay free for the system under test, as with the peers' sleeping pacers. A late wake-up
 /// is not hidden: callers time each round trip from `intended`, so it counts against the
 /// measurement (no coordinated omission).
-pub fn pace<T, F>(start: Instant, interval: Duration, total: u64, mut tick: F) -> JoinHandle<Vec<T>>
+pub(crate) fn pace<T, F>(
+    start: Instant,
+    interval: Duration,
+    total: u64,
+    mut tick: F,
+) -> JoinHandle<Vec<T>>
 where
     T: Send + 'static,
     F: FnMut(u64, Instant) -> T + Send + 'static,
@@ -94,7 +99,7 @@ where
 /// Starts this executable again as a child running `args` (an internal server subcommand),
 /// waits at most 20 s for its `LISTENING <where>` line and returns the child (killed when
 /// dropped; it also ends when its stdin closes) and `<where>`.
-pub async fn spawn_listening_child(
+pub(crate) async fn spawn_listening_child(
     args: &[&std::ffi::OsStr],
 ) -> anyhow::Result<(tokio::process::Child, String)> {
     use anyhow::Context as _;

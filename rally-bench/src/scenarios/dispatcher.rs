@@ -49,7 +49,7 @@ fn monitored_config() -> SystemConfig {
 
 /// `dispatcher-starvation` flags.
 #[derive(Debug, Args)]
-pub struct StarvationArgs {
+pub(crate) struct StarvationArgs {
     #[command(flatten)]
     common: CommonArgs,
     /// Periods measured per configuration.
@@ -100,7 +100,7 @@ impl Handler<Job> for Receiver {
 }
 
 /// Runs `dispatcher-starvation`.
-pub fn starvation(args: &StarvationArgs) -> anyhow::Result<()> {
+pub(crate) fn starvation(args: &StarvationArgs) -> anyhow::Result<()> {
     let periods = if args.common.quick { 3 } else { args.periods };
     let period = if args.common.quick {
         Duration::from_secs(1)
@@ -244,7 +244,7 @@ pub fn starvation(args: &StarvationArgs) -> anyhow::Result<()> {
 
 /// `dispatcher-throughput` flags.
 #[derive(Debug, Args)]
-pub struct ThroughputArgs {
+pub(crate) struct ThroughputArgs {
     #[command(flatten)]
     common: CommonArgs,
     /// Messages per actor.
@@ -275,7 +275,7 @@ impl Handler<Tick> for Counter {
 }
 
 /// Runs `dispatcher-throughput`: 40 actors on 4 threads, total time per `throughput`.
-pub fn throughput(args: &ThroughputArgs) -> anyhow::Result<()> {
+pub(crate) fn throughput(args: &ThroughputArgs) -> anyhow::Result<()> {
     let messages = if args.common.quick {
         4_000
     } else {
@@ -336,7 +336,7 @@ pub fn throughput(args: &ThroughputArgs) -> anyhow::Result<()> {
 
 /// `dispatcher-fairness` flags.
 #[derive(Debug, Args)]
-pub struct FairnessArgs {
+pub(crate) struct FairnessArgs {
     #[command(flatten)]
     common: CommonArgs,
     /// Service time per message, in milliseconds.
@@ -364,7 +364,7 @@ impl Handler<Tick> for Steady {
 }
 
 /// Runs `dispatcher-fairness`: 3 actors on 2 threads, 33 messages each.
-pub fn fairness(args: &FairnessArgs) -> anyhow::Result<()> {
+pub(crate) fn fairness(args: &FairnessArgs) -> anyhow::Result<()> {
     let service = Duration::from_millis(args.service_ms.max(1));
     let messages = 33u64;
     let ideal = service.as_secs_f64() * 99.0 / 2.0;

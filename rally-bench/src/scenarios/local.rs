@@ -14,7 +14,7 @@ use crate::report::{Report, Row};
 
 /// `local-ping-pong` flags.
 #[derive(Debug, Args)]
-pub struct PingPongArgs {
+pub(crate) struct PingPongArgs {
     #[command(flatten)]
     common: CommonArgs,
     /// Round trips per pair.
@@ -118,7 +118,7 @@ async fn run_pairs(pairs: usize, in_flight: u64, round_trips: u64) -> Duration {
 }
 
 /// Runs `local-ping-pong`.
-pub fn ping_pong(args: &PingPongArgs) -> anyhow::Result<()> {
+pub(crate) fn ping_pong(args: &PingPongArgs) -> anyhow::Result<()> {
     let round_trips = if args.common.quick {
         50_000
     } else {
@@ -153,7 +153,7 @@ pub fn ping_pong(args: &PingPongArgs) -> anyhow::Result<()> {
 
 /// `local-throughput` flags.
 #[derive(Debug, Args)]
-pub struct ThroughputArgs {
+pub(crate) struct ThroughputArgs {
     #[command(flatten)]
     common: CommonArgs,
     /// Messages per row.
@@ -224,7 +224,7 @@ async fn run_throughput(senders: u64, messages: u64, monitored: bool) -> Duratio
 }
 
 /// Runs `local-throughput`.
-pub fn throughput(args: &ThroughputArgs) -> anyhow::Result<()> {
+pub(crate) fn throughput(args: &ThroughputArgs) -> anyhow::Result<()> {
     let messages = if args.common.quick {
         200_000
     } else {
@@ -254,7 +254,7 @@ pub fn throughput(args: &ThroughputArgs) -> anyhow::Result<()> {
 
 /// `spawn` flags.
 #[derive(Debug, Args)]
-pub struct SpawnArgs {
+pub(crate) struct SpawnArgs {
     #[command(flatten)]
     common: CommonArgs,
     /// Actors to create.
@@ -266,7 +266,7 @@ struct Idle;
 impl Actor for Idle {}
 
 /// Runs `spawn`.
-pub fn spawn(args: &SpawnArgs) -> anyhow::Result<()> {
+pub(crate) fn spawn(args: &SpawnArgs) -> anyhow::Result<()> {
     let count = if args.common.quick {
         20_000
     } else {
@@ -313,7 +313,7 @@ pub fn spawn(args: &SpawnArgs) -> anyhow::Result<()> {
 
 /// `ask-latency` flags.
 #[derive(Debug, Args)]
-pub struct AskArgs {
+pub(crate) struct AskArgs {
     #[command(flatten)]
     common: CommonArgs,
     /// Asks per runtime flavour.
@@ -351,7 +351,7 @@ async fn measure_asks(asks: u64) -> Histogram<u64> {
 }
 
 /// Runs `ask-latency`.
-pub fn ask_latency(args: &AskArgs) -> anyhow::Result<()> {
+pub(crate) fn ask_latency(args: &AskArgs) -> anyhow::Result<()> {
     let asks = if args.common.quick { 20_000 } else { args.asks };
     let mut report = Report::new("ask-latency");
     report.param("asks", asks);

@@ -24,7 +24,7 @@ const FRAME_LEN: usize = FRAME.len();
 
 /// `raw-echo` flags.
 #[derive(Debug, Args)]
-pub struct RawEchoArgs {
+pub(crate) struct RawEchoArgs {
     #[command(flatten)]
     common: CommonArgs,
     #[command(flatten)]
@@ -114,7 +114,7 @@ async fn serve(listener: TcpListener) -> anyhow::Result<()> {
 }
 
 /// `raw-echo-server`: listens, prints `LISTENING <port>`, serves until stdin closes.
-pub fn server_main() -> anyhow::Result<()> {
+pub(crate) fn server_main() -> anyhow::Result<()> {
     let runtime = multi_thread_runtime();
     runtime.block_on(async {
         let listener = TcpListener::bind("127.0.0.1:0").await?;
@@ -182,7 +182,7 @@ async fn pipeline(port: u16, window: u64, total: u64) -> anyhow::Result<Duration
 }
 
 /// Runs `raw-echo`.
-pub fn raw_echo(args: &RawEchoArgs) -> anyhow::Result<()> {
+pub(crate) fn raw_echo(args: &RawEchoArgs) -> anyhow::Result<()> {
     let (round_trips, clients) = if args.common.quick {
         (5_000, vec![1, 5])
     } else {

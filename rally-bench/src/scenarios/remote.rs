@@ -31,7 +31,7 @@ const ECHOES: usize = 30;
 
 /// Where node B runs, and over what.
 #[derive(Debug, Clone, Args)]
-pub struct NodeArgs {
+pub(crate) struct NodeArgs {
     /// 2: node B in a child process (default); 1: both nodes in this process.
     #[arg(long, default_value_t = 2)]
     pub processes: u8,
@@ -43,7 +43,7 @@ pub struct NodeArgs {
 
 /// `remote-echo-node` flags (internal).
 #[derive(Debug, Args)]
-pub struct EchoNodeArgs {
+pub(crate) struct EchoNodeArgs {
     /// Use mutual TLS with `node.crt`, `node.key` and `ca.crt` from this directory.
     #[arg(long)]
     tls_dir: Option<PathBuf>,
@@ -95,7 +95,7 @@ fn throwaway_pki() -> anyhow::Result<PathBuf> {
 
 /// The benchmark message: a tiny payload, as the original's short string.
 #[derive(Debug, Clone, Copy, Serialize, Deserialize)]
-pub struct Ping(pub u64);
+pub(crate) struct Ping(pub u64);
 impl Message for Ping {
     type Reply = Pong;
 }
@@ -105,14 +105,14 @@ impl RemoteMessage for Ping {
 
 /// The echo's reply.
 #[derive(Debug, Clone, Copy, Serialize, Deserialize)]
-pub struct Pong(pub u64);
+pub(crate) struct Pong(pub u64);
 impl Message for Pong {
     type Reply = ();
 }
 
 /// The benchmark message with `--payload N`: N bytes, sent back as they came.
 #[derive(Debug, Clone, Serialize, Deserialize)]
-pub struct Padded(#[serde(with = "serde_bytes_compat")] pub Vec<u8>);
+pub(crate) struct Padded(#[serde(with = "serde_bytes_compat")] pub Vec<u8>);
 impl Message for Padded {
     type Reply = PaddedReply;
 }
@@ -122,14 +122,14 @@ impl RemoteMessage for Padded {
 
 /// The echo's reply to [`Padded`]: the same bytes.
 #[derive(Debug, Clone, Serialize, Deserialize)]
-pub struct PaddedReply(#[serde(with = "serde_bytes_compat")] pub Vec<u8>);
+pub(crate) struct PaddedReply(#[serde(with = "serde_bytes_compat")] pub Vec<u8>);
 impl Message for PaddedReply {
     type Reply = ();
 }
 
 /// A payload of a chosen size, for the one-way flood.
 #[derive(Debug, Clone, Serialize, Deserialize)]
-pub struct Blob(#[serde(with = "serde_bytes_compat")] pub Vec<u8>);
+pub(crate) struct Blob(#[serde(with = "serde_bytes_compat")] pub Vec<u8>);
 impl Message for Blob {
     type Reply = ();
 }
@@ -139,7 +139,7 @@ impl RemoteMessage for Blob {
 
 /// Asks the sink how many blobs it has seen (the flood's acknowledgement window).
 #[derive(Debug, Clone, Copy, Serialize, Deserialize)]
-pub struct Count;
+pub(crate) struct Count;
 impl Message for Count {
     type Reply = u64;
 }
@@ -151,18 +151,18 @@ mod serde_bytes_compat {
     //! `Vec<u8>` as one length-prefixed byte string (postcard writes it as such either way).
     use serde::{Deserialize, Deserializer, Serializer};
 
-    pub fn serialize<S: Serializer>(bytes: &[u8], s: S) -> Result<S::Ok, S::Error> {
+    pub(super) fn serialize<S: Serializer>(bytes: &[u8], s: S) -> Result<S::Ok, S::Error> {
         s.serialize_bytes(bytes)
     }
 
-    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Vec<u8>, D::Error> {
+    pub(super) fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Vec<u8>, D::Error> {
         <Vec<u8>>::deserialize(d)
     }
 }
 
 /// Replies to every `Ping` with a `Pong`; counts `Blob`s.
 #[derive(Default)]
-pub struct Echo {
+pub(crate) struct Echo {
     blobs: u64,
 }
 impl Actor for Echo {}
@@ -198,7 +198,7 @@ impl RemoteActor for Echo {
 }
 
 /// Node B: an actor system exposing `echo-0` … `echo-29`.
-pub async fn start_echo_node(
+pub(crate) async fn start_echo_node(
     host: &str,
     port: u16,
     tls_dir: Option<&Path>,
@@ -214,7 +214,7 @@ pub async fn start_echo_node(
 }
 
 /// `remote-echo-node`: runs node B until stdin closes; prints `LISTENING <address>` first.
-pub fn echo_node_main(args: &EchoNodeArgs) -> anyhow::Result<()> {
+pub(crate) fn echo_node_main(args: &EchoNodeArgs) -> anyhow::Result<()> {
     let runtime = multi_thread_runtime();
     runtime.block_on(async {
         let (_system, node) = start_echo_node("127.0.0.1", 0, args.tls_dir.as_deref()).await?;
@@ -227,7 +227,7 @@ pub fn echo_node_main(args: &EchoNodeArgs) -> anyhow::Result<()> {
 }
 
 /// Node B, in a child process or in this one; dropping it stops it.
-pub struct EchoSide {
+pub(crate) struct EchoSide {
     pub address: NodeAddress,
     /// Node A's TLS material, when the run uses TLS.
     pub client_tls: Option<PathBuf>,
@@ -237,7 +237,7 @@ pub struct EchoSide {
 
 impl EchoSide {
     /// Starts node B as `args` says.
-    pub async fn start(args: &NodeArgs) -> anyhow::Result<Self> {
+    pub(crate) async fn start(args: &NodeArgs) -> anyhow::Result<Self> {
         let pki = if args.tls {
             Some(throwaway_pki()?)
         } else {
@@ -284,7 +284,7 @@ async fn start_client_node(echo_side: &EchoSide) -> anyhow::Result<(ActorSystem,
 
 /// `remote-ping-pong` flags.
 #[derive(Debug, Args)]
-pub struct PingPongArgs {
+pub(crate) struct PingPongArgs {
     #[command(flatten)]
     common: CommonArgs,
     #[command(flatten)]
@@ -491,7 +491,7 @@ where
 
 /// Runs `remote-ping-pong`: a progress line per client count on stderr, and one table on
 /// stdout whose rows appear as each client count finishes (or, with `--json`, one object).
-pub fn ping_pong(args: &PingPongArgs) -> anyhow::Result<()> {
+pub(crate) fn ping_pong(args: &PingPongArgs) -> anyhow::Result<()> {
     let (round_trips, clients) = if args.common.quick {
         (5_000, vec![1, 5])
     } else {
@@ -625,7 +625,7 @@ fn ping_pong_row(row: &Row) -> String {
 
 /// `max-throughput` flags.
 #[derive(Debug, Args)]
-pub struct MaxThroughputArgs {
+pub(crate) struct MaxThroughputArgs {
     #[command(flatten)]
     common: CommonArgs,
     #[command(flatten)]
@@ -663,7 +663,7 @@ fn cpu_seconds() -> f64 {
 }
 
 /// Runs `max-throughput`.
-pub fn max_throughput(args: &MaxThroughputArgs) -> anyhow::Result<()> {
+pub(crate) fn max_throughput(args: &MaxThroughputArgs) -> anyhow::Result<()> {
     let node_args = args.node.clone();
     let (burst, window) = (args.burst, args.window);
     let sizes = [100usize, 1024, 10 * 1024];
@@ -745,7 +745,7 @@ pub fn max_throughput(args: &MaxThroughputArgs) -> anyhow::Result<()> {
 
 /// `latency` flags.
 #[derive(Debug, Args)]
-pub struct LatencyArgs {
+pub(crate) struct LatencyArgs {
     #[command(flatten)]
     common: CommonArgs,
     #[command(flatten)]
@@ -759,7 +759,7 @@ pub struct LatencyArgs {
 }
 
 /// Runs `latency`: a paced sender, each round trip timed from its intended send time.
-pub fn latency(args: &LatencyArgs) -> anyhow::Result<()> {
+pub(crate) fn latency(args: &LatencyArgs) -> anyhow::Result<()> {
     let node_args = args.node.clone();
     let (rates, seconds) = if args.common.quick {
         (vec![1_000], 1)

@@ -15,7 +15,7 @@ use super::{Provider, ProviderContext, ProviderStartError, ProviderTask, drive};
 use crate::membership::Membership;
 
 /// The name the membership endpoint is exposed under on every member (reserved).
-pub const ENDPOINT: &str = "rally.cluster.membership";
+pub(super) const ENDPOINT: &str = "rally.cluster.membership";
 
 /// Packets waiting for the membership loop: at ~100 B each a few hundred KiB at most; a
 /// flood beyond it is dropped (and SWIM tolerates loss).
@@ -142,5 +142,11 @@ mod bytes {
 
     pub(super) fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Vec<u8>, D::Error> {
         <Vec<u8>>::deserialize(d)
+    }
+}
+
+impl std::fmt::Debug for GossipProvider {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("GossipProvider").finish_non_exhaustive()
     }
 }

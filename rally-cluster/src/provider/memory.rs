@@ -111,3 +111,15 @@ impl Provider for MemoryProvider {
         }))
     }
 }
+
+impl std::fmt::Debug for MemoryNetwork {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("MemoryNetwork").finish_non_exhaustive()
+    }
+}
+
+impl std::fmt::Debug for MemoryProvider {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("MemoryProvider").finish_non_exhaustive()
+    }
+}

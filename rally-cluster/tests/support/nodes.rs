@@ -8,13 +8,13 @@ use rally_cluster::{Cluster, ClusterConfig, MemberEvent, MemberEvents, MemberId}
 use rally_remote::{NodeAddress, RemoteConfig, RemoteNode};
 
 /// Bound on every wait: generous, because three engineers' builds share two cores.
-pub const T: Duration = Duration::from_secs(60);
-pub const SECRET: &[u8] = b"cluster test secret";
+pub(crate) const T: Duration = Duration::from_secs(60);
+pub(crate) const SECRET: &[u8] = b"cluster test secret";
 /// Every member's system name: the cluster's name.
-pub const CLUSTER: &str = "itest";
+pub(crate) const CLUSTER: &str = "itest";
 
 /// Settings for the tests: the default probing, a short stable-after.
-pub fn config(seeds: &[NodeAddress]) -> ClusterConfig {
+pub(crate) fn config(seeds: &[NodeAddress]) -> ClusterConfig {
     let mut builder = ClusterConfig::builder();
     builder.stable_after(Duration::from_millis(1500));
     for seed in seeds {
@@ -24,12 +24,12 @@ pub fn config(seeds: &[NodeAddress]) -> ClusterConfig {
 }
 
 /// A started node, not yet a member.
-pub struct Node {
+pub(crate) struct Node {
     pub system: ActorSystem,
     pub node: RemoteNode,
 }
 
-pub async fn node(port: u16) -> Node {
+pub(crate) async fn node(port: u16) -> Node {
     let system = ActorSystem::new(CLUSTER);
     let node = RemoteNode::start(
         &system,
@@ -41,7 +41,7 @@ pub async fn node(port: u16) -> Node {
 }
 
 /// A member with its event stream (subscribed before anything happened).
-pub struct TestMember {
+pub(crate) struct TestMember {
     pub system: ActorSystem,
     pub node: RemoteNode,
     pub cluster: Cluster,
@@ -49,13 +49,13 @@ pub struct TestMember {
 }
 
 impl TestMember {
-    pub fn id(&self) -> MemberId {
+    pub(crate) fn id(&self) -> MemberId {
         self.cluster.self_member().id
     }
 
     /// Stops the member as a crash would: no leave at the membership level. The node closes
     /// its connections so the port can be taken by a restart in this same process.
-    pub async fn kill(self) {
+    pub(crate) async fn kill(self) {
         drop(self.cluster);
         drop(self.events);
         self.node.leave(Duration::from_millis(100)).await;
@@ -64,7 +64,7 @@ impl TestMember {
     }
 }
 
-pub fn join(node: Node, config: ClusterConfig) -> TestMember {
+pub(crate) fn join(node: Node, config: ClusterConfig) -> TestMember {
     let cluster = Cluster::join(&node.system, &node.node, config).expect("joins");
     let events = cluster.events();
     TestMember {
@@ -76,7 +76,7 @@ pub fn join(node: Node, config: ClusterConfig) -> TestMember {
 }
 
 /// Waits (at most [`T`]) for an event matching `wanted`; returns it.
-pub async fn expect_event(
+pub(crate) async fn expect_event(
     events: &mut MemberEvents,
     what: &str,
     mut wanted: impl FnMut(&MemberEvent) -> bool,
@@ -113,7 +113,7 @@ pub async fn expect_event(
 }
 
 /// `n` members started at once, each seeded with all of them; waits until each sees all up.
-pub async fn cluster_of(n: usize) -> Vec<TestMember> {
+pub(crate) async fn cluster_of(n: usize) -> Vec<TestMember> {
     let mut nodes = Vec::new();
     for _ in 0..n {
         nodes.push(node(0).await);

@@ -7,12 +7,12 @@ use rally_cluster::sim::{LoggedEvent, Simulation};
 use rally_cluster::{ClusterConfig, MemberEvent, MemberId};
 
 /// Settings of the simulated tests: the defaults, so the figures are the ones users get.
-pub fn config() -> ClusterConfig {
+pub(crate) fn config() -> ClusterConfig {
     ClusterConfig::default()
 }
 
 /// Events `observer` saw about `subject`, in order.
-pub fn seen<'a>(
+pub(crate) fn seen<'a>(
     sim: &'a Simulation,
     observer: &MemberId,
     subject: &MemberId,
@@ -25,7 +25,11 @@ pub fn seen<'a>(
 }
 
 /// When `observer` first saw `event`.
-pub fn first_seen(sim: &Simulation, observer: &MemberId, event: &MemberEvent) -> Option<Duration> {
+pub(crate) fn first_seen(
+    sim: &Simulation,
+    observer: &MemberId,
+    event: &MemberEvent,
+) -> Option<Duration> {
     sim.log()
         .iter()
         .find(|e: &&LoggedEvent| e.observer == *observer && e.event == *event)
@@ -33,7 +37,11 @@ pub fn first_seen(sim: &Simulation, observer: &MemberId, event: &MemberEvent) ->
 }
 
 /// A simulation of `n` members that has converged.
-pub fn converged(seed: u64, n: usize, config: &ClusterConfig) -> (Simulation, Vec<MemberId>) {
+pub(crate) fn converged(
+    seed: u64,
+    n: usize,
+    config: &ClusterConfig,
+) -> (Simulation, Vec<MemberId>) {
     let mut sim = Simulation::new(seed);
     let members = sim.add_members(n, config);
     assert!(

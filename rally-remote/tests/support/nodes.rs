@@ -9,12 +9,12 @@ use rally_remote::transport::Transport;
 use rally_remote::{MessageTable, RemoteActor, RemoteConfig, RemoteMessage, RemoteNode};
 use serde::{Deserialize, Serialize};
 
-pub const T: Duration = Duration::from_secs(10);
-pub const SECRET: &[u8] = b"test secret";
+pub(crate) const T: Duration = Duration::from_secs(10);
+pub(crate) const SECRET: &[u8] = b"test secret";
 
 /// Replies with the same number.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Echo(pub u64);
+pub(crate) struct Echo(pub u64);
 impl Message for Echo {
     type Reply = u64;
 }
@@ -24,7 +24,7 @@ impl RemoteMessage for Echo {
 
 /// Appends to the actor's log (to check ordering).
 #[derive(Debug, Clone, Copy, Serialize, Deserialize)]
-pub struct Record(pub u64);
+pub(crate) struct Record(pub u64);
 impl Message for Record {
     type Reply = ();
 }
@@ -34,7 +34,7 @@ impl RemoteMessage for Record {
 
 /// Returns the log and whether it was strictly increasing.
 #[derive(Debug, Clone, Copy, Serialize, Deserialize)]
-pub struct Check;
+pub(crate) struct Check;
 impl Message for Check {
     type Reply = (u64, bool);
 }
@@ -44,16 +44,16 @@ impl RemoteMessage for Check {
 
 /// A large blob, encoded as one byte string (not element by element).
 #[derive(Debug, Clone, Serialize, Deserialize)]
-pub struct Blob(#[serde(with = "byte_string")] pub Vec<u8>);
+pub(crate) struct Blob(#[serde(with = "byte_string")] pub Vec<u8>);
 
 mod byte_string {
     use serde::{Deserialize, Deserializer, Serializer};
 
-    pub fn serialize<S: Serializer>(bytes: &[u8], s: S) -> Result<S::Ok, S::Error> {
+    pub(super) fn serialize<S: Serializer>(bytes: &[u8], s: S) -> Result<S::Ok, S::Error> {
         s.serialize_bytes(bytes)
     }
 
-    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Vec<u8>, D::Error> {
+    pub(super) fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Vec<u8>, D::Error> {
         <Vec<u8>>::deserialize(d)
     }
 }
@@ -66,7 +66,7 @@ impl RemoteMessage for Blob {
 
 /// Makes the actor stop.
 #[derive(Debug, Clone, Copy, Serialize, Deserialize)]
-pub struct Quit;
+pub(crate) struct Quit;
 impl Message for Quit {
     type Reply = ();
 }
@@ -76,21 +76,21 @@ impl RemoteMessage for Quit {
 
 /// A message type that is NOT registered for remoting.
 #[derive(Debug, Clone, Copy, Serialize, Deserialize)]
-pub struct Unregistered;
+pub(crate) struct Unregistered;
 impl Message for Unregistered {
     type Reply = ();
 }
 
 /// The remote-side test actor.
 #[derive(Default)]
-pub struct Target {
+pub(crate) struct Target {
     count: u64,
     last: Option<u64>,
     ordered: bool,
 }
 
 impl Target {
-    pub fn new() -> Self {
+    pub(crate) fn new() -> Self {
         Self {
             count: 0,
             last: None,
@@ -148,7 +148,7 @@ impl RemoteActor for Target {
 }
 
 /// A config for loopback tests with a quick failure detector.
-pub fn config() -> RemoteConfig {
+pub(crate) fn config() -> RemoteConfig {
     let mut config = RemoteConfig::new("127.0.0.1", 0).with_secret(SECRET.to_vec());
     config.heartbeat_interval = Duration::from_millis(100);
     config.failure_detector.acceptable_heartbeat_pause = Duration::from_millis(600);
@@ -158,7 +158,7 @@ pub fn config() -> RemoteConfig {
 }
 
 /// A node over real TCP exposing one `Target` as `target`.
-pub async fn target_node(name: &str, config: RemoteConfig) -> (ActorSystem, RemoteNode) {
+pub(crate) async fn target_node(name: &str, config: RemoteConfig) -> (ActorSystem, RemoteNode) {
     let system = ActorSystem::new(name);
     let node = RemoteNode::start(&system, config)
         .await
@@ -169,7 +169,7 @@ pub async fn target_node(name: &str, config: RemoteConfig) -> (ActorSystem, Remo
 }
 
 /// A node on the given transport exposing one `Target` as `target`.
-pub async fn target_node_on(
+pub(crate) async fn target_node_on(
     name: &str,
     config: RemoteConfig,
     transport: Arc<dyn Transport>,
@@ -184,7 +184,7 @@ pub async fn target_node_on(
 }
 
 /// A node exposing nothing.
-pub async fn client_node(name: &str, config: RemoteConfig) -> (ActorSystem, RemoteNode) {
+pub(crate) async fn client_node(name: &str, config: RemoteConfig) -> (ActorSystem, RemoteNode) {
     let system = ActorSystem::new(name);
     let node = RemoteNode::start(&system, config)
         .await

@@ -4,20 +4,20 @@
 use rcgen::{BasicConstraints, CertificateParams, IsCa, KeyPair};
 
 /// PEM material for one node: its certificate chain, its key, and the CA that signed it.
-pub struct NodePem {
+pub(crate) struct NodePem {
     pub cert: String,
     pub key: String,
     pub ca: String,
 }
 
 /// A CA and a function to issue node certificates for `127.0.0.1`.
-pub struct TestCa {
+pub(crate) struct TestCa {
     cert: rcgen::Certificate,
     key: KeyPair,
 }
 
 impl TestCa {
-    pub fn new() -> Self {
+    pub(crate) fn new() -> Self {
         let key = KeyPair::generate().unwrap();
         let mut params = CertificateParams::new(Vec::<String>::new()).unwrap();
         params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
@@ -25,7 +25,7 @@ impl TestCa {
         Self { cert, key }
     }
 
-    pub fn issue(&self) -> NodePem {
+    pub(crate) fn issue(&self) -> NodePem {
         let key = KeyPair::generate().unwrap();
         let params =
             CertificateParams::new(vec!["127.0.0.1".to_owned(), "localhost".to_owned()]).unwrap();

@@ -6,25 +6,25 @@ use std::sync::{Arc, Mutex};
 use rally::{Actor, ActorResult, Context, Handler, Message};
 
 /// A shared, ordered log of lifecycle events.
-pub type Log = Arc<Mutex<Vec<String>>>;
+pub(crate) type Log = Arc<Mutex<Vec<String>>>;
 
-pub fn log() -> Log {
+pub(crate) fn log() -> Log {
     Arc::new(Mutex::new(Vec::new()))
 }
 
-pub fn entries(log: &Log) -> Vec<String> {
+pub(crate) fn entries(log: &Log) -> Vec<String> {
     log.lock().unwrap().clone()
 }
 
 /// Records its lifecycle and counts; panics or errors on request.
-pub struct Recorder {
+pub(crate) struct Recorder {
     pub name: String,
     pub log: Log,
     pub count: u64,
 }
 
 impl Recorder {
-    pub fn new(name: &str, log: &Log) -> Self {
+    pub(crate) fn new(name: &str, log: &Log) -> Self {
         Self {
             name: name.to_owned(),
             log: log.clone(),
@@ -58,7 +58,7 @@ impl Actor for Recorder {
 }
 
 /// Adds one and replies with the running count.
-pub struct Incr;
+pub(crate) struct Incr;
 impl Message for Incr {
     type Reply = u64;
 }
@@ -71,7 +71,7 @@ impl Handler<Incr> for Recorder {
 }
 
 /// Makes the handler panic.
-pub struct Panic;
+pub(crate) struct Panic;
 impl Message for Panic {
     type Reply = ();
 }
@@ -83,7 +83,7 @@ impl Handler<Panic> for Recorder {
 }
 
 /// Makes the handler return an error.
-pub struct Fail;
+pub(crate) struct Fail;
 impl Message for Fail {
     type Reply = ();
 }
@@ -95,7 +95,7 @@ impl Handler<Fail> for Recorder {
 }
 
 /// Sleeps in the handler (async), to keep a message in flight.
-pub struct Sleep(pub std::time::Duration);
+pub(crate) struct Sleep(pub std::time::Duration);
 impl Message for Sleep {
     type Reply = ();
 }
