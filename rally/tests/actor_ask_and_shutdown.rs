@@ -83,19 +83,19 @@ impl Handler<Open> for Gate {
 async fn stashed_asks_are_answered_after_unstash_in_order() {
     let system = ActorSystem::new("t");
     let gate = system.spawn(Gate::default()).unwrap();
-    let first = tokio::spawn({
-        let gate = gate.clone();
-        async move { gate.ask(Get(1), T).await }
-    });
-    tokio::time::sleep(Duration::from_millis(20)).await;
-    let second = tokio::spawn({
-        let gate = gate.clone();
-        async move { gate.ask(Get(2), T).await }
-    });
-    tokio::time::sleep(Duration::from_millis(20)).await;
+    let mut first = Box::pin(gate.ask(Get(1), T));
+    let mut second = Box::pin(gate.ask(Get(2), T));
+    // An ask enqueues its message on its first poll: poll each once, in order, so both are in
+    // the gate's mailbox, in that order, before it opens (no sleep needed).
+    std::future::poll_fn(|cx| {
+        assert!(first.as_mut().poll(cx).is_pending());
+        assert!(second.as_mut().poll(cx).is_pending());
+        std::task::Poll::Ready(())
+    })
+    .await;
     gate.tell(Open).unwrap();
-    assert_eq!(first.await.unwrap(), Ok(1));
-    assert_eq!(second.await.unwrap(), Ok(2));
+    assert_eq!(first.await, Ok(1));
+    assert_eq!(second.await, Ok(2));
 }
 
 #[tokio::test]

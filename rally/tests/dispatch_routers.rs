@@ -38,6 +38,15 @@ impl Handler<Job> for Worker {
     }
 }
 
+/// Waits (bounded by `T`) until `done` holds, yielding between looks.
+async fn until(done: impl Fn() -> bool) {
+    let deadline = tokio::time::Instant::now() + T;
+    while !done() {
+        assert!(tokio::time::Instant::now() < deadline, "timed out waiting");
+        tokio::task::yield_now().await;
+    }
+}
+
 fn job(n: u32) -> Job {
     Job { n, gated: false }
 }
@@ -164,12 +173,11 @@ async fn the_balancing_pool_hands_work_to_idle_workers() {
     // Both busy: messages queue in the pool and the first worker to finish takes them.
     pool.tell(Job { n: 6, gated: true }).unwrap();
     pool.tell(job(7)).unwrap();
-    tokio::time::sleep(Duration::from_millis(20)).await;
-    assert_eq!(pool.queued(), 1);
+    // The idle worker takes job 6 and blocks on the gate; job 7 waits in the pool.
+    until(|| pool.queued() == 1 && f.gate.available_permits() == 0).await;
     f.gate.add_permits(2);
-    tokio::time::sleep(Duration::from_millis(50)).await;
+    until(|| f.log.lock().unwrap().len() == 8).await;
     assert_eq!(pool.queued(), 0);
-    assert_eq!(f.log.lock().unwrap().len(), 8);
     system.shutdown().await.unwrap();
 }
 
