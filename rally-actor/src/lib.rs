@@ -68,6 +68,8 @@
 //! process crashed, the first [`ActorSystem`] installs a panic hook that stays silent for
 //! panics inside a handler and passes every other panic to the hook that was there before.
 
+#![doc(test(attr(deny(warnings), allow(dead_code, unused_variables))))]
+
 mod actor;
 mod actor_ref;
 mod config;

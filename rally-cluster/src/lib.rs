@@ -44,7 +44,7 @@
 //! assert!(sim.core(&members[4]).unwrap().is_stopped());
 //! ```
 
-#![doc(test(attr(deny(warnings))))]
+#![doc(test(attr(deny(warnings), allow(dead_code, unused_variables))))]
 
 mod cluster;
 mod config;

@@ -28,6 +28,8 @@
 //! - [`Diagnosis`], [`Verdict`]: saturated, starved for threads, blocking its dispatcher, healthy
 //! - [`prometheus`]: the text exposition format and a small HTTP endpoint serving it
 
+#![doc(test(attr(deny(warnings), allow(dead_code, unused_variables))))]
+
 pub mod prometheus;
 mod report;
 

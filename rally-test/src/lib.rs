@@ -25,6 +25,8 @@
 //! });
 //! ```
 
+#![doc(test(attr(deny(warnings), allow(dead_code, unused_variables))))]
+
 mod probe;
 
 pub use probe::{ExpectError, Probe, ProbeActor};

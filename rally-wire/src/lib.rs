@@ -29,7 +29,7 @@
 //! - the data phase as a session: [`OutboundEncoder`], [`InboundDecoder`], [`RequestTable`],
 //!   [`Liveness`]
 
-#![doc(test(attr(deny(warnings))))]
+#![doc(test(attr(deny(warnings), allow(dead_code, unused_variables))))]
 
 mod codec;
 mod envelope;

@@ -41,6 +41,7 @@
 //! | `rally-remote` | nodes, remote refs, batching transport | [`remote`] (feature `remote`) |
 //! | `rally-wire` | the wire protocol, no I/O | used by `rally-remote` |
 //! | `rally-metrics` | period reports, the diagnosis, the `/metrics` endpoint | `rally::metrics` (feature `metrics`) |
+//! | `rally-cluster` | membership, member events, downing, a simulation harness | `rally::cluster` (feature `cluster`) |
 //! | `rally-test` | probes and paused time for tests | a dev-dependency of yours |
 //!
 //! # Features
@@ -51,11 +52,14 @@
 //! | `monitoring` | yes | the counters behind [`monitor`]; off, they compile to a no-op |
 //! | `toml` | yes | [`SystemConfig::from_toml`] and `from_file` |
 //! | `metrics` | no | `rally::metrics`: the period recorder, the diagnosis and the HTTP endpoint `rally top` reads |
+//! | `cluster` | no | `rally::cluster`: membership, member events, downing (turns on `remote`) |
 //!
 //! # Logs
 //!
 //! Rally logs through [`tracing`](https://docs.rs/tracing): install any subscriber, e.g.
 //! `tracing_subscriber::fmt::init();` at the start of `main`, to see them.
+
+#![doc(test(attr(deny(warnings), allow(dead_code, unused_variables))))]
 
 pub use rally_actor::{
     Actor, ActorError, ActorId, ActorRef, ActorResult, ActorSystem, AskError, Backoff, Context,
@@ -88,12 +92,22 @@ pub mod metrics {
     pub use rally_metrics::*;
 }
 
+/// Cluster membership on top of remoting: members, their events, failure detection and
+/// downing ([`Cluster`](cluster::Cluster), [`ClusterConfig`](cluster::ClusterConfig)).
+#[cfg(feature = "cluster")]
+pub mod cluster {
+    pub use rally_cluster::*;
+}
+
 /// The names most actor code needs.
 pub mod prelude {
     pub use rally_actor::prelude::*;
 
     #[cfg(feature = "remote")]
     pub use rally_remote::{MessageTable, RemoteActor, RemoteMessage, RemoteNode};
+
+    #[cfg(feature = "cluster")]
+    pub use rally_cluster::{Cluster, ClusterConfig, MemberEvent, MemberStatus};
 }
 
 /// The README's examples, compiled as doc tests so they stay true.
