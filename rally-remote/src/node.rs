@@ -679,6 +679,30 @@ fn record_lost(system: &ActorSystem, remote: &NodeAddress, count: u64, what: &'s
     }
 }
 
+/// Why connecting to `remote` cannot succeed until someone changes a configuration or restarts a
+/// process, if that is the case: another secret, version or address, a quarantined
+/// incarnation, or a TLS certificate the other side does not trust.
+fn permanent_failure(remote: &NodeAddress, error: &connection::ConnectError) -> Option<String> {
+    use rally_wire::{HandshakeError, RejectReason};
+    match error {
+        connection::ConnectError::Handshake(HandshakeError::Rejected(
+            RejectReason::Quarantined,
+        )) => Some(format!(
+            "{remote} declared this node's incarnation down (quarantined); this node must restart to be admitted there"
+        )),
+        connection::ConnectError::Handshake(handshake) if handshake.is_permanent() => {
+            Some(format!("cannot connect to {remote}: {handshake}"))
+        }
+        connection::ConnectError::Io(io) => {
+            let tls = io.get_ref()?.downcast_ref::<rustls::Error>()?;
+            Some(format!(
+                "cannot connect to {remote}: TLS: {tls} (are both certificates signed by a CA the other side trusts?)"
+            ))
+        }
+        _ => None,
+    }
+}
+
 /// Owns one outbound lane's connection: connect, handshake, write until it fails, reconnect
 /// with backoff. Ends when the lane is closed and flushed, or the node is gone.
 async fn run_lane(node: Weak<NodeInner>, association: Arc<Association>, index: usize) {
@@ -744,21 +768,11 @@ async fn run_lane(node: Weak<NodeInner>, association: Arc<Association>, index: u
                 }
             }
             Err(error) => {
-                if let connection::ConnectError::Handshake(handshake) = &error
-                    && handshake.is_permanent()
-                {
+                if let Some(reason) = permanent_failure(remote, &error) {
                     node_for_observe
                         .counters
                         .handshake_failures
                         .fetch_add(1, Ordering::Relaxed);
-                    let reason = match handshake {
-                        rally_wire::HandshakeError::Rejected(
-                            rally_wire::RejectReason::Quarantined,
-                        ) => format!(
-                            "{remote} declared this node's incarnation down (quarantined); this node must restart to be admitted there"
-                        ),
-                        other => format!("cannot connect to {remote}: {other}"),
-                    };
                     if association.refuse(reason.clone()) {
                         tracing::warn!(peer = %remote, "{reason} (logged once)");
                     }
