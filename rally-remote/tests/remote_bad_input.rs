@@ -316,3 +316,37 @@ async fn a_partial_frame_dripped_a_byte_at_a_time_is_bounded_as_a_whole() {
     .await;
     assert_eq!(closed, Ok(true), "the dripping peer was never cut off");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_peer_of_another_protocol_version_is_a_typed_error_for_the_caller() {
+    // A listener that answers every preface as a node of another version does: with
+    // Reject{UnsupportedVersion} (the Reject frame is the same in every version).
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let server = tokio::spawn(async move {
+        for _ in 0..16 {
+            let Ok((mut stream, _)) = listener.accept().await else {
+                return;
+            };
+            let mut preface = [0u8; rally_wire::PREFACE_LEN];
+            if stream.read_exact(&mut preface).await.is_ok() {
+                let mut reject = BytesMut::new();
+                let mark = begin_frame(&mut reject, FrameKind::Reject);
+                reject.extend_from_slice(&[rally_wire::RejectReason::UnsupportedVersion as u8]);
+                finish_frame(&mut reject, mark, 64).unwrap();
+                let _ = stream.write_all(&reject).await;
+            }
+        }
+    });
+    let (_as, a) = client_node("a", config()).await;
+    let elsewhere: NodeAddress = format!("rally://old@127.0.0.1:{port}").parse().unwrap();
+    let target = a.lookup::<Target>(&elsewhere, "target");
+    match target.ask(Echo(1), T).await {
+        Err(rally_actor::AskError::Undeliverable(why)) => {
+            assert!(why.contains("UnsupportedVersion"), "{why}")
+        }
+        other => panic!("expected a typed refusal naming the version, got {other:?}"),
+    }
+    assert!(a.stats().handshake_failures >= 1);
+    server.abort();
+}
