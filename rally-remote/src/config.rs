@@ -42,6 +42,7 @@ pub(crate) const DEFAULT_MAX_UNAUTHENTICATED_CONNECTIONS: usize = 256;
 /// assert!(!format!("{config:?}").contains("cluster secret"));
 /// ```
 #[derive(Clone)]
+#[non_exhaustive]
 pub struct RemoteConfig {
     /// Host to listen on and to advertise.
     pub host: String,
