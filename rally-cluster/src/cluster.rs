@@ -151,14 +151,17 @@ impl Cluster {
         config: ClusterConfig,
     ) -> Result<Self, JoinError> {
         Self::start(
-            Self::member_id(node).with_roles(config.roles.iter().cloned()),
+            Self::member_id(node)
+                .with_roles(config.roles.iter().cloned())
+                .with_kinds(config.kinds.iter().cloned()),
             config,
             GossipProvider::new(system, node),
             Some(system.clone()),
         )
     }
 
-    /// Joins as `local` (whose roles are the ones it declares; `config.roles` is not read)
+    /// Joins as `local` (whose roles and kinds are the ones it declares; `config.roles` and
+    /// `config.kinds` are not read)
     /// with any [`Provider`].
     ///
     /// # Errors

@@ -71,6 +71,10 @@ pub struct ClusterConfig {
     /// Roles this member declares (default none): what it is for, so that placement can
     /// choose among members (`"frontend"`, `"worker"`). Fixed for the member's incarnation.
     pub roles: Vec<String>,
+    /// Virtual-actor kinds this member hosts (default none: a client-only member, on which
+    /// nothing is placed). Gossiped with its identity ([`MemberId::kinds`](crate::MemberId)),
+    /// fixed for the member's incarnation.
+    pub kinds: Vec<String>,
     /// How a partition is resolved (default keep-majority).
     pub downing: DowningStrategy,
     /// How long the view must be unchanged before a downing decision (default 5 s).
@@ -116,6 +120,7 @@ impl Default for ClusterConfig {
         Self {
             seeds: Vec::new(),
             roles: Vec::new(),
+            kinds: Vec::new(),
             downing: DowningStrategy::default(),
             stable_after: DEFAULT_STABLE_AFTER,
             down_all_when_unstable: DEFAULT_STABLE_AFTER,
@@ -254,6 +259,12 @@ impl ClusterConfigBuilder {
     /// Adds a role.
     pub fn role(&mut self, role: impl Into<String>) -> &mut Self {
         self.config.roles.push(role.into());
+        self
+    }
+
+    /// Adds a hosted virtual-actor kind.
+    pub fn kind(&mut self, kind: impl Into<String>) -> &mut Self {
+        self.config.kinds.push(kind.into());
         self
     }
 
@@ -400,6 +411,20 @@ mod tests {
     fn an_empty_file_is_the_defaults() {
         let config: ClusterConfig = toml::from_str("").unwrap();
         assert_eq!(config, ClusterConfig::default());
+    }
+
+    #[test]
+    fn roles_and_kinds_from_toml_and_builder_agree() {
+        let from_file: ClusterConfig =
+            toml::from_str("roles = [\"worker\"]\nkinds = [\"cart\", \"order\"]").unwrap();
+        let built = ClusterConfig::builder()
+            .role("worker")
+            .kind("cart")
+            .kind("order")
+            .build()
+            .unwrap();
+        assert_eq!(from_file, built);
+        assert_eq!(built.kinds, ["cart", "order"]);
     }
 
     #[test]

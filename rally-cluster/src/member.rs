@@ -9,7 +9,11 @@ use rally_remote::{Incarnation, NodeAddress};
 use serde::{Deserialize, Serialize};
 
 /// A member's identity: its address, the incarnation of the process at that address, and the
-/// moment that process joined (its generation), with the roles it declared when it joined.
+/// moment that process joined (its generation), with the roles and the hosted virtual-actor
+/// kinds it declared when it joined.
+///
+/// A member that hosts no kind is a *client-only* member: it is in the cluster (it sees the
+/// members, it can send to virtual actors) but nothing is placed on it.
 ///
 /// A process that restarts on the same address draws a new incarnation (and has a later
 /// generation), so it is a new member: it is admitted at once and never confused with its
@@ -28,8 +32,10 @@ use serde::{Deserialize, Serialize};
 /// assert!(restarted.supersedes(&first));
 /// assert!(first.is_older_than(&restarted));
 ///
-/// let worker = restarted.with_roles(["worker"]);
+/// let worker = restarted.with_roles(["worker"]).with_kinds(["cart"]);
 /// assert!(worker.has_role("worker"));
+/// assert!(worker.hosts_kind("cart") && !worker.is_client_only());
+/// assert!(first.is_client_only());
 /// ```
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(from = "WireMemberId", into = "WireMemberId")]
@@ -45,17 +51,37 @@ pub struct MemberId {
     /// What this member is for (for example `"frontend"`, `"worker"`), fixed for its
     /// incarnation. Attributes, not identity: equality and order ignore them.
     pub roles: BTreeSet<String>,
+    /// The virtual-actor kinds this member hosts (for example `"cart"`), fixed for its
+    /// incarnation; none makes it a client-only member. Attributes, not identity.
+    pub kinds: BTreeSet<String>,
 }
 
 impl MemberId {
-    /// A member identity, with no roles.
+    /// A member identity, with no roles and no hosted kinds (client-only).
     pub fn new(address: NodeAddress, incarnation: Incarnation, generation: u64) -> Self {
         Self {
             address,
             incarnation,
             generation,
             roles: BTreeSet::new(),
+            kinds: BTreeSet::new(),
         }
+    }
+
+    /// The same identity, hosting the virtual-actor `kinds`.
+    pub fn with_kinds(mut self, kinds: impl IntoIterator<Item = impl Into<String>>) -> Self {
+        self.kinds = kinds.into_iter().map(Into::into).collect();
+        self
+    }
+
+    /// Whether the member hosts virtual actors of `kind`.
+    pub fn hosts_kind(&self, kind: &str) -> bool {
+        self.kinds.contains(kind)
+    }
+
+    /// Whether the member hosts no kind at all: nothing is placed on it.
+    pub fn is_client_only(&self) -> bool {
+        self.kinds.is_empty()
     }
 
     /// The same identity, declaring `roles`.
@@ -137,6 +163,7 @@ struct WireMemberId {
     incarnation: u64,
     generation: u64,
     roles: BTreeSet<String>,
+    kinds: BTreeSet<String>,
 }
 
 impl From<WireMemberId> for MemberId {
@@ -150,6 +177,7 @@ impl From<WireMemberId> for MemberId {
             incarnation: Incarnation(w.incarnation),
             generation: w.generation,
             roles: w.roles,
+            kinds: w.kinds,
         }
     }
 }
@@ -163,6 +191,7 @@ impl From<MemberId> for WireMemberId {
             incarnation: m.incarnation.0,
             generation: m.generation,
             roles: m.roles,
+            kinds: m.kinds,
         }
     }
 }
@@ -324,11 +353,14 @@ mod tests {
 
     #[test]
     fn ids_round_trip_through_postcard() {
-        let original = id(2552, u64::MAX, 1_700_000_000_000).with_roles(["a", "b"]);
+        let original = id(2552, u64::MAX, 1_700_000_000_000)
+            .with_roles(["a", "b"])
+            .with_kinds(["cart", "order"]);
         let bytes = postcard::to_allocvec(&original).unwrap();
         let back: MemberId = postcard::from_bytes(&bytes).unwrap();
         assert_eq!(back, original);
         assert_eq!(back.roles, original.roles);
+        assert_eq!(back.kinds, original.kinds);
     }
 
     #[test]
@@ -339,5 +371,14 @@ mod tests {
         assert!(worker.has_role("worker") && !plain.has_role("worker"));
         let set: std::collections::HashSet<MemberId> = [plain, worker].into_iter().collect();
         assert_eq!(set.len(), 1);
+    }
+
+    #[test]
+    fn kinds_are_attributes_and_none_means_client_only() {
+        let client = id(1, 1, 1);
+        let host = client.clone().with_kinds(["cart"]);
+        assert_eq!(client, host);
+        assert!(client.is_client_only() && !client.hosts_kind("cart"));
+        assert!(!host.is_client_only() && host.hosts_kind("cart") && !host.hosts_kind("order"));
     }
 }

@@ -36,10 +36,11 @@ async fn ten_members_join_and_an_operator_down_is_seen_everywhere() {
     let network = MemoryNetwork::new();
     let mut config = ClusterConfig::default();
     config.seeds = vec![id(1).address];
-    // Even ports declare the role "worker"; every member learns the others' roles.
+    // Even ports declare the role "worker" and host the kind "cart"; odd ports are
+    // client-only. Every member learns the others' roles and kinds.
     let with_roles = |port: u16| {
         if port % 2 == 0 {
-            id(port).with_roles(["worker"])
+            id(port).with_roles(["worker"]).with_kinds(["cart"])
         } else {
             id(port)
         }
@@ -78,6 +79,26 @@ async fn ten_members_join_and_an_operator_down_is_seen_everywhere() {
         .map(|m| m.id.address.port)
         .collect();
     assert_eq!(workers, [2, 4, 6, 8, 10]);
+    for member in &members {
+        let hosts: Vec<u16> = member
+            .members()
+            .iter()
+            .filter(|m| m.id.hosts_kind("cart"))
+            .map(|m| m.id.address.port)
+            .collect();
+        assert_eq!(
+            hosts,
+            [2, 4, 6, 8, 10],
+            "seen by {}",
+            member.self_member().id
+        );
+        let clients = member
+            .members()
+            .iter()
+            .filter(|m| m.id.is_client_only())
+            .count();
+        assert_eq!(clients, 5);
+    }
     members[0].down(&id(10)).expect("running");
     for stream in &mut events[..9] {
         until(stream, &MemberEvent::Down(id(10))).await;

@@ -82,6 +82,7 @@ async fn member_events_reach_actors_subscribed_to_the_event_stream() {
     let a = nodes::join(first, nodes::config(&seeds));
     let mut b_config = nodes::config(&seeds);
     b_config.roles = vec!["worker".into()];
+    b_config.kinds = vec!["cart".into()];
     let b = nodes::join(nodes::node(0).await, b_config);
     let b_id = b.id();
     let seen = tokio::time::timeout(nodes::T, async {
@@ -94,8 +95,24 @@ async fn member_events_reach_actors_subscribed_to_the_event_stream() {
     })
     .await;
     assert_eq!(seen, Ok(true), "the listener saw the second member up");
-    // The role B declared in its configuration travels with its identity.
+    // The role and the kind B declared in its configuration travel with its identity, over
+    // TCP, and reach A's view and A's event stream; A, which declared no kind, is
+    // client-only.
     let b_seen_by_a = a.cluster.members().into_iter().find(|m| m.id == b_id);
-    assert!(b_seen_by_a.is_some_and(|m| m.id.has_role("worker")));
+    assert!(b_seen_by_a.is_some_and(|m| m.id.has_role("worker") && m.id.hosts_kind("cart")));
+    assert!(a.cluster.self_member().id.is_client_only());
+    let mut a_events = a.cluster.events();
+    let from_stream = tokio::time::timeout(nodes::T, async {
+        while let Some(event) = a_events.next().await {
+            if let rally_cluster::MemberEvent::Up(member) = event
+                && member == b_id
+            {
+                return member.kinds.into_iter().collect::<Vec<_>>();
+            }
+        }
+        Vec::new()
+    })
+    .await;
+    assert_eq!(from_stream, Ok(vec!["cart".to_string()]));
     drop((a, b));
 }
