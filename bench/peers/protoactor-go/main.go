@@ -6,6 +6,8 @@
 //	protoactor-bench max-throughput   [--processes 2|1] [--quick] [--json]
 //	protoactor-bench latency          [--processes 2|1] [--quick] [--json]
 //	protoactor-bench local-ping-pong  [--quick] [--json]
+//	protoactor-bench grain-ping       [--parallelism 8,32,128,512] [--seconds S] [--quick] [--json]
+//	protoactor-bench activation       [--activations 100000,1000000] [--workers 64] [--quick] [--json]
 //
 // With --processes 2 (the default) the harness starts itself as the second node ("node"
 // subcommand) and talks to it over loopback TCP.
@@ -35,8 +37,12 @@ func main() {
 		os.Exit(2)
 	}
 	scenario, args := os.Args[1], os.Args[2:]
-	if scenario == "node" {
+	switch scenario {
+	case "node":
 		runNodeChild()
+		return
+	case "grain-member":
+		runGrainMember(args)
 		return
 	}
 	watchdog := time.AfterFunc(runLimit, func() {
@@ -55,6 +61,10 @@ func main() {
 		rep, err = latency(args)
 	case "local-ping-pong":
 		rep, err = localPingPong(args)
+	case "grain-ping":
+		rep, err = grainPing(args)
+	case "activation":
+		rep, err = activation(args)
 	case "-h", "--help", "help":
 		usage()
 		return
@@ -70,7 +80,7 @@ func main() {
 }
 
 func usage() {
-	fmt.Fprintln(os.Stderr, "usage: protoactor-bench <remote-ping-pong|max-throughput|latency|local-ping-pong> [--quick] [--json] [--processes 2|1]")
+	fmt.Fprintln(os.Stderr, "usage: protoactor-bench <remote-ping-pong|max-throughput|latency|local-ping-pong|grain-ping|activation> [--quick] [--json] [--processes 2|1]")
 }
 
 // fail reports err on stderr, stops any child node, and exits non-zero.

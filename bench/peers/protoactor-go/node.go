@@ -127,11 +127,17 @@ func startRemoteNode(processes int) (string, error) {
 }
 
 func startChild() (string, error) {
+	return startChildWith("node")
+}
+
+// startChildWith starts this harness again as a child process with the given arguments and
+// returns the address it prints on its "READY <address>" line.
+func startChildWith(args ...string) (string, error) {
 	exe, err := os.Executable()
 	if err != nil {
 		return "", err
 	}
-	cmd := exec.Command(exe, "node")
+	cmd := exec.Command(exe, args...)
 	cmd.Stderr = os.Stderr
 	stdin, err := cmd.StdinPipe()
 	if err != nil {
@@ -150,8 +156,16 @@ func startChild() (string, error) {
 	childrenMu.Unlock()
 	lines := make(chan string, 1)
 	go func() {
-		line, _ := bufio.NewReader(stdout).ReadString('\n')
-		lines <- line
+		// Skip what a library prints before the READY line (Proto.Actor's automanaged provider
+		// starts an HTTP server that announces itself on stdout).
+		reader := bufio.NewReader(stdout)
+		for {
+			line, err := reader.ReadString('\n')
+			if strings.HasPrefix(line, "READY ") || err != nil {
+				lines <- line
+				break
+			}
+		}
 		_, _ = io.Copy(io.Discard, stdout)
 	}()
 	select {

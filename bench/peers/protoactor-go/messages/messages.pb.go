@@ -357,6 +357,156 @@ func (x *CpuReply) GetCpuNs() int64 {
 	return 0
 }
 
+// grain-ping and activation: the grain replies "Hello " + text.
+type GrainPong struct {
+	state         protoimpl.MessageState
+	sizeCache     protoimpl.SizeCache
+	unknownFields protoimpl.UnknownFields
+
+	Text string `protobuf:"bytes,1,opt,name=text,proto3" json:"text,omitempty"`
+}
+
+func (x *GrainPong) Reset() {
+	*x = GrainPong{}
+	if protoimpl.UnsafeEnabled {
+		mi := &file_messages_messages_proto_msgTypes[7]
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		ms.StoreMessageInfo(mi)
+	}
+}
+
+func (x *GrainPong) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GrainPong) ProtoMessage() {}
+
+func (x *GrainPong) ProtoReflect() protoreflect.Message {
+	mi := &file_messages_messages_proto_msgTypes[7]
+	if protoimpl.UnsafeEnabled && x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GrainPong.ProtoReflect.Descriptor instead.
+func (*GrainPong) Descriptor() ([]byte, []int) {
+	return file_messages_messages_proto_rawDescGZIP(), []int{7}
+}
+
+func (x *GrainPong) GetText() string {
+	if x != nil {
+		return x.Text
+	}
+	return ""
+}
+
+// grain-ping and activation: asks a member for its resident bytes and its active grains.
+type MemberQuery struct {
+	state         protoimpl.MessageState
+	sizeCache     protoimpl.SizeCache
+	unknownFields protoimpl.UnknownFields
+}
+
+func (x *MemberQuery) Reset() {
+	*x = MemberQuery{}
+	if protoimpl.UnsafeEnabled {
+		mi := &file_messages_messages_proto_msgTypes[8]
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		ms.StoreMessageInfo(mi)
+	}
+}
+
+func (x *MemberQuery) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*MemberQuery) ProtoMessage() {}
+
+func (x *MemberQuery) ProtoReflect() protoreflect.Message {
+	mi := &file_messages_messages_proto_msgTypes[8]
+	if protoimpl.UnsafeEnabled && x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use MemberQuery.ProtoReflect.Descriptor instead.
+func (*MemberQuery) Descriptor() ([]byte, []int) {
+	return file_messages_messages_proto_rawDescGZIP(), []int{8}
+}
+
+type MemberReply struct {
+	state         protoimpl.MessageState
+	sizeCache     protoimpl.SizeCache
+	unknownFields protoimpl.UnknownFields
+
+	CpuNs         int64 `protobuf:"varint,1,opt,name=cpu_ns,json=cpuNs,proto3" json:"cpu_ns,omitempty"`
+	ResidentBytes int64 `protobuf:"varint,2,opt,name=resident_bytes,json=residentBytes,proto3" json:"resident_bytes,omitempty"`
+	ActiveGrains  int64 `protobuf:"varint,3,opt,name=active_grains,json=activeGrains,proto3" json:"active_grains,omitempty"`
+}
+
+func (x *MemberReply) Reset() {
+	*x = MemberReply{}
+	if protoimpl.UnsafeEnabled {
+		mi := &file_messages_messages_proto_msgTypes[9]
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		ms.StoreMessageInfo(mi)
+	}
+}
+
+func (x *MemberReply) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*MemberReply) ProtoMessage() {}
+
+func (x *MemberReply) ProtoReflect() protoreflect.Message {
+	mi := &file_messages_messages_proto_msgTypes[9]
+	if protoimpl.UnsafeEnabled && x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use MemberReply.ProtoReflect.Descriptor instead.
+func (*MemberReply) Descriptor() ([]byte, []int) {
+	return file_messages_messages_proto_rawDescGZIP(), []int{9}
+}
+
+func (x *MemberReply) GetCpuNs() int64 {
+	if x != nil {
+		return x.CpuNs
+	}
+	return 0
+}
+
+func (x *MemberReply) GetResidentBytes() int64 {
+	if x != nil {
+		return x.ResidentBytes
+	}
+	return 0
+}
+
+func (x *MemberReply) GetActiveGrains() int64 {
+	if x != nil {
+		return x.ActiveGrains
+	}
+	return 0
+}
+
 var File_messages_messages_proto protoreflect.FileDescriptor
 
 var file_messages_messages_proto_rawDesc = []byte{
@@ -376,10 +526,20 @@ var file_messages_messages_proto_rawDesc = []byte{
 	0x03, 0x52, 0x03, 0x73, 0x65, 0x71, 0x22, 0x0a, 0x0a, 0x08, 0x43, 0x70, 0x75, 0x51, 0x75, 0x65,
 	0x72, 0x79, 0x22, 0x21, 0x0a, 0x08, 0x43, 0x70, 0x75, 0x52, 0x65, 0x70, 0x6c, 0x79, 0x12, 0x15,
 	0x0a, 0x06, 0x63, 0x70, 0x75, 0x5f, 0x6e, 0x73, 0x18, 0x01, 0x20, 0x01, 0x28, 0x03, 0x52, 0x05,
-	0x63, 0x70, 0x75, 0x4e, 0x73, 0x42, 0x2a, 0x5a, 0x28, 0x72, 0x61, 0x6c, 0x6c, 0x79, 0x2e, 0x62,
-	0x65, 0x6e, 0x63, 0x68, 0x2f, 0x70, 0x65, 0x65, 0x72, 0x73, 0x2f, 0x70, 0x72, 0x6f, 0x74, 0x6f,
-	0x61, 0x63, 0x74, 0x6f, 0x72, 0x2d, 0x67, 0x6f, 0x2f, 0x6d, 0x65, 0x73, 0x73, 0x61, 0x67, 0x65,
-	0x73, 0x62, 0x06, 0x70, 0x72, 0x6f, 0x74, 0x6f, 0x33,
+	0x63, 0x70, 0x75, 0x4e, 0x73, 0x22, 0x1f, 0x0a, 0x09, 0x47, 0x72, 0x61, 0x69, 0x6e, 0x50, 0x6f,
+	0x6e, 0x67, 0x12, 0x12, 0x0a, 0x04, 0x74, 0x65, 0x78, 0x74, 0x18, 0x01, 0x20, 0x01, 0x28, 0x09,
+	0x52, 0x04, 0x74, 0x65, 0x78, 0x74, 0x22, 0x0d, 0x0a, 0x0b, 0x4d, 0x65, 0x6d, 0x62, 0x65, 0x72,
+	0x51, 0x75, 0x65, 0x72, 0x79, 0x22, 0x70, 0x0a, 0x0b, 0x4d, 0x65, 0x6d, 0x62, 0x65, 0x72, 0x52,
+	0x65, 0x70, 0x6c, 0x79, 0x12, 0x15, 0x0a, 0x06, 0x63, 0x70, 0x75, 0x5f, 0x6e, 0x73, 0x18, 0x01,
+	0x20, 0x01, 0x28, 0x03, 0x52, 0x05, 0x63, 0x70, 0x75, 0x4e, 0x73, 0x12, 0x25, 0x0a, 0x0e, 0x72,
+	0x65, 0x73, 0x69, 0x64, 0x65, 0x6e, 0x74, 0x5f, 0x62, 0x79, 0x74, 0x65, 0x73, 0x18, 0x02, 0x20,
+	0x01, 0x28, 0x03, 0x52, 0x0d, 0x72, 0x65, 0x73, 0x69, 0x64, 0x65, 0x6e, 0x74, 0x42, 0x79, 0x74,
+	0x65, 0x73, 0x12, 0x23, 0x0a, 0x0d, 0x61, 0x63, 0x74, 0x69, 0x76, 0x65, 0x5f, 0x67, 0x72, 0x61,
+	0x69, 0x6e, 0x73, 0x18, 0x03, 0x20, 0x01, 0x28, 0x03, 0x52, 0x0c, 0x61, 0x63, 0x74, 0x69, 0x76,
+	0x65, 0x47, 0x72, 0x61, 0x69, 0x6e, 0x73, 0x42, 0x2a, 0x5a, 0x28, 0x72, 0x61, 0x6c, 0x6c, 0x79,
+	0x2e, 0x62, 0x65, 0x6e, 0x63, 0x68, 0x2f, 0x70, 0x65, 0x65, 0x72, 0x73, 0x2f, 0x70, 0x72, 0x6f,
+	0x74, 0x6f, 0x61, 0x63, 0x74, 0x6f, 0x72, 0x2d, 0x67, 0x6f, 0x2f, 0x6d, 0x65, 0x73, 0x73, 0x61,
+	0x67, 0x65, 0x73, 0x62, 0x06, 0x70, 0x72, 0x6f, 0x74, 0x6f, 0x33,
 }
 
 var (
@@ -394,15 +554,18 @@ func file_messages_messages_proto_rawDescGZIP() []byte {
 	return file_messages_messages_proto_rawDescData
 }
 
-var file_messages_messages_proto_msgTypes = make([]protoimpl.MessageInfo, 7)
+var file_messages_messages_proto_msgTypes = make([]protoimpl.MessageInfo, 10)
 var file_messages_messages_proto_goTypes = []interface{}{
-	(*Ping)(nil),     // 0: rallybench.Ping
-	(*Payload)(nil),  // 1: rallybench.Payload
-	(*Ack)(nil),      // 2: rallybench.Ack
-	(*Reset)(nil),    // 3: rallybench.Reset
-	(*Probe)(nil),    // 4: rallybench.Probe
-	(*CpuQuery)(nil), // 5: rallybench.CpuQuery
-	(*CpuReply)(nil), // 6: rallybench.CpuReply
+	(*Ping)(nil),        // 0: rallybench.Ping
+	(*Payload)(nil),     // 1: rallybench.Payload
+	(*Ack)(nil),         // 2: rallybench.Ack
+	(*Reset)(nil),       // 3: rallybench.Reset
+	(*Probe)(nil),       // 4: rallybench.Probe
+	(*CpuQuery)(nil),    // 5: rallybench.CpuQuery
+	(*CpuReply)(nil),    // 6: rallybench.CpuReply
+	(*GrainPong)(nil),   // 7: rallybench.GrainPong
+	(*MemberQuery)(nil), // 8: rallybench.MemberQuery
+	(*MemberReply)(nil), // 9: rallybench.MemberReply
 }
 var file_messages_messages_proto_depIdxs = []int32{
 	0, // [0:0] is the sub-list for method output_type
@@ -502,6 +665,42 @@ func file_messages_messages_proto_init() {
 				return nil
 			}
 		}
+		file_messages_messages_proto_msgTypes[7].Exporter = func(v interface{}, i int) interface{} {
+			switch v := v.(*GrainPong); i {
+			case 0:
+				return &v.state
+			case 1:
+				return &v.sizeCache
+			case 2:
+				return &v.unknownFields
+			default:
+				return nil
+			}
+		}
+		file_messages_messages_proto_msgTypes[8].Exporter = func(v interface{}, i int) interface{} {
+			switch v := v.(*MemberQuery); i {
+			case 0:
+				return &v.state
+			case 1:
+				return &v.sizeCache
+			case 2:
+				return &v.unknownFields
+			default:
+				return nil
+			}
+		}
+		file_messages_messages_proto_msgTypes[9].Exporter = func(v interface{}, i int) interface{} {
+			switch v := v.(*MemberReply); i {
+			case 0:
+				return &v.state
+			case 1:
+				return &v.sizeCache
+			case 2:
+				return &v.unknownFields
+			default:
+				return nil
+			}
+		}
 	}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
@@ -509,7 +708,7 @@ func file_messages_messages_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: file_messages_messages_proto_rawDesc,
 			NumEnums:      0,
-			NumMessages:   7,
+			NumMessages:   10,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

@@ -26,6 +26,10 @@ public final class BenchSerializer extends SerializerWithStringManifest {
     if (o instanceof Msgs.Probe) return "L";
     if (o instanceof Msgs.CpuQuery) return "Q";
     if (o instanceof Msgs.CpuReply) return "C";
+    if (o instanceof Msgs.GrainPing) return "G";
+    if (o instanceof Msgs.GrainPong) return "H";
+    if (o instanceof Msgs.MemberQuery) return "M";
+    if (o instanceof Msgs.MemberReply) return "N";
     throw new IllegalArgumentException("cannot serialize " + o.getClass());
   }
 
@@ -40,6 +44,16 @@ public final class BenchSerializer extends SerializerWithStringManifest {
     if (o instanceof Msgs.Probe p) return longBytes(p.seq());
     if (o instanceof Msgs.CpuQuery) return new byte[0];
     if (o instanceof Msgs.CpuReply c) return longBytes(c.cpuNs());
+    if (o instanceof Msgs.GrainPing g) {
+      byte[] id = g.identity().getBytes(StandardCharsets.UTF_8);
+      byte[] text = g.text().getBytes(StandardCharsets.UTF_8);
+      return ByteBuffer.allocate(4 + id.length + text.length).putInt(id.length).put(id).put(text).array();
+    }
+    if (o instanceof Msgs.GrainPong g) return g.text().getBytes(StandardCharsets.UTF_8);
+    if (o instanceof Msgs.MemberQuery) return new byte[0];
+    if (o instanceof Msgs.MemberReply m) {
+      return ByteBuffer.allocate(24).putLong(m.cpuNs()).putLong(m.residentBytes()).putLong(m.active()).array();
+    }
     throw new IllegalArgumentException("cannot serialize " + o.getClass());
   }
 
@@ -65,6 +79,22 @@ public final class BenchSerializer extends SerializerWithStringManifest {
         return new Msgs.CpuQuery();
       case "C":
         return new Msgs.CpuReply(ByteBuffer.wrap(bytes).getLong());
+      case "G": {
+        ByteBuffer buf = ByteBuffer.wrap(bytes);
+        byte[] id = new byte[buf.getInt()];
+        buf.get(id);
+        byte[] text = new byte[buf.remaining()];
+        buf.get(text);
+        return new Msgs.GrainPing(new String(id, StandardCharsets.UTF_8), new String(text, StandardCharsets.UTF_8));
+      }
+      case "H":
+        return new Msgs.GrainPong(new String(bytes, StandardCharsets.UTF_8));
+      case "M":
+        return new Msgs.MemberQuery();
+      case "N": {
+        ByteBuffer buf = ByteBuffer.wrap(bytes);
+        return new Msgs.MemberReply(buf.getLong(), buf.getLong(), buf.getLong());
+      }
       default:
         throw new IllegalArgumentException("unknown manifest " + manifest);
     }

@@ -14,6 +14,8 @@ import java.util.Map;
  * java -jar target/pekko-bench.jar max-throughput   [--processes 2|1] [--transport ...] [--quick] [--json]
  * java -jar target/pekko-bench.jar latency          [--processes 2|1] [--transport ...] [--quick] [--json]
  * java -jar target/pekko-bench.jar local-ping-pong  [--quick] [--json]
+ * java -jar target/pekko-bench.jar grain-ping       [--parallelism 8,32,128,512] [--seconds S] [--quick] [--json]
+ * java -jar target/pekko-bench.jar activation       [--activations 100000,1000000] [--workers 64] [--quick] [--json]
  * </pre>
  */
 public final class Main {
@@ -65,6 +67,10 @@ public final class Main {
         Node.runChild(args.transport);
         return;
       }
+      if (args.scenario.equals("grain-member")) {
+        Grain.runMember(Integer.parseInt(args.option("port", "0")), Integer.parseInt(args.option("seed-port", "0")));
+        return;
+      }
       Thread watchdog = new Thread(() -> {
         try {
           Thread.sleep(RUN_LIMIT_MS);
@@ -81,6 +87,8 @@ public final class Main {
         case "local-ping-pong" -> PingPong.local(args);
         case "max-throughput" -> Throughput.run(args);
         case "latency" -> Latency.run(args);
+        case "grain-ping" -> Grain.ping(args);
+        case "activation" -> Grain.activation(args);
         default -> {
           usage();
           throw new IllegalArgumentException("unknown scenario " + args.scenario);
@@ -108,7 +116,8 @@ public final class Main {
       String s = rest.get(i);
       switch (s) {
         case "--json", "--quick" -> switches.add(s);
-        case "--processes", "--transport", "--clients", "--round-trips", "--seconds", "--scale" ->
+        case "--processes", "--transport", "--clients", "--round-trips", "--seconds", "--scale",
+            "--parallelism", "--activations", "--workers", "--port", "--seed-port" ->
             flags.put(s.substring(2), value(rest, ++i, s));
         default -> {
           if (s.startsWith("--") || scenario != null) throw new IllegalArgumentException("unexpected argument " + s);
@@ -122,7 +131,8 @@ public final class Main {
     a.quick = switches.contains("--quick");
     a.processes = Integer.parseInt(flags.getOrDefault("processes", "2"));
     a.transport = flags.getOrDefault("transport", "tcp");
-    for (String k : List.of("clients", "round-trips", "seconds", "scale")) {
+    for (String k : List.of("clients", "round-trips", "seconds", "scale", "parallelism", "activations", "workers",
+        "port", "seed-port")) {
       if (flags.containsKey(k)) a.options.put(k, flags.get(k));
     }
     if (!a.transport.equals("tcp") && !a.transport.equals("aeron-udp")) {
@@ -137,7 +147,7 @@ public final class Main {
   }
 
   static void usage() {
-    System.err.println("usage: java -jar pekko-bench.jar <remote-ping-pong|max-throughput|latency|local-ping-pong>"
+    System.err.println("usage: java -jar pekko-bench.jar <remote-ping-pong|max-throughput|latency|local-ping-pong|grain-ping|activation>"
         + " [--quick] [--json] [--processes 2|1] [--transport tcp|aeron-udp]");
   }
 

@@ -30,6 +30,17 @@ final class Msgs {
 
   record CpuReply(long cpuNs) implements BenchMsg {}
 
+  /** grain-ping and activation: a request to the entity with this identity. */
+  record GrainPing(String identity, String text) implements BenchMsg {}
+
+  /** The entity's reply: "Hello " + the text. */
+  record GrainPong(String text) implements BenchMsg {}
+
+  /** Asks a member JVM for its CPU time, resident bytes and live entities. */
+  record MemberQuery() implements BenchMsg {}
+
+  record MemberReply(long cpuNs, long residentBytes, long active) implements BenchMsg {}
+
   /** Local start signal for pingers, flooders (never serialized). */
   enum Go { INSTANCE }
 }

@@ -149,6 +149,13 @@ final class Node {
     return l.substring("READY ".length()).trim();
   }
 
+  /** Records a child process so that stopChildren kills it. */
+  static void adoptChild(Process p) {
+    synchronized (children) {
+      children.add(p);
+    }
+  }
+
   /** Kills any child node and waits briefly for it. */
   static void stopChildren() {
     synchronized (children) {
