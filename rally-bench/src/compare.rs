@@ -177,11 +177,13 @@ struct Peer {
     by_default: bool,
 }
 
-const ALL_REMOTE: &[&str] = &[
+const ALL_SCENARIOS: &[&str] = &[
     "remote-ping-pong",
     "max-throughput",
     "latency",
     "local-ping-pong",
+    "grain-ping",
+    "activation",
 ];
 const LOCAL_ONLY: &[&str] = &["local-ping-pong"];
 const REMOTE_ONLY: &[&str] = &["remote-ping-pong", "max-throughput", "latency"];
@@ -204,7 +206,7 @@ const PEERS: &[Peer] = &[
         artifact: "bin/protoactor-bench",
         build: &["go", "build", "-o", "bin/protoactor-bench", "."],
         command: |artifact| (artifact.to_owned(), vec![]),
-        scenarios: ALL_REMOTE,
+        scenarios: ALL_SCENARIOS,
         by_default: true,
     },
     Peer {
@@ -219,7 +221,7 @@ const PEERS: &[Peer] = &[
                 vec!["-jar".to_owned(), artifact.display().to_string()],
             )
         },
-        scenarios: ALL_REMOTE,
+        scenarios: ALL_SCENARIOS,
         by_default: true,
     },
     Peer {
@@ -708,6 +710,9 @@ struct Comparison {
     series: Vec<String>,
     /// Values per (key index, series index, metric), one per run.
     values: BTreeMap<(usize, usize, Metric), Vec<f64>>,
+    /// Per key: a request/response row of the grain scenarios, where the p99 is compared as well
+    /// as the rate.
+    tail_matters: Vec<bool>,
 }
 
 impl Comparison {
@@ -716,6 +721,7 @@ impl Comparison {
             keys: vec![],
             series: vec![],
             values: BTreeMap::new(),
+            tail_matters: vec![],
         };
         for report in reports {
             for row in &report.rows {
@@ -724,6 +730,12 @@ impl Comparison {
                 };
                 let key = row_key(row);
                 let k = index_of(&mut table.keys, key);
+                if table.tail_matters.len() <= k {
+                    table.tail_matters.resize(k + 1, false);
+                }
+                table.tail_matters[k] |= ["parallelism", "activations"]
+                    .iter()
+                    .any(|field| row.extra.contains_key(*field));
                 let s = index_of(&mut table.series, series_name(report, row));
                 table
                     .values
@@ -760,6 +772,7 @@ impl Comparison {
     fn ratio_metrics(&self, key: usize) -> &'static [Metric] {
         match self.keys[key] {
             RowKey::Rate(_) => &[Metric::P50, Metric::P99],
+            _ if self.tail_matters[key] => &[Metric::MsgsPerSec, Metric::P99],
             _ => &[Metric::MsgsPerSec],
         }
     }
@@ -1264,6 +1277,47 @@ mod tests {
             text.contains("rally/pekko p50 0.50x, rally/pekko p99 0.25x"),
             "{text}"
         );
+    }
+
+    #[test]
+    fn grain_rows_compare_the_rate_and_the_p99() {
+        let grain = |rate: f64, p99: f64| {
+            let mut row = Row::new("P=8").clients(8).with("parallelism", 8);
+            row.msgs_per_sec = Some(rate);
+            row.p99_us = Some(p99);
+            row
+        };
+        let activation = |label: &str, rate: f64| {
+            let mut row = Row::new(label).with("activations", 10);
+            row.msgs_per_sec = Some(rate);
+            row.p99_us = Some(100.0);
+            row
+        };
+        let table = Comparison::build(&[
+            report(
+                "rally",
+                vec![
+                    grain(3_000.0, 100.0),
+                    activation("N=100000", 50.0),
+                    activation("N=1000000", 40.0),
+                ],
+            ),
+            report(
+                "protoactor-go",
+                vec![
+                    grain(1_000.0, 400.0),
+                    activation("N=100000", 10.0),
+                    activation("N=1000000", 20.0),
+                ],
+            ),
+        ]);
+        let by_metric: Vec<(Metric, f64)> =
+            table.ratios(0).iter().map(|r| (r.metric, r.value)).collect();
+        assert_eq!(by_metric, vec![(Metric::MsgsPerSec, 3.0), (Metric::P99, 0.25)]);
+        // The two activation rows have no client count: they are told apart by their labels.
+        assert_eq!(table.keys.len(), 3);
+        assert!((table.ratios(1)[0].value - 5.0).abs() < 1e-9);
+        assert!((table.ratios(2)[0].value - 2.0).abs() < 1e-9);
     }
 
     #[test]

@@ -425,7 +425,7 @@ func activationRow(gc *grainCluster, index, n, workers int) (*row, error) {
 		errors += errs[w]
 	}
 	ok := total.TotalCount()
-	r := newRow(fmt.Sprintf("N=%d", n)).clients(workers).throughput(ok, elapsed)
+	r := newRow(fmt.Sprintf("N=%d", n)).throughput(ok, elapsed)
 	r.P50us, r.P99us = f64(float64(total.ValueAtQuantile(50))), f64(float64(total.ValueAtQuantile(99)))
 	r.with("activations", ok).with("errors", errors).with("activations_per_sec", *r.MsgsPerSec)
 	var perMember []float64

@@ -350,7 +350,7 @@ final class Grain {
         total.add(hists[w]);
         errs += errors[w];
       }
-      Report.Row row = new Report.Row("N=" + n).clients(workers).throughput(total.getTotalCount(), elapsed);
+      Report.Row row = new Report.Row("N=" + n).throughput(total.getTotalCount(), elapsed);
       row.p50us = (double) total.getValueAtPercentile(50);
       row.p99us = (double) total.getValueAtPercentile(99);
       row.with("activations", total.getTotalCount()).with("errors", errs).with("activations_per_sec", row.msgsPerSec);
