@@ -1311,9 +1311,15 @@ mod tests {
                 ],
             ),
         ]);
-        let by_metric: Vec<(Metric, f64)> =
-            table.ratios(0).iter().map(|r| (r.metric, r.value)).collect();
-        assert_eq!(by_metric, vec![(Metric::MsgsPerSec, 3.0), (Metric::P99, 0.25)]);
+        let by_metric: Vec<(Metric, f64)> = table
+            .ratios(0)
+            .iter()
+            .map(|r| (r.metric, r.value))
+            .collect();
+        assert_eq!(
+            by_metric,
+            vec![(Metric::MsgsPerSec, 3.0), (Metric::P99, 0.25)]
+        );
         // The two activation rows have no client count: they are told apart by their labels.
         assert_eq!(table.keys.len(), 3);
         assert!((table.ratios(1)[0].value - 5.0).abs() < 1e-9);
