@@ -260,6 +260,11 @@ pub(crate) struct SpawnArgs {
     /// Actors to create.
     #[arg(long, default_value_t = 1_000_000)]
     actors: u64,
+    /// Measure one runtime flavour in this process (`mt` or `ct`). Without it, each flavour runs
+    /// in a child process of its own, so that the second does not reuse the memory the first
+    /// freed (which made its bytes per idle actor read near zero).
+    #[arg(long, value_parser = ["mt", "ct"])]
+    runtime: Option<String>,
 }
 
 struct Idle;
@@ -274,10 +279,20 @@ pub(crate) fn spawn(args: &SpawnArgs) -> anyhow::Result<()> {
     };
     let mut report = Report::new("spawn");
     report.param("actors", count);
-    for (flavour, runtime) in [
-        ("mt", multi_thread_runtime()),
-        ("ct", current_thread_runtime()),
-    ] {
+    let Some(flavour) = args.runtime.as_deref() else {
+        report.param("processes", "one child process per runtime flavour");
+        for flavour in ["mt", "ct"] {
+            let child = spawn_in_child(flavour, args)?;
+            report.rows.extend(child.rows);
+        }
+        report.print(args.common.json);
+        return Ok(());
+    };
+    {
+        let runtime = match flavour {
+            "mt" => multi_thread_runtime(),
+            _ => current_thread_runtime(),
+        };
         let (spawn_time, stop_time, bytes_per_actor) = on_worker(&runtime, async move {
             let system = ActorSystem::new("bench");
             let before = resident_bytes().unwrap_or(0);
@@ -309,6 +324,34 @@ pub(crate) fn spawn(args: &SpawnArgs) -> anyhow::Result<()> {
     }
     report.print(args.common.json);
     Ok(())
+}
+
+/// Runs `spawn --runtime <flavour> --json` as a child process and reads its report.
+fn spawn_in_child(flavour: &str, args: &SpawnArgs) -> anyhow::Result<Report> {
+    use anyhow::Context as _;
+    let exe = std::env::current_exe().context("finding this executable")?;
+    let mut cmd = std::process::Command::new(exe);
+    cmd.args(["spawn", "--json", "--runtime", flavour, "--actors"])
+        .arg(args.actors.to_string());
+    if args.common.quick {
+        cmd.arg("--quick");
+    }
+    let out = cmd
+        .stderr(std::process::Stdio::inherit())
+        .output()
+        .context("running the spawn child")?;
+    anyhow::ensure!(
+        out.status.success(),
+        "the spawn child for {flavour} exited with {}",
+        out.status
+    );
+    let text = String::from_utf8(out.stdout).context("the child's report is not UTF-8")?;
+    let line = text
+        .lines()
+        .rev()
+        .find(|l| l.starts_with('{'))
+        .context("the spawn child printed no report")?;
+    serde_json::from_str(line).context("reading the spawn child's report")
 }
 
 /// `ask-latency` flags.
