@@ -24,9 +24,9 @@ use crate::provider::{
 /// # Example
 ///
 /// ```
-/// use rally_cluster::provider::{MemoryNetwork, MemoryProvider};
-/// use rally_cluster::{Cluster, ClusterConfig, JoinError, MemberId};
-/// use rally_remote::Incarnation;
+/// use rally::cluster::provider::{MemoryNetwork, MemoryProvider};
+/// use rally::cluster::{Cluster, ClusterConfig, JoinError, MemberId};
+/// use rally::remote::Incarnation;
 ///
 /// # #[tokio::main] async fn main() {
 /// let me = MemberId::new("rally://c@mem:1".parse().unwrap(), Incarnation(1), 1);
@@ -52,9 +52,9 @@ pub enum JoinError {
 /// # Example
 ///
 /// ```
-/// use rally_cluster::provider::{MemoryNetwork, MemoryProvider};
-/// use rally_cluster::{Cluster, ClusterConfig, DownError, MemberId};
-/// use rally_remote::Incarnation;
+/// use rally::cluster::provider::{MemoryNetwork, MemoryProvider};
+/// use rally::cluster::{Cluster, ClusterConfig, DownError, MemberId};
+/// use rally::remote::Incarnation;
 ///
 /// # #[tokio::main] async fn main() {
 /// let me = MemberId::new("rally://c@mem:1".parse().unwrap(), Incarnation(1), 1);
@@ -76,9 +76,9 @@ pub enum DownError {
 /// # Example
 ///
 /// ```
-/// use rally_cluster::provider::{MemoryNetwork, MemoryProvider};
-/// use rally_cluster::{Cluster, ClusterConfig, LeaveError, MemberId};
-/// use rally_remote::Incarnation;
+/// use rally::cluster::provider::{MemoryNetwork, MemoryProvider};
+/// use rally::cluster::{Cluster, ClusterConfig, LeaveError, MemberId};
+/// use rally::remote::Incarnation;
 ///
 /// # #[tokio::main] async fn main() {
 /// let me = MemberId::new("rally://c@mem:1".parse().unwrap(), Incarnation(1), 1);
@@ -104,9 +104,9 @@ pub enum LeaveError {
 /// # Example
 ///
 /// ```no_run
-/// use rally_actor::ActorSystem;
-/// use rally_cluster::{Cluster, ClusterConfig, MemberEvent};
-/// use rally_remote::{RemoteConfig, RemoteNode};
+/// use rally::ActorSystem;
+/// use rally::cluster::{Cluster, ClusterConfig, MemberEvent};
+/// use rally::remote::{RemoteConfig, RemoteNode};
 ///
 /// # #[tokio::main] async fn main() {
 /// let system = ActorSystem::new("shop");
@@ -150,12 +150,33 @@ impl Cluster {
         node: &RemoteNode,
         config: ClusterConfig,
     ) -> Result<Self, JoinError> {
+        Self::join_using(system, node, config, GossipProvider::new(system, node))
+    }
+
+    /// Joins like [`join`](Self::join) (this node's identity, the roles and kinds of
+    /// `config`, events on `system`'s event stream) with another [`Provider`], for example
+    /// the etcd provider.
+    ///
+    /// # Errors
+    ///
+    /// As [`join`](Self::join); [`JoinError::Provider`] if the provider refuses the
+    /// configuration (its downing strategy).
+    ///
+    /// # Panics
+    ///
+    /// Outside a tokio runtime.
+    pub fn join_using(
+        system: &ActorSystem,
+        node: &RemoteNode,
+        config: ClusterConfig,
+        provider: impl Provider,
+    ) -> Result<Self, JoinError> {
         Self::start(
             Self::member_id(node)
                 .with_roles(config.roles.iter().cloned())
                 .with_kinds(config.kinds.iter().cloned()),
             config,
-            GossipProvider::new(system, node),
+            provider,
             Some(system.clone()),
         )
     }
@@ -298,9 +319,9 @@ impl Cluster {
 /// # Example
 ///
 /// ```
-/// use rally_cluster::provider::{MemoryNetwork, MemoryProvider};
-/// use rally_cluster::{Cluster, ClusterConfig, MemberEvent, MemberId};
-/// use rally_remote::Incarnation;
+/// use rally::cluster::provider::{MemoryNetwork, MemoryProvider};
+/// use rally::cluster::{Cluster, ClusterConfig, MemberEvent, MemberId};
+/// use rally::remote::Incarnation;
 ///
 /// # #[tokio::main] async fn main() {
 /// let me = MemberId::new("rally://c@mem:1".parse().unwrap(), Incarnation(1), 1);

@@ -43,7 +43,7 @@ pub(crate) const DEFAULT_MAX_PACKET_BYTES: usize = 16 * 1024;
 ///
 /// ```
 /// use std::time::Duration;
-/// use rally_cluster::{ClusterConfig, DowningStrategy};
+/// use rally::cluster::{ClusterConfig, DowningStrategy};
 ///
 /// let config = ClusterConfig::builder()
 ///     .seed("rally://shop@10.0.0.1:2552".parse().unwrap())
@@ -170,7 +170,7 @@ impl ClusterConfig {
     ///
     /// ```
     /// use std::time::Duration;
-    /// use rally_cluster::ClusterConfig;
+    /// use rally::cluster::ClusterConfig;
     ///
     /// assert_eq!(ClusterConfig::default().detection_bound(5), Duration::from_millis(5_500));
     /// ```
@@ -190,7 +190,7 @@ impl ClusterConfig {
     ///
     /// ```
     /// use std::time::Duration;
-    /// use rally_cluster::ClusterConfig;
+    /// use rally::cluster::ClusterConfig;
     ///
     /// // 5.5 s of worst-case detection plus 5 s.
     /// assert_eq!(ClusterConfig::default().takeover_margin(5), Duration::from_millis(10_500));
@@ -239,7 +239,7 @@ impl ClusterConfig {
 /// # Example
 ///
 /// ```
-/// use rally_cluster::ClusterConfig;
+/// use rally::cluster::ClusterConfig;
 ///
 /// let refused = ClusterConfig::builder().max_members(1).build();
 /// assert!(refused.is_err());
@@ -330,12 +330,12 @@ impl ClusterConfigBuilder {
 }
 
 /// Durations in the file form: `"250ms"`, `"5s"`, `"2m"`.
-mod duration {
+pub(crate) mod duration {
     use std::time::Duration;
 
     use serde::{Deserialize, Deserializer, Serializer, de};
 
-    pub(super) fn serialize<S: Serializer>(d: &Duration, s: S) -> Result<S::Ok, S::Error> {
+    pub(crate) fn serialize<S: Serializer>(d: &Duration, s: S) -> Result<S::Ok, S::Error> {
         if d.subsec_nanos() == 0 {
             s.serialize_str(&format!("{}s", d.as_secs()))
         } else {
@@ -343,7 +343,7 @@ mod duration {
         }
     }
 
-    pub(super) fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Duration, D::Error> {
+    pub(crate) fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Duration, D::Error> {
         let text = String::deserialize(d)?;
         parse(&text).ok_or_else(|| {
             de::Error::custom(format!(

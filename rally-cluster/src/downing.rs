@@ -18,7 +18,7 @@ use crate::member::MemberId;
 /// # Example
 ///
 /// ```
-/// use rally_cluster::DowningStrategy;
+/// use rally::cluster::DowningStrategy;
 ///
 /// assert_eq!(DowningStrategy::default(), DowningStrategy::KeepMajority);
 /// let strategy: DowningStrategy = toml::from_str::<toml::Table>(
@@ -51,6 +51,11 @@ pub enum DowningStrategy {
     },
     /// Any partition downs every member: safe when a restart is cheaper than any risk.
     DownAll,
+    /// A member is down when its lease in etcd expires, and it downs itself before that can
+    /// happen if it cannot renew it: etcd is the arbiter, so a partition between members
+    /// downs nobody, and a member cut off from etcd downs itself. Only the etcd provider
+    /// runs it (feature `etcd`); the gossip and in-memory providers refuse it.
+    Lease,
 }
 
 /// One member of the view a decision is taken on.
@@ -67,8 +72,8 @@ pub struct ViewMember {
 /// # Example
 ///
 /// ```
-/// use rally_cluster::{decide, Decision, DowningStrategy, MemberId, ViewMember};
-/// use rally_remote::Incarnation;
+/// use rally::cluster::{decide, Decision, DowningStrategy, MemberId, ViewMember};
+/// use rally::remote::Incarnation;
 ///
 /// let member = |port, reachable| ViewMember {
 ///     id: MemberId::new(format!("rally://c@h:{port}").parse().unwrap(), Incarnation(1), 1),
@@ -103,8 +108,8 @@ pub enum Decision {
 /// # Example
 ///
 /// ```
-/// use rally_cluster::{decide, Decision, DowningStrategy, MemberId, ViewMember};
-/// use rally_remote::Incarnation;
+/// use rally::cluster::{decide, Decision, DowningStrategy, MemberId, ViewMember};
+/// use rally::remote::Incarnation;
 ///
 /// let member = |port: u16, reachable| ViewMember {
 ///     id: MemberId::new(format!("rally://c@h:{port}").parse().unwrap(), Incarnation(1), 1),
@@ -151,6 +156,8 @@ pub fn decide(strategy: DowningStrategy, view: &[ViewMember]) -> Decision {
             }
         }
         DowningStrategy::DownAll => return Decision::DownAll,
+        // Leases decide, not views (the etcd provider); a SWIM view never downs anyone.
+        DowningStrategy::Lease => return Decision::Nothing,
     };
     if survive {
         Decision::DownUnreachable(unreachable)

@@ -1,7 +1,7 @@
 //! Rally cluster membership: who is in the cluster, who is out, and which side of a partition
 //! survives.
 //!
-//! Nodes that can reach each other ([`rally_remote::RemoteNode`]) do not yet form a cluster:
+//! Nodes that can reach each other ([`RemoteNode`](rally_remote::RemoteNode)) do not yet form a cluster:
 //! nobody knows who the members are, who is down, or who may host what. This crate answers the
 //! first two questions, so that placement and virtual actors can stand on it:
 //!
@@ -30,8 +30,8 @@
 //!
 //! ```
 //! use std::time::Duration;
-//! use rally_cluster::sim::Simulation;
-//! use rally_cluster::{ClusterConfig, MemberStatus};
+//! use rally::cluster::sim::Simulation;
+//! use rally::cluster::{ClusterConfig, MemberStatus};
 //!
 //! // Five members in one process, on simulated time.
 //! let mut sim = Simulation::new(7);

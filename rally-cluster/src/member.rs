@@ -22,8 +22,8 @@ use serde::{Deserialize, Serialize};
 /// # Example
 ///
 /// ```
-/// use rally_cluster::MemberId;
-/// use rally_remote::{Incarnation, NodeAddress};
+/// use rally::cluster::MemberId;
+/// use rally::remote::{Incarnation, NodeAddress};
 ///
 /// let address: NodeAddress = "rally://shop@127.0.0.1:2552".parse().unwrap();
 /// let first = MemberId::new(address.clone(), Incarnation(7), 1_000);
@@ -225,8 +225,8 @@ pub enum MemberStatus {
 /// # Example
 ///
 /// ```
-/// use rally_cluster::{Member, MemberId, MemberStatus};
-/// use rally_remote::Incarnation;
+/// use rally::cluster::{Member, MemberId, MemberStatus};
+/// use rally::remote::Incarnation;
 ///
 /// let id = MemberId::new("rally://shop@127.0.0.1:2552".parse().unwrap(), Incarnation(1), 10);
 /// let member = Member::new(id, MemberStatus::Up, true);
@@ -271,8 +271,8 @@ impl Member {
 /// # Example
 ///
 /// ```
-/// use rally_cluster::{MemberEvent, MemberId};
-/// use rally_remote::Incarnation;
+/// use rally::cluster::{MemberEvent, MemberId};
+/// use rally::remote::Incarnation;
 ///
 /// let id = MemberId::new("rally://shop@127.0.0.1:2552".parse().unwrap(), Incarnation(1), 10);
 /// let event = MemberEvent::Down(id.clone());

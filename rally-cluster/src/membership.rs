@@ -47,8 +47,8 @@ const ANNOUNCE_PERIOD: Duration = Duration::from_secs(10);
 ///
 /// ```
 /// use std::time::Instant;
-/// use rally_cluster::{ClusterConfig, Membership, MemberId};
-/// use rally_remote::Incarnation;
+/// use rally::cluster::{ClusterConfig, Membership, MemberId};
+/// use rally::remote::Incarnation;
 ///
 /// let me = MemberId::new("rally://c@127.0.0.1:2".parse().unwrap(), Incarnation(2), 2);
 /// let mut config = ClusterConfig::default();
@@ -73,8 +73,8 @@ pub struct Transmit {
 ///
 /// ```
 /// use std::time::Instant;
-/// use rally_cluster::{ClusterConfig, Membership, MemberId, PacketError};
-/// use rally_remote::Incarnation;
+/// use rally::cluster::{ClusterConfig, Membership, MemberId, PacketError};
+/// use rally::remote::Incarnation;
 ///
 /// let me = MemberId::new("rally://c@127.0.0.1:1".parse().unwrap(), Incarnation(1), 1);
 /// let mut core = Membership::new(me, ClusterConfig::default(), 7, Instant::now()).unwrap();
@@ -106,8 +106,8 @@ pub enum PacketError {
 ///
 /// ```
 /// use std::time::Instant;
-/// use rally_cluster::{ClusterConfig, Membership, MemberId};
-/// use rally_remote::Incarnation;
+/// use rally::cluster::{ClusterConfig, Membership, MemberId};
+/// use rally::remote::Incarnation;
 ///
 /// let me = MemberId::new("rally://c@127.0.0.1:1".parse().unwrap(), Incarnation(1), 1);
 /// let mut core = Membership::new(me, ClusterConfig::default(), 1, Instant::now()).unwrap();
@@ -145,8 +145,8 @@ pub struct MembershipStats {
 ///
 /// ```
 /// use std::time::Instant;
-/// use rally_cluster::{ClusterConfig, Membership, MemberEvent, MemberId};
-/// use rally_remote::Incarnation;
+/// use rally::cluster::{ClusterConfig, Membership, MemberEvent, MemberId};
+/// use rally::remote::Incarnation;
 ///
 /// let id = |port: u16| MemberId::new(format!("rally://c@127.0.0.1:{port}").parse().unwrap(), Incarnation(port.into()), 1);
 /// let now = Instant::now();

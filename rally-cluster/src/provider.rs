@@ -4,10 +4,13 @@
 //! A provider is started once per member by [`Cluster::join_with`](crate::Cluster::join_with).
 //! It returns a task that runs until the member leaves, is downed, or every
 //! [`Cluster`](crate::Cluster) handle is dropped; the task reports through a [`ViewPublisher`]
-//! and obeys [`Command`]s. Two providers are here: [`GossipProvider`] (SWIM over Rally's own
-//! connections, the default) and [`MemoryProvider`] (SWIM over in-process channels, for many
-//! members in one test). An etcd provider will implement the same trait.
+//! and obeys [`Command`]s. The providers: [`GossipProvider`] (SWIM over Rally's own
+//! connections, the default), [`MemoryProvider`] (SWIM over in-process channels, for many
+//! members in one test) and, with the `etcd` feature, `EtcdProvider` (registrations under
+//! leases in an etcd server, with lease-based downing).
 
+#[cfg(feature = "etcd")]
+mod etcd;
 mod gossip;
 mod memory;
 
@@ -20,6 +23,8 @@ use tokio::sync::{broadcast, mpsc, oneshot};
 use crate::member::{Member, MemberEvent, MemberId};
 use crate::membership::{Membership, MembershipStats, Transmit};
 
+#[cfg(feature = "etcd")]
+pub use etcd::{EtcdConfig, EtcdProvider};
 pub use gossip::GossipProvider;
 pub use memory::{MemoryNetwork, MemoryProvider};
 
@@ -33,8 +38,8 @@ pub type ProviderTask = Pin<Box<dyn Future<Output = ()> + Send>>;
 /// A provider that only ever knows the member itself:
 ///
 /// ```
-/// use rally_cluster::provider::{Command, Provider, ProviderContext, ProviderStartError, ProviderTask};
-/// use rally_cluster::{Member, MemberEvent, MemberStatus};
+/// use rally::cluster::provider::{Command, Provider, ProviderContext, ProviderStartError, ProviderTask};
+/// use rally::cluster::{Member, MemberEvent, MemberStatus};
 ///
 /// struct Alone;
 ///
@@ -103,6 +108,23 @@ pub enum ProviderStartError {
     /// The actor system refused the provider's actor (it is shutting down).
     #[error("the actor system refused the membership endpoint: {0}")]
     System(#[from] rally_actor::SpawnError),
+    /// The downing strategy is not one this provider runs (lease-based downing needs the
+    /// etcd provider; the etcd provider runs only lease-based downing).
+    #[error("downing: {0}")]
+    Downing(&'static str),
+    /// The etcd provider's settings are out of range.
+    #[error("etcd provider: {0}")]
+    Etcd(String),
+}
+
+/// Refuses lease-based downing in a provider that has no lease (gossip, in-memory).
+pub(crate) fn refuse_lease(config: &crate::ClusterConfig) -> Result<(), ProviderStartError> {
+    if config.downing == crate::DowningStrategy::Lease {
+        return Err(ProviderStartError::Downing(
+            "lease-based downing needs the etcd provider",
+        ));
+    }
+    Ok(())
 }
 
 /// Where a provider reports this member's view; the [`Cluster`](crate::Cluster) reads it.
@@ -113,8 +135,8 @@ pub enum ProviderStartError {
 ///
 /// ```
 /// # #![allow(dead_code)]
-/// use rally_cluster::provider::ViewPublisher;
-/// use rally_cluster::{Member, MemberEvent};
+/// use rally::cluster::provider::ViewPublisher;
+/// use rally::cluster::{Member, MemberEvent};
 ///
 /// fn report_up(publisher: &ViewPublisher, me: &Member) {
 ///     publisher.publish(me, vec![me.clone()], [MemberEvent::Up(me.id.clone())], None);

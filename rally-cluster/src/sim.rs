@@ -13,8 +13,8 @@
 //!
 //! ```
 //! use std::time::Duration;
-//! use rally_cluster::sim::Simulation;
-//! use rally_cluster::{ClusterConfig, MemberStatus};
+//! use rally::cluster::sim::Simulation;
+//! use rally::cluster::{ClusterConfig, MemberStatus};
 //!
 //! let mut sim = Simulation::new(42);
 //! let members = sim.add_members(3, &ClusterConfig::default());
@@ -44,8 +44,8 @@ pub const SIM_CLUSTER: &str = "sim";
 /// # Example
 ///
 /// ```
-/// use rally_cluster::sim::Simulation;
-/// use rally_cluster::{ClusterConfig, MemberEvent};
+/// use rally::cluster::sim::Simulation;
+/// use rally::cluster::{ClusterConfig, MemberEvent};
 ///
 /// let mut sim = Simulation::new(1);
 /// let founder = sim.add_member(&ClusterConfig::default());

@@ -118,3 +118,12 @@ async fn ten_members_join_and_an_operator_down_is_seen_everywhere() {
         "{view:#?}"
     );
 }
+
+#[tokio::test]
+async fn lease_downing_is_refused_by_a_provider_without_leases() {
+    let mut config = ClusterConfig::default();
+    config.downing = rally_cluster::DowningStrategy::Lease;
+    let refused = Cluster::join_with(id(1), config, MemoryProvider::new(&MemoryNetwork::new()));
+    let error = refused.expect_err("no lease in memory");
+    assert!(error.to_string().contains("etcd provider"), "{error}");
+}

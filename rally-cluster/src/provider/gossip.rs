@@ -26,10 +26,10 @@ const INBOUND_PACKETS: usize = 1024;
 /// # Example
 ///
 /// ```no_run
-/// use rally_actor::ActorSystem;
-/// use rally_cluster::provider::GossipProvider;
-/// use rally_cluster::{Cluster, ClusterConfig};
-/// use rally_remote::{RemoteConfig, RemoteNode};
+/// use rally::ActorSystem;
+/// use rally::cluster::provider::GossipProvider;
+/// use rally::cluster::{Cluster, ClusterConfig};
+/// use rally::remote::{RemoteConfig, RemoteNode};
 ///
 /// # #[tokio::main] async fn main() {
 /// let system = ActorSystem::new("shop");
@@ -60,6 +60,7 @@ impl Provider for GossipProvider {
         self: Box<Self>,
         context: ProviderContext,
     ) -> Result<ProviderTask, ProviderStartError> {
+        super::refuse_lease(&context.config)?;
         let (inbound_tx, inbound) = mpsc::channel(INBOUND_PACKETS);
         let endpoint = self.system.spawn(Endpoint {
             inbound: inbound_tx,

@@ -19,9 +19,9 @@ const INBOUND_PACKETS: usize = 1024;
 ///
 /// ```
 /// use std::time::Duration;
-/// use rally_cluster::provider::{MemoryNetwork, MemoryProvider};
-/// use rally_cluster::{Cluster, ClusterConfig, MemberEvent, MemberId};
-/// use rally_remote::Incarnation;
+/// use rally::cluster::provider::{MemoryNetwork, MemoryProvider};
+/// use rally::cluster::{Cluster, ClusterConfig, MemberEvent, MemberId};
+/// use rally::remote::Incarnation;
 ///
 /// # #[tokio::main] async fn main() {
 /// let network = MemoryNetwork::new();
@@ -78,6 +78,7 @@ impl Provider for MemoryProvider {
         self: Box<Self>,
         context: ProviderContext,
     ) -> Result<ProviderTask, ProviderStartError> {
+        super::refuse_lease(&context.config)?;
         let (inbound_tx, inbound) = mpsc::channel(INBOUND_PACKETS);
         let address = context.local.address.clone();
         self.network
