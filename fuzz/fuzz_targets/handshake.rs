@@ -10,6 +10,7 @@ fn config(port: u16) -> HandshakeConfig {
     HandshakeConfig {
         local: UniqueAddress { address: NodeAddress { system: "f".into(), host: "h".into(), port }, incarnation: Incarnation(1) },
         secret: b"fuzz secret".to_vec(),
+        cluster: "fuzz".into(),
         max_frame_len: 1 << 16,
     }
 }

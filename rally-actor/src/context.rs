@@ -46,6 +46,8 @@ pub struct Context<A: Actor> {
     /// Empty reply slots, one per reply type this actor has handled, reused message after
     /// message (a box per message cost 6-9% of remote ping-pong).
     reply_slots: Vec<Box<dyn Any + Send>>,
+    /// Where the message being handled came from, if a transport said so.
+    pub(crate) origin: Option<crate::Origin>,
 }
 
 /// The message an idle actor is sent, and after how long.
@@ -91,7 +93,36 @@ impl<A: Actor> Context<A> {
             tasks: Vec::new(),
             current_reply: None,
             reply_slots: Vec::new(),
+            origin: None,
         }
+    }
+
+    /// Where the message being handled came from, when a transport delivered it with
+    /// [`Envelope::with_origin`]; `None` for a local message and outside handlers. For a
+    /// message from another node, `rally-remote` sets the sending node's authenticated
+    /// `UniqueAddress` (read it typed with `rally::remote::RemoteContext::remote_origin`).
+    ///
+    /// # Example
+    ///
+    /// ```
+    /// use rally::{Actor, ActorResult, ActorSystem, Context, Handler, Message};
+    ///
+    /// struct Ping;
+    /// impl Message for Ping { type Reply = bool; }
+    /// struct Echo;
+    /// impl Actor for Echo {}
+    /// impl Handler<Ping> for Echo {
+    ///     async fn handle(&mut self, _: Ping, ctx: &mut Context<Self>) -> ActorResult<bool> {
+    ///         Ok(ctx.origin().is_some())
+    ///     }
+    /// }
+    /// # #[tokio::main] async fn main() {
+    /// let echo = ActorSystem::new("doc").spawn(Echo).unwrap();
+    /// assert_eq!(echo.ask(Ping, std::time::Duration::from_secs(1)).await, Ok(false));
+    /// # }
+    /// ```
+    pub fn origin(&self) -> Option<&(dyn Any + Send + Sync)> {
+        self.origin.as_deref()
     }
 
     /// A handle to this actor.

@@ -43,6 +43,48 @@ impl<A: Actor> Envelope<A> {
         Self(Box::new(Typed { msg, reply }))
     }
 
+    /// Like [`new`](Self::new), for a message that a transport carried from elsewhere:
+    /// `origin` says from where (`rally-remote` puts the sending node's address), and the
+    /// handler reads it with [`Context::origin`] while it handles this message.
+    ///
+    /// # Example
+    ///
+    /// ```
+    /// use std::sync::Arc;
+    /// use rally::{Actor, ActorResult, ActorSystem, Context, Envelope, Handler, Message, ReplyTo};
+    ///
+    /// struct WhoSent;
+    /// impl Message for WhoSent { type Reply = Option<String>; }
+    /// struct Echo;
+    /// impl Actor for Echo {}
+    /// impl Handler<WhoSent> for Echo {
+    ///     async fn handle(&mut self, _: WhoSent, ctx: &mut Context<Self>) -> ActorResult<Option<String>> {
+    ///         Ok(ctx.origin().and_then(|o| o.downcast_ref::<String>()).cloned())
+    ///     }
+    /// }
+    /// # #[tokio::main] async fn main() {
+    /// let system = ActorSystem::new("doc");
+    /// let echo = system.spawn(Echo).unwrap();
+    /// let (tx, rx) = tokio::sync::oneshot::channel();
+    /// let origin = Arc::new("node-b".to_owned());
+    /// let envelope = Envelope::with_origin(WhoSent, ReplyTo::callback(move |r| { let _ = tx.send(r); }), origin);
+    /// echo.deliver(envelope).unwrap();
+    /// assert_eq!(rx.await.unwrap(), Ok(Some("node-b".to_owned())));
+    /// // A local send has no origin.
+    /// assert_eq!(echo.ask(WhoSent, std::time::Duration::from_secs(1)).await, Ok(None));
+    /// # }
+    /// ```
+    pub fn with_origin<M>(msg: M, reply: ReplyTo<M::Reply>, origin: Origin) -> Self
+    where
+        M: Message,
+        A: Handler<M>,
+    {
+        Self(Box::new(Originated {
+            typed: Typed { msg, reply },
+            origin,
+        }))
+    }
+
     /// The message, for a transport that encodes it by its type.
     pub fn message(&self) -> &(dyn Any + Send) {
         self.0.message()
@@ -114,6 +156,131 @@ struct Typed<M: Message> {
     reply: ReplyTo<M::Reply>,
 }
 
+/// Where a message came from, as the transport that carried it says (see
+/// [`Envelope::with_origin`] and [`Context::origin`]).
+pub type Origin = Arc<dyn Any + Send + Sync>;
+
+/// A message with the origin a transport gave it.
+struct Originated<M: Message> {
+    typed: Typed<M>,
+    origin: Origin,
+}
+
+impl<A, M> Erased<A> for Originated<M>
+where
+    A: Handler<M>,
+    M: Message,
+{
+    fn handle<'a>(
+        self: Box<Self>,
+        actor: &'a mut A,
+        ctx: &'a mut Context<A>,
+    ) -> BoxFuture<'a, ActorResult<()>> {
+        let Originated { typed, origin } = *self;
+        handle_typed(typed.msg, typed.reply, Some(origin), actor, ctx)
+    }
+
+    fn message(&self) -> &(dyn Any + Send) {
+        &self.typed.msg
+    }
+
+    fn type_name(&self) -> &'static str {
+        std::any::type_name::<M>()
+    }
+
+    fn into_parts(self: Box<Self>) -> (Box<dyn Any + Send>, ErasedReply) {
+        <Typed<M> as Erased<A>>::into_parts(Box::new(self.typed))
+    }
+
+    fn is_reply_wanted(&self) -> bool {
+        self.typed.reply.is_wanted()
+    }
+
+    fn into_reply(self: Box<Self>) -> ErasedReply {
+        ErasedReply(Box::new(self.typed.reply))
+    }
+
+    fn reject(self: Box<Self>, error: ReplyError) -> Box<dyn Any + Send> {
+        <Typed<M> as Erased<A>>::reject(Box::new(self.typed), error)
+    }
+}
+
+/// Runs the handler of `M` on `msg`, with `origin` readable through [`Context::origin`] while
+/// it runs, and sends the reply (or the failure) to `reply`.
+fn handle_typed<'a, A, M>(
+    msg: M,
+    reply: ReplyTo<M::Reply>,
+    origin: Option<Origin>,
+    actor: &'a mut A,
+    ctx: &'a mut Context<A>,
+) -> BoxFuture<'a, ActorResult<()>>
+where
+    A: Handler<M>,
+    M: Message,
+{
+    Box::pin(async move {
+        ctx.origin = origin;
+        // The handler may take the reply with `Context::reply_later`. The slot is a box the
+        // context keeps per reply type, so a handled message allocates nothing for it.
+        let mut slot = ctx.reply_slot::<M::Reply>();
+        *slot
+            .downcast_mut::<Option<ReplyTo<M::Reply>>>()
+            .expect("reply_slot hands out a slot of this reply type") = Some(reply);
+        let previous = ctx.current_reply.replace(slot);
+        let result = match crate::panic::catch(actor.handle(msg, ctx)).await {
+            Ok(result) => result,
+            Err(panic) => {
+                ctx.origin = None;
+                if let Some(reply) = take_reply::<A, M>(ctx, previous) {
+                    reply.send(Err(ReplyError::Failed(format!("panicked: {panic}"))));
+                }
+                // Unwinds on to the runner, which counts the failure; the hook stays quiet.
+                std::panic::resume_unwind(Box::new(panic));
+            }
+        };
+        let reply = take_reply::<A, M>(ctx, previous);
+        let origin = ctx.origin.take();
+        if let Some(stashed) = ctx.take_stash_request() {
+            let reply = reply.unwrap_or_else(ReplyTo::ignore);
+            match (stashed.downcast::<M>(), origin) {
+                (Ok(msg), Some(origin)) => {
+                    ctx.push_stashed(Envelope::with_origin(*msg, reply, origin));
+                    return Ok(());
+                }
+                (Ok(msg), None) => {
+                    ctx.push_stashed(Envelope::new(*msg, reply));
+                    return Ok(());
+                }
+                (Err(_), _) => {
+                    return Err(
+                        "Context::stash was given a value that is not the message being handled"
+                            .into(),
+                    );
+                }
+            }
+        }
+        match (result, reply) {
+            (Ok(value), Some(reply)) => {
+                reply.send(Ok(value));
+                Ok(())
+            }
+            (Err(error), Some(reply)) if error.is::<Deferred>() => {
+                let why = "the handler deferred its reply without taking it (Context::reply_later)";
+                reply.send(Err(ReplyError::Failed(why.to_owned())));
+                Err(why.into())
+            }
+            (Err(error), Some(reply)) => {
+                reply.send(Err(ReplyError::Failed(error.to_string())));
+                Err(error)
+            }
+            // The handler took the reply: whatever it returned is not the answer.
+            (Ok(_), None) => Ok(()),
+            (Err(error), None) if error.is::<Deferred>() => Ok(()),
+            (Err(error), None) => Err(error),
+        }
+    })
+}
+
 impl<A, M> Erased<A> for Typed<M>
 where
     A: Handler<M>,
@@ -125,61 +292,7 @@ where
         ctx: &'a mut Context<A>,
     ) -> BoxFuture<'a, ActorResult<()>> {
         let Typed { msg, reply } = *self;
-        Box::pin(async move {
-            // The handler may take the reply with `Context::reply_later`. The slot is a box the
-            // context keeps per reply type, so a handled message allocates nothing for it.
-            let mut slot = ctx.reply_slot::<M::Reply>();
-            *slot
-                .downcast_mut::<Option<ReplyTo<M::Reply>>>()
-                .expect("reply_slot hands out a slot of this reply type") = Some(reply);
-            let previous = ctx.current_reply.replace(slot);
-            let result = match crate::panic::catch(actor.handle(msg, ctx)).await {
-                Ok(result) => result,
-                Err(panic) => {
-                    if let Some(reply) = take_reply::<A, M>(ctx, previous) {
-                        reply.send(Err(ReplyError::Failed(format!("panicked: {panic}"))));
-                    }
-                    // Unwinds on to the runner, which counts the failure; the hook stays quiet.
-                    std::panic::resume_unwind(Box::new(panic));
-                }
-            };
-            let reply = take_reply::<A, M>(ctx, previous);
-            if let Some(stashed) = ctx.take_stash_request() {
-                match (stashed.downcast::<M>(), reply) {
-                    (Ok(msg), Some(reply)) => {
-                        ctx.push_stashed(Envelope::new(*msg, reply));
-                        return Ok(());
-                    }
-                    (Ok(msg), None) => {
-                        ctx.push_stashed(Envelope::new(*msg, ReplyTo::ignore()));
-                        return Ok(());
-                    }
-                    (Err(_), _) => {
-                        return Err("Context::stash was given a value that is not the message being handled".into());
-                    }
-                }
-            }
-            match (result, reply) {
-                (Ok(value), Some(reply)) => {
-                    reply.send(Ok(value));
-                    Ok(())
-                }
-                (Err(error), Some(reply)) if error.is::<Deferred>() => {
-                    let why =
-                        "the handler deferred its reply without taking it (Context::reply_later)";
-                    reply.send(Err(ReplyError::Failed(why.to_owned())));
-                    Err(why.into())
-                }
-                (Err(error), Some(reply)) => {
-                    reply.send(Err(ReplyError::Failed(error.to_string())));
-                    Err(error)
-                }
-                // The handler took the reply: whatever it returned is not the answer.
-                (Ok(_), None) => Ok(()),
-                (Err(error), None) if error.is::<Deferred>() => Ok(()),
-                (Err(error), None) => Err(error),
-            }
-        })
+        handle_typed(msg, reply, None, actor, ctx)
     }
 
     fn message(&self) -> &(dyn Any + Send) {

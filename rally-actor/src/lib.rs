@@ -103,7 +103,7 @@ pub use dispatch::{
     DEFAULT_PARALLELISM_MAX, DEFAULT_PARALLELISM_MIN, DEFAULT_QUEUE_SIZE, DEFAULT_THROUGHPUT,
     Dispatcher, DispatcherError, DispatcherKind, PoolStatus,
 };
-pub use envelope::{Envelope, ErasedReply, ReplyError, ReplySink, ReplyTo};
+pub use envelope::{Envelope, ErasedReply, Origin, ReplyError, ReplySink, ReplyTo};
 pub use error::{AskError, LookupError, SendError, ShutdownError, SpawnError};
 pub use event_stream::EventStream;
 pub use mailbox::{MailboxConfig, Overflow};

@@ -6,13 +6,16 @@
 use std::collections::HashMap;
 use std::hash::{Hash, Hasher};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use rally_actor::{ReplyError, Terminated, TerminationReason, TerminationSink};
 use rally_wire::{
     Incarnation, Lane, Liveness, NodeAddress, Observed, Outcome, PhiAccrualConfig, ReplyStatus,
-    RequestTable,
+    RequestTable, UniqueAddress,
 };
+use tokio::sync::broadcast;
+
+use crate::events::{DownReason, PeerEvent};
 
 use crate::outbound::OutboundLane;
 use crate::registry::PendingReply;
@@ -28,6 +31,8 @@ struct PeerState {
     /// Set while connecting fails for a reason retrying cannot fix (another secret, another
     /// version, a quarantined incarnation): sends fail at once with it instead of timing out.
     refused: Option<String>,
+    /// Since when the failure detector has suspected the current incarnation, if it does.
+    unreachable_since: Option<Instant>,
 }
 
 /// This node's view of one peer node.
@@ -44,6 +49,9 @@ pub(crate) struct Association {
     watches: Mutex<HashMap<String, Vec<Arc<dyn TerminationSink>>>>,
     /// Watchers on this node registered on behalf of the peer: (watchee, watcher) -> sink id.
     pub(crate) remote_watchers: Mutex<HashMap<(String, String), rally_actor::ActorId>>,
+    /// Where [`PeerEvent`]s go; sent under the peer lock, so one peer's events keep the order
+    /// of the changes they report.
+    events: broadcast::Sender<PeerEvent>,
 }
 
 /// What a generation's end left to do outside the locks.
@@ -59,6 +67,7 @@ impl Association {
         max_frame: u32,
         lane_bytes: usize,
         detector: PhiAccrualConfig,
+        events: broadcast::Sender<PeerEvent>,
     ) -> Self {
         let mut lanes = vec![Arc::new(OutboundLane::new(
             Lane::Control,
@@ -83,13 +92,28 @@ impl Association {
             peer: Mutex::new(PeerState {
                 liveness: Liveness::new(detector),
                 refused: None,
+                unreachable_since: None,
             }),
             refused_flag: std::sync::atomic::AtomicBool::new(false),
             requests: Mutex::new(RequestTable::default()),
             next_request: std::sync::atomic::AtomicU64::new(1),
             watches: Mutex::new(HashMap::new()),
             remote_watchers: Mutex::new(HashMap::new()),
+            events,
         }
+    }
+
+    /// The peer's unique address for `incarnation`.
+    fn unique(&self, incarnation: Incarnation) -> UniqueAddress {
+        UniqueAddress {
+            address: self.remote.clone(),
+            incarnation,
+        }
+    }
+
+    /// Publishes `event` (nobody listening is fine).
+    fn publish(&self, event: PeerEvent) {
+        let _ = self.events.send(event);
     }
 
     pub(crate) fn control(&self) -> &Arc<OutboundLane> {
@@ -147,6 +171,12 @@ impl Association {
             peer.refused = Some(reason.clone());
             self.refused_flag
                 .store(true, std::sync::atomic::Ordering::Release);
+            if first {
+                self.publish(PeerEvent::Refused {
+                    address: self.remote.clone(),
+                    reason: reason.clone(),
+                });
+            }
             first
         };
         if first {
@@ -174,17 +204,32 @@ impl Association {
     ) -> (Observed, u64, Option<Ended>) {
         let (observed, generation) = {
             let mut peer = lock(&self.peer);
+            let previous = peer.liveness.incarnation();
             let observed = peer.liveness.observe(incarnation, Instant::now());
             if observed != Observed::Quarantined {
                 peer.refused = None;
                 self.refused_flag
                     .store(false, std::sync::atomic::Ordering::Release);
             }
+            match observed {
+                Observed::First => self.publish(PeerEvent::Connected(self.unique(incarnation))),
+                Observed::Restarted { .. } => {
+                    peer.unreachable_since = None;
+                    if let Some(old) = previous {
+                        self.publish(PeerEvent::Down {
+                            peer: self.unique(old),
+                            reason: DownReason::Restarted,
+                        });
+                    }
+                    self.publish(PeerEvent::Connected(self.unique(incarnation)));
+                }
+                Observed::Same | Observed::Quarantined => {}
+            }
             (observed, peer.liveness.generation())
         };
         let ended = match observed {
             Observed::Restarted { generation } => {
-                Some(self.end_generation(generation, "restarted with a new incarnation", id_for))
+                Some(self.end_generation(generation, &DownReason::Restarted.to_string(), id_for))
             }
             _ => None,
         };
@@ -196,9 +241,27 @@ impl Association {
         lock(&self.peer).liveness.heartbeat(incarnation, now);
     }
 
-    /// Whether the detector now suspects the peer (only after it has been heard from).
-    pub(crate) fn suspect(&self, now: Instant) -> bool {
-        lock(&self.peer).liveness.suspect(now)
+    /// Asks the failure detector about the peer at `now`, publishing `Unreachable` when it
+    /// starts to suspect the peer and `Reachable` when it stops. Returns how long the peer has
+    /// been suspected, if it is.
+    pub(crate) fn check_reachability(&self, now: Instant) -> Option<Duration> {
+        let mut peer = lock(&self.peer);
+        let suspect = peer.liveness.suspect(now);
+        let incarnation = peer.liveness.incarnation();
+        match (suspect, peer.unreachable_since, incarnation) {
+            (true, None, Some(incarnation)) => {
+                peer.unreachable_since = Some(now);
+                self.publish(PeerEvent::Unreachable(self.unique(incarnation)));
+                Some(Duration::ZERO)
+            }
+            (true, Some(since), _) => Some(now.saturating_duration_since(since)),
+            (false, Some(_), Some(incarnation)) => {
+                peer.unreachable_since = None;
+                self.publish(PeerEvent::Reachable(self.unique(incarnation)));
+                None
+            }
+            _ => None,
+        }
     }
 
     /// Declares the current life of the peer down (unreachable, left, broke the protocol): its
@@ -206,18 +269,24 @@ impl Association {
     /// waiting request fails, queued frames are dropped. `None` if there was no life to end.
     pub(crate) fn declare_down(
         &self,
-        reason: &str,
+        reason: DownReason,
         id_for: impl Fn(&str) -> (rally_actor::ActorId, Arc<str>),
     ) -> Option<Ended> {
         let generation = {
             let mut peer = lock(&self.peer);
+            let incarnation = peer.liveness.incarnation()?;
             if !peer.liveness.declare_down() {
                 return None;
             }
+            peer.unreachable_since = None;
+            self.publish(PeerEvent::Down {
+                peer: self.unique(incarnation),
+                reason: reason.clone(),
+            });
             peer.liveness.generation()
         };
-        tracing::warn!(peer = %self.remote, reason, "peer declared down; its incarnation is quarantined");
-        Some(self.end_generation(generation, reason, id_for))
+        tracing::warn!(peer = %self.remote, %reason, "peer declared down; its incarnation is quarantined");
+        Some(self.end_generation(generation, &reason.to_string(), id_for))
     }
 
     fn end_generation(
@@ -397,7 +466,14 @@ mod tests {
 
     fn association() -> Association {
         let remote: NodeAddress = "rally://t@h:1".parse().unwrap();
-        Association::new(remote, 1, 1 << 20, 1 << 20, PhiAccrualConfig::default())
+        Association::new(
+            remote,
+            1,
+            1 << 20,
+            1 << 20,
+            PhiAccrualConfig::default(),
+            broadcast::channel(16).0,
+        )
     }
 
     /// Any id and the name as path: these tests have no watchers to tell.
@@ -436,7 +512,7 @@ mod tests {
         let (waiting, waiting_rx) = pending();
         let id = assoc.next_request_id();
         assoc.register_request(id, waiting, 1, 1);
-        assert!(assoc.declare_down("test", no_id).is_some());
+        assert!(assoc.declare_down(DownReason::Left, no_id).is_some());
         // Sequence 1 was never handed to a transport: it never left.
         assert!(matches!(
             waiting_rx.try_recv().unwrap(),
@@ -444,7 +520,90 @@ mod tests {
         ));
         assert_eq!(assoc.generation(), 2);
         assert!(assoc.is_quarantined(Incarnation(1)));
-        assert!(assoc.declare_down("again", no_id).is_none());
+        assert!(assoc.declare_down(DownReason::Left, no_id).is_none());
+    }
+
+    /// Every change of a peer's state is published once, in order, with the incarnation it
+    /// is about (time passed in; the detector is quick so the test stays short).
+    #[test]
+    fn peer_events_follow_the_peer_through_its_lives() {
+        let (events, mut rx) = broadcast::channel(16);
+        let quick = PhiAccrualConfig {
+            acceptable_heartbeat_pause: Duration::from_millis(600),
+            first_heartbeat_estimate: Duration::from_millis(100),
+            min_std_deviation: Duration::from_millis(50),
+            ..PhiAccrualConfig::default()
+        };
+        let remote: NodeAddress = "rally://t@h:1".parse().unwrap();
+        let assoc = Association::new(remote.clone(), 1, 1 << 20, 1 << 20, quick, events);
+        let unique = |n| UniqueAddress {
+            address: remote.clone(),
+            incarnation: Incarnation(n),
+        };
+        let mut next = || rx.try_recv().ok();
+
+        assert!(assoc.refuse("the peer belongs to another cluster".into()));
+        assert_eq!(
+            next(),
+            Some(PeerEvent::Refused {
+                address: remote.clone(),
+                reason: "the peer belongs to another cluster".into()
+            })
+        );
+        assert!(!assoc.refuse("the peer belongs to another cluster".into()));
+        assert_eq!(next(), None, "a refusal is published once");
+
+        assoc.observe(Incarnation(1), no_id);
+        assert_eq!(next(), Some(PeerEvent::Connected(unique(1))));
+        assoc.observe(Incarnation(1), no_id); // another lane of the same life
+        assert_eq!(next(), None);
+
+        let mut now = Instant::now();
+        for _ in 0..10 {
+            now += Duration::from_millis(100);
+            assoc.heartbeat(Incarnation(1), now);
+            assert_eq!(assoc.check_reachability(now), None);
+        }
+        assert_eq!(next(), None);
+        // Silence: unreachable once, then for longer and longer, without repeating the event.
+        let silent = now + Duration::from_secs(3);
+        assert_eq!(assoc.check_reachability(silent), Some(Duration::ZERO));
+        assert_eq!(next(), Some(PeerEvent::Unreachable(unique(1))));
+        assert_eq!(
+            assoc.check_reachability(silent + Duration::from_secs(1)),
+            Some(Duration::from_secs(1))
+        );
+        assert_eq!(next(), None);
+        // Heartbeats again: reachable.
+        let back = silent + Duration::from_secs(2);
+        assoc.heartbeat(Incarnation(1), back);
+        assert_eq!(assoc.check_reachability(back), None);
+        assert_eq!(next(), Some(PeerEvent::Reachable(unique(1))));
+
+        // A restart: the old life is down, the new one connected.
+        assoc.observe(Incarnation(2), no_id);
+        assert_eq!(
+            next(),
+            Some(PeerEvent::Down {
+                peer: unique(1),
+                reason: DownReason::Restarted
+            })
+        );
+        assert_eq!(next(), Some(PeerEvent::Connected(unique(2))));
+        assert!(
+            assoc
+                .declare_down(DownReason::Requested("downed".into()), no_id)
+                .is_some()
+        );
+        assert_eq!(
+            next(),
+            Some(PeerEvent::Down {
+                peer: unique(2),
+                reason: DownReason::Requested("downed".into())
+            })
+        );
+        assert!(assoc.declare_down(DownReason::Left, no_id).is_none());
+        assert_eq!(next(), None, "nothing left to declare down");
     }
 
     #[test]

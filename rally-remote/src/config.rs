@@ -25,6 +25,20 @@ pub(crate) const DEFAULT_MAX_RECONNECT_BACKOFF: Duration = Duration::from_secs(5
 /// a 16 MiB frame then needs at least 1.6 MB/s.
 pub(crate) const DEFAULT_IDLE_PARTIAL_FRAME_TIMEOUT: Duration = Duration::from_secs(10);
 
+/// The cluster name of a node that is not told one. Rally's node addresses carry each
+/// node's own system name (nodes of one application often have different ones), so the
+/// default cannot be the system name as in Akka: it is one fixed name, so that nodes that
+/// share a secret talk to each other without more setup, and an application that runs
+/// several clusters on one network names each.
+pub(crate) const DEFAULT_CLUSTER_NAME: &str = "rally";
+/// Longest cluster name: the handshake's bound on every name it carries.
+pub(crate) const MAX_CLUSTER_NAME_LEN: usize = 255;
+/// How long a peer the failure detector suspects stays unreachable before it is declared
+/// down: at once, as Akka's remote watch does, because without a cluster nothing else would
+/// ever decide, and a peer silent past the detector's threshold (3 s of acceptable pause on
+/// top of the heartbeat model) is more likely dead than slow.
+pub(crate) const DEFAULT_QUARANTINE_UNREACHABLE_AFTER: Option<Duration> = Some(Duration::ZERO);
+
 /// Connections that may be in their handshake at once: a burst of peers connecting (each
 /// opens one connection per lane) fits, while memory before authentication stays bounded at
 /// this many times a few KiB of handshake buffer (plus TLS state when TLS is on).
@@ -50,6 +64,9 @@ pub struct RemoteConfig {
     pub port: u16,
     /// Shared secret that authenticates nodes (HMAC challenge/response; never sent).
     pub secret: Vec<u8>,
+    /// The cluster this node belongs to: nodes with different names refuse each other in the
+    /// handshake (a permanent failure, like another secret). 1 to 255 bytes.
+    pub cluster_name: String,
     /// Largest frame accepted or sent.
     pub max_frame_bytes: u32,
     /// Bound on queued bytes per outbound lane; the overflow goes to dead letters.
@@ -62,6 +79,10 @@ pub struct RemoteConfig {
     pub heartbeat_interval: Duration,
     /// Failure detector settings.
     pub failure_detector: PhiAccrualConfig,
+    /// How long a peer stays unreachable (suspected by the failure detector) before it is
+    /// declared down and its incarnation quarantined; `None`: never by the detector alone
+    /// (a cluster's downing decides, through `RemoteNode::quarantine`).
+    pub quarantine_unreachable_after: Option<Duration>,
     /// Handshake deadline.
     pub handshake_timeout: Duration,
     /// Longest reconnection backoff.
@@ -87,6 +108,7 @@ impl std::fmt::Debug for RemoteConfig {
                 "secret",
                 &format_args!("<{} bytes, not shown>", self.secret.len()),
             )
+            .field("cluster_name", &self.cluster_name)
             .field("max_frame_bytes", &self.max_frame_bytes)
             .field("outbound_lane_bytes", &self.outbound_lane_bytes)
             .field("ordinary_lanes", &self.ordinary_lanes)
@@ -96,6 +118,10 @@ impl std::fmt::Debug for RemoteConfig {
             )
             .field("heartbeat_interval", &self.heartbeat_interval)
             .field("failure_detector", &self.failure_detector)
+            .field(
+                "quarantine_unreachable_after",
+                &self.quarantine_unreachable_after,
+            )
             .field("handshake_timeout", &self.handshake_timeout)
             .field("max_reconnect_backoff", &self.max_reconnect_backoff)
             .field("partial_frame_timeout", &self.partial_frame_timeout)
@@ -117,12 +143,14 @@ impl RemoteConfig {
             host: host.into(),
             port,
             secret: Vec::new(),
+            cluster_name: DEFAULT_CLUSTER_NAME.to_owned(),
             max_frame_bytes: DEFAULT_MAX_FRAME_BYTES,
             outbound_lane_bytes: DEFAULT_OUTBOUND_LANE_BYTES,
             ordinary_lanes: DEFAULT_ORDINARY_LANES,
             large_message_destinations: Vec::new(),
             heartbeat_interval: DEFAULT_HEARTBEAT_INTERVAL,
             failure_detector: PhiAccrualConfig::default(),
+            quarantine_unreachable_after: DEFAULT_QUARANTINE_UNREACHABLE_AFTER,
             handshake_timeout: DEFAULT_HANDSHAKE_TIMEOUT,
             max_reconnect_backoff: DEFAULT_MAX_RECONNECT_BACKOFF,
             partial_frame_timeout: DEFAULT_IDLE_PARTIAL_FRAME_TIMEOUT,
@@ -134,6 +162,24 @@ impl RemoteConfig {
     /// Sets the shared cluster secret.
     pub fn with_secret(mut self, secret: Vec<u8>) -> Self {
         self.secret = secret;
+        self
+    }
+
+    /// Sets the cluster name (default `"rally"`): nodes with different names refuse each other
+    /// during the handshake, and a send to such a node fails at once with an `Undeliverable`
+    /// error naming both clusters.
+    ///
+    /// # Example
+    ///
+    /// ```
+    /// use rally::remote::RemoteConfig;
+    ///
+    /// let config = RemoteConfig::new("127.0.0.1", 0).with_cluster_name("orders");
+    /// assert_eq!(config.cluster_name, "orders");
+    /// assert_eq!(RemoteConfig::new("127.0.0.1", 0).cluster_name, "rally");
+    /// ```
+    pub fn with_cluster_name(mut self, name: impl Into<String>) -> Self {
+        self.cluster_name = name.into();
         self
     }
 

@@ -15,6 +15,7 @@ use tokio::sync::OwnedSemaphorePermit;
 
 use crate::association::{Association, lock};
 use crate::connection;
+use crate::events::DownReason;
 use crate::node::NodeInner;
 use crate::outbound::ReplyRoute;
 use crate::registry::{Exposed, InboundError};
@@ -96,6 +97,7 @@ pub(crate) async fn serve(
         incarnation: peer.peer.incarnation,
         generation,
         targets: Vec::new(),
+        origin: Arc::new(peer.peer.clone()),
         peer: peer.clone(),
     };
     // The stream stays open until the failure is counted: a peer that sees the close can rely
@@ -105,7 +107,7 @@ pub(crate) async fn serve(
             node.counters
                 .protocol_errors
                 .fetch_add(1, Ordering::Relaxed);
-            node.quarantine(&peer.peer, &error.to_string());
+            node.quarantine(&peer.peer, DownReason::ProtocolViolation(error.to_string()));
         }
         tracing::warn!(%remote, peer = %peer.peer.address, %error, "inbound connection closed");
     }
@@ -123,6 +125,9 @@ struct Connection {
     incarnation: Incarnation,
     generation: u64,
     targets: Vec<CachedTarget>,
+    /// The authenticated sender, handed to every message delivered from this connection
+    /// (`RemoteContext::remote_origin`).
+    origin: rally_actor::Origin,
     peer: PeerInfo,
 }
 
@@ -150,6 +155,7 @@ impl Connection {
                     self.incarnation,
                     self.generation,
                     &self.peer,
+                    &self.origin,
                     frame,
                     now,
                 ) {
@@ -205,6 +211,7 @@ impl Connection {
         incarnation: Incarnation,
         generation: u64,
         peer: &PeerInfo,
+        origin: &rally_actor::Origin,
         frame: InboundFrame<'_>,
         now: Instant,
     ) -> Result<(), InboundFailure> {
@@ -236,7 +243,7 @@ impl Connection {
                 };
                 // A message this node cannot decode or deliver is dropped and counted; the
                 // connection lives on (it is the sender's bug, not a protocol violation).
-                if let Err(error) = target.deliver(manifest, payload, route) {
+                if let Err(error) = target.deliver(manifest, payload, route, origin) {
                     let status = match &error {
                         InboundError::UnknownManifest(_) => {
                             counters.unknown_manifest.fetch_add(1, Ordering::Relaxed);
@@ -265,7 +272,7 @@ impl Connection {
             } => association.complete(request_id, status, payload),
             InboundFrame::Heartbeat(_) => association.heartbeat(incarnation, now),
             InboundFrame::System(msg) => on_system(node, association, generation, peer, msg),
-            InboundFrame::Leave => node.declare_down(association, "the peer left"),
+            InboundFrame::Leave => node.declare_down(association, DownReason::Left),
         }
         Ok(())
     }

@@ -16,6 +16,8 @@
 //!
 //! - [`RemoteNode`], [`RemoteConfig`], [`RemoteStats`]: the node and its settings and figures
 //! - [`RemoteActor`], [`RemoteMessage`], [`MessageTable`]: what may cross the wire
+//! - [`PeerEvent`] ([`RemoteNode::peer_events`]): peers connected, unreachable, down;
+//!   [`RemoteContext`]: which node sent the message being handled
 //! - [`transport`]: TCP and in-memory streams behind one trait
 
 #![doc(test(attr(deny(warnings), allow(dead_code, unused_variables))))]
@@ -25,6 +27,7 @@ mod codec;
 mod config;
 mod connection;
 mod deploy;
+mod events;
 mod inbound;
 mod node;
 mod outbound;
@@ -36,6 +39,7 @@ pub mod transport;
 pub use config::RemoteConfig;
 pub use connection::ConnectError;
 pub use deploy::{RemoteSpawnError, SPAWNER};
+pub use events::{DownReason, PeerEvent, RemoteContext};
 pub use node::{ExposeError, RemoteNode, StartError};
 pub use outbound::PushError;
 pub use rally_wire::{Incarnation, NodeAddress, UniqueAddress};

@@ -8,11 +8,13 @@ use std::time::{Duration, Instant};
 
 use rally_actor::{ActorId, ActorRef, ActorSystem, DeadLetterReason};
 use rally_wire::{HandshakeConfig, Incarnation, NodeAddress, Observed, UniqueAddress};
-use tokio::sync::{Semaphore, watch};
+use tokio::sync::{Semaphore, broadcast, watch};
 
 use crate::association::{Association, Ended, lock};
+use crate::config::MAX_CLUSTER_NAME_LEN;
 use crate::connection;
 use crate::deploy::{KindFactory, Kinds, RemoteSpawnError, SPAWNER, SpawnRequest, Spawner};
+use crate::events::{DownReason, PEER_EVENTS_CAPACITY, PeerEvent};
 use crate::inbound;
 use crate::outbound::backoff;
 use crate::registry::{Exposed, ExposedActor, MessageTable, RemoteActor};
@@ -124,6 +126,8 @@ pub(crate) struct NodeInner {
     kinds: Kinds,
     pub(crate) counters: Counters,
     shutdown: watch::Receiver<bool>,
+    /// Where peer events go ([`RemoteNode::peer_events`]).
+    events: broadcast::Sender<PeerEvent>,
 }
 
 struct ExposedEntry {
@@ -202,6 +206,15 @@ impl RemoteNode {
                 ),
             });
         }
+        if config.cluster_name.is_empty() || config.cluster_name.len() > MAX_CLUSTER_NAME_LEN {
+            return Err(StartError::Config {
+                key: "cluster_name",
+                reason: format!(
+                    "{:?} is not 1 to {MAX_CLUSTER_NAME_LEN} bytes long",
+                    config.cluster_name
+                ),
+            });
+        }
         if config.max_unauthenticated_connections == 0 {
             return Err(StartError::Config {
                 key: "max_unauthenticated_connections",
@@ -244,6 +257,7 @@ impl RemoteNode {
             kinds: RwLock::new(HashMap::new()),
             counters: Counters::default(),
             shutdown,
+            events: broadcast::channel(PEER_EVENTS_CAPACITY).0,
         });
         tracing::info!(address = %inner.local.address, "remote node listening");
         let weak = Arc::downgrade(&inner);
@@ -300,6 +314,100 @@ impl RemoteNode {
     /// This node's address with its incarnation (new on every start).
     pub fn unique_address(&self) -> &UniqueAddress {
         &self.inner.local
+    }
+
+    /// The actor system this node makes reachable.
+    ///
+    /// # Example
+    ///
+    /// ```
+    /// use rally::ActorSystem;
+    /// use rally::remote::{RemoteConfig, RemoteNode};
+    ///
+    /// # #[tokio::main] async fn main() {
+    /// let system = ActorSystem::new("shop");
+    /// let config = RemoteConfig::new("127.0.0.1", 0).with_secret(b"cluster secret".to_vec());
+    /// let node = RemoteNode::start(&system, config).await.unwrap();
+    /// assert_eq!(node.system().name(), "shop");
+    /// # }
+    /// ```
+    pub fn system(&self) -> &ActorSystem {
+        &self.inner.system
+    }
+
+    /// Subscribes to what happens to peer nodes: connected (authenticated, with its
+    /// incarnation), unreachable and reachable again (the phi-accrual failure detector over
+    /// the control lane's heartbeats), down (quarantined: left, restarted, broke the protocol,
+    /// unreachable for `quarantine_unreachable_after`, or [`quarantine`](Self::quarantine)d),
+    /// and refused (a handshake failure that retrying cannot fix).
+    ///
+    /// The receiver is a [`tokio::sync::broadcast::Receiver`]: every subscriber gets every
+    /// event sent after it subscribed, those about one peer in the order they happened.
+    /// Subscribe before the node talks to anyone to see every peer's `Connected`. A subscriber
+    /// that falls more than 1024 events behind loses the oldest and is told how many
+    /// (`RecvError::Lagged`); the node never waits for a subscriber.
+    ///
+    /// # Example
+    ///
+    /// ```
+    /// use rally::{Actor, ActorResult, ActorSystem, Context, Handler, Message};
+    /// use rally::remote::{MessageTable, PeerEvent, RemoteActor, RemoteConfig, RemoteMessage, RemoteNode};
+    /// use serde::{Deserialize, Serialize};
+    ///
+    /// #[derive(Serialize, Deserialize)]
+    /// struct Ping;
+    /// impl Message for Ping { type Reply = (); }
+    /// impl RemoteMessage for Ping { const MANIFEST: &'static str = "example.Ping"; }
+    /// struct Pong;
+    /// impl Actor for Pong {}
+    /// impl Handler<Ping> for Pong {
+    ///     async fn handle(&mut self, _: Ping, _: &mut Context<Self>) -> ActorResult<()> { Ok(()) }
+    /// }
+    /// impl RemoteActor for Pong {
+    ///     fn messages(table: &mut MessageTable<Self>) { table.add::<Ping>(); }
+    /// }
+    ///
+    /// # #[tokio::main] async fn main() {
+    /// let config = || RemoteConfig::new("127.0.0.1", 0).with_secret(b"cluster secret".to_vec());
+    /// let a = RemoteNode::start(&ActorSystem::new("a"), config()).await.unwrap();
+    /// let b_system = ActorSystem::new("b");
+    /// let b = RemoteNode::start(&b_system, config()).await.unwrap();
+    /// b.expose("pong", &b_system.spawn(Pong).unwrap()).unwrap();
+    ///
+    /// let mut events = a.peer_events();
+    /// let pong = a.lookup::<Pong>(b.address(), "pong");
+    /// pong.ask(Ping, std::time::Duration::from_secs(5)).await.unwrap();
+    /// assert_eq!(events.recv().await.unwrap(), PeerEvent::Connected(b.unique_address().clone()));
+    /// # }
+    /// ```
+    pub fn peer_events(&self) -> broadcast::Receiver<PeerEvent> {
+        self.inner.events.subscribe()
+    }
+
+    /// Declares `peer`'s incarnation down here, as if it had broken the protocol: watchers of
+    /// its actors get `Terminated` (reason node down), requests waiting for it fail, its queued
+    /// messages are dropped, and that incarnation is refused from now on (only a restarted
+    /// process is admitted). Subscribers get [`PeerEvent::Down`] with
+    /// [`DownReason::Requested`]`(reason)`. Does nothing if `peer` is not the incarnation this
+    /// node talks to. This is how a cluster's downing decision reaches remoting.
+    ///
+    /// # Example
+    ///
+    /// ```
+    /// use rally::ActorSystem;
+    /// use rally::remote::{RemoteConfig, RemoteNode};
+    ///
+    /// # #[tokio::main] async fn main() {
+    /// let config = RemoteConfig::new("127.0.0.1", 0).with_secret(b"cluster secret".to_vec());
+    /// let node = RemoteNode::start(&ActorSystem::new("a"), config).await.unwrap();
+    /// let stranger = "rally://b@127.0.0.1:1".parse().unwrap();
+    /// let peer = rally::remote::UniqueAddress { address: stranger, incarnation: rally::remote::Incarnation(7) };
+    /// node.quarantine(&peer, "downed by the cluster"); // never talked to: nothing to do
+    /// # }
+    /// ```
+    pub fn quarantine(&self, peer: &UniqueAddress, reason: &str) {
+        self.inner
+            .quarantine(peer, DownReason::Requested(reason.to_owned()));
     }
 
     /// Makes a local actor reachable from other nodes under `name`.
@@ -521,6 +629,7 @@ impl NodeInner {
             self.config.max_frame_bytes,
             self.config.outbound_lane_bytes,
             self.config.failure_detector.clone(),
+            self.events.clone(),
         ));
         associations.insert(node.clone(), association.clone());
         for index in 0..association.lanes.len() {
@@ -562,6 +671,7 @@ impl NodeInner {
         HandshakeConfig {
             local: self.local.clone(),
             secret: self.config.secret.clone(),
+            cluster: self.config.cluster_name.clone(),
             max_frame_len: self.config.max_frame_bytes,
         }
     }
@@ -573,10 +683,10 @@ impl NodeInner {
             .is_some_and(|association| association.is_quarantined(incarnation))
     }
 
-    /// A peer broke the protocol after authenticating: its life ends here and its incarnation
-    /// is refused from now on.
-    pub(crate) fn quarantine(&self, peer: &UniqueAddress, reason: &str) {
-        tracing::warn!(peer = %peer.address, incarnation = %peer.incarnation, reason, "peer quarantined");
+    /// Ends `peer`'s life here (it broke the protocol after authenticating, or someone asked):
+    /// its incarnation is refused from now on.
+    pub(crate) fn quarantine(&self, peer: &UniqueAddress, reason: DownReason) {
+        tracing::warn!(peer = %peer.address, incarnation = %peer.incarnation, %reason, "peer quarantined");
         let association = self.lock_associations().get(&peer.address).cloned();
         if let Some(association) = association
             && association.admits(peer.incarnation)
@@ -601,7 +711,7 @@ impl NodeInner {
         (observed, generation)
     }
 
-    pub(crate) fn declare_down(&self, association: &Association, reason: &str) {
+    pub(crate) fn declare_down(&self, association: &Association, reason: DownReason) {
         let ended = association.declare_down(reason, |name| {
             self.remote_identity(&association.remote, name)
         });
@@ -619,10 +729,12 @@ impl NodeInner {
         );
     }
 
-    /// Logs a failed handshake: as a warning the first time for a peer, then quietly, so a
-    /// peer that keeps retrying does not flood the log.
+    /// Logs a failed handshake: as a warning the first time for a peer host and cause, then
+    /// quietly, so a peer that keeps retrying (from a new port each time) does not flood the
+    /// log.
     pub(crate) fn report_handshake_failure(&self, peer: &str, error: &connection::ConnectError) {
-        let first = lock(&self.reported).insert(peer.to_owned());
+        let host = peer.rsplit_once(':').map_or(peer, |(host, _port)| host);
+        let first = lock(&self.reported).insert(format!("{host} {error}"));
         if first {
             tracing::warn!(%peer, %error, "handshake failed; connection closed (logged once per peer)");
         } else {
@@ -810,12 +922,16 @@ async fn heartbeats(node: Weak<NodeInner>, mut shutdown: watch::Receiver<bool>) 
         let associations: Vec<Arc<Association>> =
             inner.lock_associations().values().cloned().collect();
         let now = Instant::now();
+        let down_after = inner.config.quarantine_unreachable_after;
         for association in associations {
             let _ = association.control().push_heartbeat(sequence);
             // Asks that gave up free their slots here at the latest (also on each new ask).
             association.sweep_requests();
-            if association.suspect(now) {
-                inner.declare_down(&association, "failure detector: no heartbeat");
+            let unreachable_for = association.check_reachability(now);
+            if let (Some(unreachable_for), Some(down_after)) = (unreachable_for, down_after)
+                && unreachable_for >= down_after
+            {
+                inner.declare_down(&association, DownReason::Unreachable);
             }
         }
     }

@@ -8,7 +8,9 @@ use std::collections::HashMap;
 use std::sync::Arc;
 
 use bytes::BytesMut;
-use rally_actor::{Actor, ActorRef, Envelope, ErasedReply, Handler, Message, ReplyError, ReplyTo};
+use rally_actor::{
+    Actor, ActorRef, Envelope, ErasedReply, Handler, Message, Origin, ReplyError, ReplyTo,
+};
 
 use rustc_hash::FxHashMap;
 use serde::Serialize;
@@ -103,7 +105,8 @@ pub enum InboundError {
 
 type EncodeFn = fn(&(dyn Any + Send), &mut BytesMut) -> Result<(), postcard::Error>;
 type DecodeReplyFn = fn(&[u8]) -> Result<Box<dyn Any + Send>, postcard::Error>;
-type DeliverFn<A> = fn(&[u8], &ActorRef<A>, Option<ReplyRoute>) -> Result<(), InboundError>;
+type DeliverFn<A> =
+    fn(&[u8], &ActorRef<A>, Option<ReplyRoute>, &Origin) -> Result<(), InboundError>;
 
 /// How to encode one message type and decode its reply (the sending side).
 pub(crate) struct Outgoing {
@@ -183,6 +186,7 @@ fn deliver<A, M>(
     payload: &[u8],
     target: &ActorRef<A>,
     reply: Option<ReplyRoute>,
+    origin: &Origin,
 ) -> Result<(), InboundError>
 where
     A: Handler<M>,
@@ -199,18 +203,20 @@ where
         None => ReplyTo::ignore(),
     };
     target
-        .deliver(Envelope::new(msg, typed_reply))
+        .deliver(Envelope::with_origin(msg, typed_reply, origin.clone()))
         .map_err(|e| InboundError::Undelivered(format!("{:?}", e.reason)))
 }
 
 /// A local actor reachable from other nodes, with its type erased.
 pub(crate) trait Exposed: Send + Sync + 'static {
-    /// Decodes and delivers one message; the reply (already encoded) goes to `reply`.
+    /// Decodes and delivers one message from the node `origin`; the reply (already encoded)
+    /// goes to `reply`.
     fn deliver(
         &self,
         manifest: &str,
         payload: &[u8],
         reply: Option<ReplyRoute>,
+        origin: &Origin,
     ) -> Result<(), InboundError>;
     /// Registers a watcher (see `rally_actor::TerminationSink`).
     fn watch(&self, watcher: Arc<dyn rally_actor::TerminationSink>);
@@ -231,13 +237,14 @@ impl<A: Actor> Exposed for ExposedActor<A> {
         manifest: &str,
         payload: &[u8],
         reply: Option<ReplyRoute>,
+        origin: &Origin,
     ) -> Result<(), InboundError> {
         let deliver = self
             .table
             .incoming
             .get(manifest)
             .ok_or_else(|| InboundError::UnknownManifest(manifest.to_owned()))?;
-        deliver(payload, &self.actor, reply)
+        deliver(payload, &self.actor, reply, origin)
     }
 
     fn watch(&self, watcher: Arc<dyn rally_actor::TerminationSink>) {

@@ -55,6 +55,7 @@ async fn authenticated(
     let config = HandshakeConfig {
         local,
         secret: secret.to_vec(),
+        cluster: "rally".into(),
         max_frame_len: 1 << 20,
     };
     let mut handshake =

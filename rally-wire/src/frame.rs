@@ -10,8 +10,9 @@ use bytes::{BufMut, BytesMut};
 /// The first four bytes of every connection.
 pub const MAGIC: [u8; 4] = *b"RALY";
 /// The protocol version this crate speaks.
-/// Version 2 added the frame maximum to Hello and Challenge.
-pub const VERSION: u16 = 2;
+/// Version 2 added the frame maximum to Hello and Challenge; version 3 the cluster name to
+/// Hello (and to the MACs) and `Reject{WrongCluster}`.
+pub const VERSION: u16 = 3;
 /// Bytes in the preface.
 pub const PREFACE_LEN: usize = 6;
 /// Bytes before a frame's body: the length and the kind.
@@ -54,7 +55,7 @@ pub enum PrefaceError {
 /// ```
 /// use rally_wire::{PrefaceError, check_preface};
 ///
-/// assert!(check_preface(b"RALY\x00\x02").is_ok());
+/// assert!(check_preface(b"RALY\x00\x03").is_ok());
 /// assert!(matches!(check_preface(b"GET / "), Err(PrefaceError::WrongMagic { .. })));
 /// ```
 pub fn check_preface(bytes: &[u8; PREFACE_LEN]) -> Result<(), PrefaceError> {
@@ -273,10 +274,10 @@ mod tests {
             Err(PrefaceError::WrongMagic { .. })
         ));
         assert_eq!(
-            check_preface(b"RALY\x00\x01"),
+            check_preface(b"RALY\x00\x02"),
             Err(PrefaceError::UnsupportedVersion {
-                found: 1,
-                supported: 2
+                found: 2,
+                supported: 3
             })
         );
         assert_eq!(split_frame(&[0, 0, 0, 0], 10), Err(FrameError::Empty));

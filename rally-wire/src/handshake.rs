@@ -2,16 +2,18 @@
 //!
 //! ```text
 //! client                                   server
-//!   preface, Hello{from, to, lane, max, Nc} ->
+//!   preface, Hello{from, cluster, to, lane, max, Nc} ->
 //!                                       <-  Challenge{from, max, Ns, MACs}
 //!   Proof{MACc} | Reject{bad proof}     ->
 //!                                       <-  Accept | Reject{reason}
-//! MACs = HMAC-SHA256(secret, "rally-server-v1" | Nc | Ns | client | server)
-//! MACc = HMAC-SHA256(secret, "rally-client-v1" | Ns | Nc | client | server)
+//! MACs = HMAC-SHA256(secret, "rally-server-v1" | Nc | Ns | client | server | cluster)
+//! MACc = HMAC-SHA256(secret, "rally-client-v1" | Ns | Nc | client | server | cluster)
 //! ```
 //!
 //! Both sides prove they hold the shared secret without sending it; fresh nonces on both sides
-//! stop replays. Deadlines are the caller's: the remote layer bounds the whole exchange.
+//! stop replays. A server refuses a client that names another cluster before any proof
+//! (`Reject{WrongCluster}` carries the server's cluster name, so both sides can name both).
+//! Deadlines are the caller's: the remote layer bounds the whole exchange.
 
 use bytes::{BufMut, BytesMut};
 use hmac::{Hmac, Mac};
@@ -43,6 +45,9 @@ pub struct HandshakeConfig {
     pub local: UniqueAddress,
     /// The shared cluster secret.
     pub secret: Vec<u8>,
+    /// The name of the cluster this node belongs to: nodes of different clusters refuse each
+    /// other ([`HandshakeError::WrongCluster`]). At most 255 bytes.
+    pub cluster: String,
     /// Largest data-phase frame we accept; announced to the peer, which then refuses larger
     /// messages at its end.
     pub max_frame_len: u32,
@@ -82,6 +87,8 @@ pub enum RejectReason {
     UnsupportedVersion = 4,
     /// The client broke the handshake protocol.
     Protocol = 5,
+    /// The client belongs to another cluster (the Reject carries the server's cluster name).
+    WrongCluster = 6,
 }
 
 impl RejectReason {
@@ -92,6 +99,7 @@ impl RejectReason {
             3 => Self::Quarantined,
             4 => Self::UnsupportedVersion,
             5 => Self::Protocol,
+            6 => Self::WrongCluster,
             _ => return None,
         })
     }
@@ -138,11 +146,22 @@ pub enum HandshakeError {
     /// The client could not verify our proof and hung up (different secret).
     #[error("the client refused our proof (different secret?)")]
     ClientRefusedProof,
+    /// The two nodes belong to clusters of different names: they refuse each other.
+    #[error(
+        "the peer belongs to cluster {peer:?}, this node to cluster {local:?}: nodes of different clusters refuse each other"
+    )]
+    WrongCluster {
+        /// This node's cluster name.
+        local: String,
+        /// The peer's cluster name.
+        peer: String,
+    },
 }
 
 impl HandshakeError {
     /// Whether retrying cannot help until someone changes a configuration or restarts a
-    /// process: a secret, a version or an address that differs, or a quarantined incarnation.
+    /// process: a secret, a version, a cluster name or an address that differs, or a
+    /// quarantined incarnation.
     ///
     /// # Example
     ///
@@ -159,6 +178,7 @@ impl HandshakeError {
             | Self::BadClientProof
             | Self::ClientRefusedProof
             | Self::WrongAddress { .. }
+            | Self::WrongCluster { .. }
             | Self::Quarantined(_) => true,
             Self::Preface(PrefaceError::UnsupportedVersion { .. }) => true,
             Self::Rejected(reason) => !matches!(reason, RejectReason::Protocol),
@@ -205,18 +225,22 @@ fn read_unique(reader: &mut Reader<'_>) -> Result<UniqueAddress, DecodeError> {
     })
 }
 
+/// The MAC over both nonces, both identities and the cluster name (which both sides checked
+/// to be the same), under the shared secret.
 fn mac(
-    secret: &[u8],
+    config: &HandshakeConfig,
     label: &[u8],
     first: &[u8; 32],
     second: &[u8; 32],
     client: &UniqueAddress,
     server: &UniqueAddress,
 ) -> HmacSha256 {
-    let mut mac = HmacSha256::new_from_slice(secret).expect("HMAC accepts keys of any length");
+    let mut mac =
+        HmacSha256::new_from_slice(&config.secret).expect("HMAC accepts keys of any length");
     let mut ids = BytesMut::new();
     put_unique(&mut ids, client);
     put_unique(&mut ids, server);
+    put_str(&mut ids, &config.cluster);
     mac.update(label);
     mac.update(first);
     mac.update(second);
@@ -234,9 +258,27 @@ fn reject(out: &mut BytesMut, reason: RejectReason) {
     frame(out, FrameKind::Reject, |out| out.put_u8(reason as u8));
 }
 
-fn read_reject(body: &[u8]) -> HandshakeError {
-    match Reader::new(body).u8() {
+/// A `Reject{WrongCluster}` names the server's cluster, so the client can name both.
+fn reject_wrong_cluster(out: &mut BytesMut, cluster: &str) {
+    frame(out, FrameKind::Reject, |out| {
+        out.put_u8(RejectReason::WrongCluster as u8);
+        put_str(out, cluster);
+    });
+}
+
+/// The error a Reject frame means for the side that receives it (`local_cluster`: its own
+/// cluster name, to name both in [`HandshakeError::WrongCluster`]).
+fn read_reject(body: &[u8], local_cluster: &str) -> HandshakeError {
+    let mut reader = Reader::new(body);
+    match reader.u8() {
         Ok(byte) => match RejectReason::from_u8(byte) {
+            Some(RejectReason::WrongCluster) => match reader.str("cluster", MAX_NAME_LEN) {
+                Ok(peer) => HandshakeError::WrongCluster {
+                    local: local_cluster.to_owned(),
+                    peer: peer.to_owned(),
+                },
+                Err(e) => HandshakeError::Decode(e),
+            },
             Some(reason) => HandshakeError::Rejected(reason),
             None => HandshakeError::Decode(DecodeError::UnknownValue {
                 field: "reject reason",
@@ -267,7 +309,9 @@ enum ClientState {
 ///     address: NodeAddress { system: "s".into(), host: "h".into(), port },
 ///     incarnation: Incarnation(port.into()),
 /// };
-/// let config = |port| HandshakeConfig { local: id(port), secret: b"k".to_vec(), max_frame_len: 1 << 20 };
+/// let config = |port| HandshakeConfig {
+///     local: id(port), secret: b"k".to_vec(), cluster: "shop".into(), max_frame_len: 1 << 20,
+/// };
 /// let mut client = ClientHandshake::new(config(1), id(2).address, Lane::Control, [1; 32]);
 /// let mut server = ServerHandshake::new(config(2), [2; 32]);
 /// let (mut to_server, mut to_client) = (BytesMut::new(), BytesMut::new());
@@ -317,6 +361,7 @@ impl ClientHandshake {
         encode_preface(out);
         frame(out, FrameKind::Hello, |out| {
             put_unique(out, &self.config.local);
+            put_str(out, &self.config.cluster);
             put_str(out, &self.to.system);
             put_str(out, &self.to.host);
             put_varint(out, u64::from(self.to.port));
@@ -339,7 +384,7 @@ impl ClientHandshake {
         out: &mut BytesMut,
     ) -> Result<HandshakeEvent, HandshakeError> {
         match (self.state, kind) {
-            (_, FrameKind::Reject) => Err(read_reject(body)),
+            (_, FrameKind::Reject) => Err(read_reject(body, &self.config.cluster)),
             (ClientState::AwaitChallenge, FrameKind::Challenge) => {
                 let mut reader = Reader::new(body);
                 let server = read_unique(&mut reader)?;
@@ -354,7 +399,7 @@ impl ClientHandshake {
                     });
                 }
                 let expected = mac(
-                    &self.config.secret,
+                    &self.config,
                     b"rally-server-v1",
                     &self.nonce,
                     &server_nonce,
@@ -367,7 +412,7 @@ impl ClientHandshake {
                     return Err(HandshakeError::BadServerProof);
                 }
                 let proof = mac(
-                    &self.config.secret,
+                    &self.config,
                     b"rally-client-v1",
                     &server_nonce,
                     &self.nonce,
@@ -499,6 +544,7 @@ impl ServerHandshake {
                 let parsed = (|| {
                     let mut reader = Reader::new(body);
                     let client = read_unique(&mut reader)?;
+                    let cluster = reader.str("cluster", MAX_NAME_LEN)?.to_owned();
                     let to = read_address(&mut reader)?;
                     let lane_byte = reader.u8()?;
                     let lane = Lane::from_u8(lane_byte).ok_or(DecodeError::UnknownValue {
@@ -508,9 +554,9 @@ impl ServerHandshake {
                     let max = read_max_frame(&mut reader)?;
                     let nonce: [u8; 32] = reader.array()?;
                     reader.finish()?;
-                    Ok::<_, DecodeError>((client, to, lane, max, nonce))
+                    Ok::<_, DecodeError>((client, cluster, to, lane, max, nonce))
                 })();
-                let (client, to, lane, client_max, client_nonce) = match parsed {
+                let (client, cluster, to, lane, client_max, client_nonce) = match parsed {
                     Ok(hello) => hello,
                     Err(error) => {
                         reject(out, RejectReason::Protocol);
@@ -524,12 +570,19 @@ impl ServerHandshake {
                         found: to,
                     });
                 }
+                if cluster != self.config.cluster {
+                    reject_wrong_cluster(out, &self.config.cluster);
+                    return Err(HandshakeError::WrongCluster {
+                        local: self.config.cluster.clone(),
+                        peer: cluster,
+                    });
+                }
                 if (self.refused)(&client) {
                     reject(out, RejectReason::Quarantined);
                     return Err(HandshakeError::Quarantined(client.address));
                 }
                 let server_mac = mac(
-                    &self.config.secret,
+                    &self.config,
                     b"rally-server-v1",
                     &client_nonce,
                     &self.nonce,
@@ -561,7 +614,7 @@ impl ServerHandshake {
                     }
                 };
                 let expected = mac(
-                    &self.config.secret,
+                    &self.config,
                     b"rally-client-v1",
                     &self.nonce,
                     &client_nonce,
@@ -580,13 +633,15 @@ impl ServerHandshake {
                     max_frame_len: client_max,
                 }))
             }
-            (ServerState::AwaitProof, FrameKind::Reject) => match read_reject(body) {
-                // The client found our proof wrong: the secrets differ.
-                HandshakeError::Rejected(RejectReason::BadProof) => {
-                    Err(HandshakeError::ClientRefusedProof)
+            (ServerState::AwaitProof, FrameKind::Reject) => {
+                match read_reject(body, &self.config.cluster) {
+                    // The client found our proof wrong: the secrets differ.
+                    HandshakeError::Rejected(RejectReason::BadProof) => {
+                        Err(HandshakeError::ClientRefusedProof)
+                    }
+                    other => Err(other),
                 }
-                other => Err(other),
-            },
+            }
             (state, kind) => {
                 reject(out, RejectReason::Protocol);
                 Err(HandshakeError::UnexpectedFrame {
@@ -627,6 +682,7 @@ mod tests {
         HandshakeConfig {
             local: id(port),
             secret: secret.to_vec(),
+            cluster: "c".into(),
             max_frame_len: 1 << 20,
         }
     }
@@ -733,9 +789,59 @@ mod tests {
         let (kind, body, _) = split_frame(&reply, 1 << 20).unwrap().unwrap();
         assert_eq!(kind, FrameKind::Reject);
         assert_eq!(
-            read_reject(body),
+            read_reject(body, "c"),
             HandshakeError::Rejected(RejectReason::BadProof)
         );
+    }
+
+    #[test]
+    fn another_cluster_name_is_refused_and_both_sides_name_both_clusters() {
+        let mut client_config = config(1, b"k");
+        client_config.cluster = "orders".into();
+        let mut server_config = config(2, b"k");
+        server_config.cluster = "billing".into();
+        let (c, s) = exchange(
+            ClientHandshake::new(client_config, id(2).address, Lane::Control, [1; 32]),
+            ServerHandshake::new(server_config, [2; 32]),
+        );
+        let c = c.unwrap_err();
+        assert_eq!(
+            c,
+            HandshakeError::WrongCluster {
+                local: "orders".into(),
+                peer: "billing".into()
+            }
+        );
+        assert!(c.is_permanent(), "retrying cannot change a cluster name");
+        assert_eq!(
+            s.unwrap().unwrap_err(),
+            HandshakeError::WrongCluster {
+                local: "billing".into(),
+                peer: "orders".into()
+            }
+        );
+        // Even with another secret, the cluster name is what the error names: it is checked
+        // before any proof, and the secret never shows.
+        let mut other = config(1, b"other secret");
+        other.cluster = "orders".into();
+        let (c, _) = exchange(
+            ClientHandshake::new(other, id(2).address, Lane::Control, [1; 32]),
+            ServerHandshake::new(config(2, b"k"), [2; 32]),
+        );
+        let message = c.unwrap_err().to_string();
+        assert!(
+            message.contains("\"orders\"") && message.contains("\"c\""),
+            "{message}"
+        );
+        assert!(!message.contains("secret"), "{message}");
+    }
+
+    #[test]
+    fn a_wrong_cluster_reject_without_the_name_is_a_decode_error() {
+        assert!(matches!(
+            read_reject(&[RejectReason::WrongCluster as u8], "c"),
+            HandshakeError::Decode(_)
+        ));
     }
 
     #[test]
@@ -789,13 +895,13 @@ mod tests {
             "a version mismatch is answered with a Reject"
         );
         let mut server = ServerHandshake::new(config(2, b"k"), [2; 32]);
-        server.on_preface(b"RALY\x00\x02", &mut out).unwrap();
+        server.on_preface(b"RALY\x00\x03", &mut out).unwrap();
         assert!(matches!(
             server.on_frame(FrameKind::Proof, &[0; 32], &mut out),
             Err(HandshakeError::UnexpectedFrame { .. })
         ));
         let mut server = ServerHandshake::new(config(2, b"k"), [2; 32]);
-        server.on_preface(b"RALY\x00\x02", &mut out).unwrap();
+        server.on_preface(b"RALY\x00\x03", &mut out).unwrap();
         assert!(matches!(
             server.on_frame(FrameKind::Hello, &[3, b'a'], &mut out),
             Err(HandshakeError::Decode(_))

@@ -67,7 +67,7 @@ pub use rally_actor::{
     DEFAULT_PARALLELISM_MAX, DEFAULT_PARALLELISM_MIN, DEFAULT_QUEUE_SIZE, DEFAULT_THROUGHPUT,
     DeadLetter, DeadLetterReason, DeadLetters, DeliveryError, Directive, Dispatcher, Envelope,
     ErasedReply, EventStream, ExternalTarget, Failure, Handler, LookupError, MailboxConfig,
-    Message, Overflow, Props, Recipient, ReplyError, ReplySink, ReplyTo, Scope, SendError,
+    Message, Origin, Overflow, Props, Recipient, ReplyError, ReplySink, ReplyTo, Scope, SendError,
     ShutdownError, SpawnError, SupervisorStrategy, SystemConfig, Terminated, Termination,
     TerminationReason, TerminationSink, TimerId, Undelivered, WeakActorRef,
 };
@@ -104,7 +104,7 @@ pub mod prelude {
     pub use rally_actor::prelude::*;
 
     #[cfg(feature = "remote")]
-    pub use rally_remote::{MessageTable, RemoteActor, RemoteMessage, RemoteNode};
+    pub use rally_remote::{MessageTable, RemoteActor, RemoteContext, RemoteMessage, RemoteNode};
 
     #[cfg(feature = "cluster")]
     pub use rally_cluster::{Cluster, ClusterConfig, MemberEvent, MemberStatus};
