@@ -24,6 +24,8 @@
 //! - [`Membership`]: the sans-I/O core (SWIM plus states, events and downing)
 //! - [`DowningStrategy`], [`decide`]: split-brain resolution as a pure function
 //! - [`ClusterConfig`]: every setting with its default and why
+//! - [`ClusterSingleton`], [`SingletonProxy`], [`SingletonGate`]: one actor in the cluster, on
+//!   the oldest member, handed over with no overlap
 //! - [`sim`]: many cores on simulated time and network, reproducible from a seed
 //!
 //! # Example
@@ -53,9 +55,11 @@ mod member;
 mod membership;
 pub mod provider;
 pub mod sim;
+mod singleton;
 
 pub use cluster::{Cluster, DownError, JoinError, LeaveError, MemberEvents};
 pub use config::{ClusterConfig, ClusterConfigBuilder, ConfigError};
 pub use downing::{Decision, DowningStrategy, ViewMember, decide};
 pub use member::{Member, MemberEvent, MemberId, MemberStatus};
 pub use membership::{Membership, MembershipStats, PacketError, Transmit};
+pub use singleton::{ClusterSingleton, ProxyError, SingletonChange, SingletonGate, SingletonProxy};

@@ -1,0 +1,147 @@
+//! The cluster singleton on real loopback TCP: three members, the singleton on the oldest;
+//! messages through a proxy on another member reach it; the host hands over on leave, the
+//! next oldest takes over, messages sent while it moves are kept and delivered, and the log
+//! of start/stop instants shows no overlap.
+
+#[path = "support/nodes.rs"]
+mod nodes;
+
+use std::time::{Duration, Instant};
+
+use rally_actor::{Actor, ActorResult, Context, Handler, Message};
+use rally_cluster::ClusterSingleton;
+use rally_remote::{MessageTable, RemoteActor, RemoteMessage};
+use serde::{Deserialize, Serialize};
+use tokio::sync::mpsc;
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Log {
+    Start(u16, Instant),
+    Stop(u16, Instant),
+    Tick(u16, u32),
+}
+
+#[derive(Serialize, Deserialize)]
+struct Tick(u32);
+impl Message for Tick {
+    type Reply = ();
+}
+impl RemoteMessage for Tick {
+    const MANIFEST: &'static str = "rally.test.singleton.Tick";
+}
+
+struct Counter {
+    port: u16,
+    log: mpsc::UnboundedSender<Log>,
+}
+impl Actor for Counter {}
+impl Handler<Tick> for Counter {
+    async fn handle(&mut self, tick: Tick, _: &mut Context<Self>) -> ActorResult<()> {
+        let _ = self.log.send(Log::Tick(self.port, tick.0));
+        Ok(())
+    }
+}
+impl RemoteActor for Counter {
+    fn messages(table: &mut MessageTable<Self>) {
+        table.add::<Tick>();
+    }
+}
+impl Drop for Counter {
+    fn drop(&mut self) {
+        let _ = self.log.send(Log::Stop(self.port, Instant::now()));
+    }
+}
+
+/// Reads the log until `n` ticks arrived; returns the ports they arrived at and every entry.
+async fn ticks(log: &mut mpsc::UnboundedReceiver<Log>, n: usize, all: &mut Vec<Log>) -> Vec<u16> {
+    let mut at = Vec::new();
+    let done = tokio::time::timeout(nodes::T, async {
+        while at.len() < n {
+            let entry = log.recv().await.expect("log open");
+            if let Log::Tick(port, _) = entry {
+                at.push(port);
+            }
+            all.push(entry);
+        }
+    })
+    .await;
+    assert!(
+        done.is_ok(),
+        "{} of {n} ticks arrived; log {all:?}",
+        at.len()
+    );
+    at
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_singleton_runs_on_the_oldest_and_hands_over_on_leave_without_overlap() {
+    let mut members = nodes::cluster_of(3).await;
+    members.sort_by_key(|m| m.id());
+    let ports: Vec<u16> = members.iter().map(|m| m.node.address().port).collect();
+    let (log_tx, mut log) = mpsc::unbounded_channel();
+    let singletons: Vec<ClusterSingleton<Counter>> = members
+        .iter()
+        .map(|m| {
+            let (tx, port) = (log_tx.clone(), m.node.address().port);
+            ClusterSingleton::start(
+                &m.system,
+                &m.node,
+                &m.cluster,
+                nodes::config(&[]),
+                "counter",
+                None,
+                move || {
+                    let _ = tx.send(Log::Start(port, Instant::now()));
+                    Counter {
+                        port,
+                        log: tx.clone(),
+                    }
+                },
+            )
+        })
+        .collect();
+    let mut all = Vec::new();
+    // The proxy on the youngest member: the first ticks may wait in it until the oldest runs
+    // the singleton; all of them reach the oldest.
+    let proxy = singletons[2].proxy();
+    for i in 0..10 {
+        proxy.tell(Tick(i)).expect("buffer has room");
+    }
+    assert_eq!(ticks(&mut log, 10, &mut all).await, [ports[0]; 10]);
+    let mut singletons = singletons.into_iter();
+    let oldest = singletons.next().expect("three");
+    assert!(oldest.is_hosting());
+    // The oldest hands over and leaves; the proxy keeps what is sent while it moves.
+    oldest.leave(Duration::from_secs(5)).await;
+    let moved = tokio::time::timeout(nodes::T, async {
+        while proxy.location().is_some_and(|l| l.port == ports[0]) {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    })
+    .await;
+    assert!(
+        moved.is_ok(),
+        "the proxy saw the singleton leave the oldest"
+    );
+    for i in 10..20 {
+        proxy.tell(Tick(i)).expect("buffer has room");
+    }
+    assert_eq!(ticks(&mut log, 10, &mut all).await, [ports[1]; 10]);
+    // From the log of instants: one start on each of the two hosts, the first stopped before
+    // the second started.
+    let starts: Vec<&Log> = all.iter().filter(|l| matches!(l, Log::Start(..))).collect();
+    let stops: Vec<&Log> = all.iter().filter(|l| matches!(l, Log::Stop(..))).collect();
+    assert!(
+        matches!(starts[..], [Log::Start(a, _), Log::Start(b, _)] if *a == ports[0] && *b == ports[1]),
+        "{all:?}"
+    );
+    let (Log::Stop(stopped, stop_at), Log::Start(_, start_at)) = (stops[0], starts[1]) else {
+        panic!("{all:?}")
+    };
+    assert_eq!(*stopped, ports[0]);
+    assert!(
+        stop_at < start_at,
+        "the old instance stopped before the new one started"
+    );
+    drop((singletons, members));
+}
