@@ -99,6 +99,13 @@ pub mod cluster {
     pub use rally_cluster::*;
 }
 
+/// State stores for virtual actors, with writes fenced by the ownership epoch
+/// ([`StateStore`](state::StateStore); in-memory, SQLite, and PostgreSQL with `state-postgres`).
+#[cfg(feature = "state")]
+pub mod state {
+    pub use rally_state::*;
+}
+
 /// The names most actor code needs.
 pub mod prelude {
     pub use rally_actor::prelude::*;

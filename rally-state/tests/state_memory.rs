@@ -1,0 +1,18 @@
+//! The in-memory store keeps the store contract.
+
+mod support;
+
+use std::sync::Arc;
+
+use rally::state::{MemoryStore, StateStore};
+
+#[tokio::test]
+async fn memory_store_keeps_the_contract() {
+    support::check_contract(&MemoryStore::new(), "m").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn racing_claims_have_one_winner() {
+    let store: Arc<dyn StateStore> = Arc::new(MemoryStore::new());
+    support::check_one_winner(vec![store], "m").await;
+}
