@@ -56,6 +56,7 @@ mod membership;
 pub mod provider;
 pub mod sim;
 mod singleton;
+pub mod virtual_actors;
 
 pub use cluster::{Cluster, DownError, JoinError, LeaveError, MemberEvents};
 pub use config::{ClusterConfig, ClusterConfigBuilder, ConfigError};

@@ -186,10 +186,12 @@ pub(crate) fn check_key(kind: &str, identity: &str) -> Result<(), StoreError> {
 
 /// Epochs are stored as SQL's signed 64-bit integers; one past `i64::MAX` grants is not
 /// reachable, but an epoch from outside (a caller's argument) may be out of range.
+#[cfg(any(feature = "sqlite", feature = "postgres"))]
 pub(crate) fn to_sql(epoch: Epoch) -> Result<i64, StoreError> {
     i64::try_from(epoch).map_err(|_| StoreError::StaleEpoch { epoch })
 }
 
+#[cfg(any(feature = "sqlite", feature = "postgres"))]
 pub(crate) fn from_sql(epoch: i64) -> Epoch {
     // Epochs start at 1 and only grow, so a stored one is never negative.
     Epoch::try_from(epoch).unwrap_or(0)

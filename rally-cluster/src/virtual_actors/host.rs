@@ -1,0 +1,803 @@
+//! The runtime on one member: its activations per kind, the activation and deactivation
+//! protocol, passivation, and moves after membership changes.
+
+use std::any::Any;
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError, RwLock};
+use std::time::{Duration, Instant};
+
+use rally_actor::{ActorId, ActorRef, ActorSystem, Terminated, TerminationSink};
+use rally_state::{Claim, Epoch, StateStore};
+use tokio::sync::{Notify, Semaphore, oneshot};
+
+use super::config::VirtualActorsConfig;
+use super::error::GrainError;
+use super::kind::{Activation, Call, Envelope, GrainMessages, VirtualActor, WireReply};
+use super::ownership::{Holder, Ownership, Route};
+use super::placement::Placement;
+use super::transport::{GrainRequest, Transport};
+use crate::member::MemberId;
+
+/// How many times an activation retries its claim (each retry follows a holder that went
+/// away or a lost race) before its messages fail.
+const CLAIM_ATTEMPTS: u32 = 8;
+
+/// While the store names a holder this member does not know, it re-reads the view this often,
+/// this many times (2 s: far longer than gossip takes to spread a join).
+const UNKNOWN_HOLDER_PAUSE: Duration = Duration::from_millis(50);
+const UNKNOWN_HOLDER_WAITS: u32 = 40;
+
+/// What this member's runtime shares between its handles, its tasks and the transport.
+pub(crate) struct Inner {
+    pub(crate) local: MemberId,
+    owner_key: Arc<str>,
+    system: ActorSystem,
+    store: Arc<dyn StateStore>,
+    placement: Arc<dyn Placement>,
+    pub(crate) config: VirtualActorsConfig,
+    ownership: Mutex<Ownership>,
+    kinds: RwLock<HashMap<&'static str, Arc<dyn KindHost>>>,
+    transport: Transport,
+    stopped: AtomicBool,
+    moves: Arc<Semaphore>,
+    /// Wakes the sweeper after a membership change.
+    pub(crate) view_changed: Notify,
+    view_dirty: AtomicBool,
+}
+
+/// The figures of one kind on this member.
+///
+/// # Example
+///
+/// ```
+/// use rally::cluster::virtual_actors::KindStats;
+///
+/// fn report(stats: &KindStats) -> String {
+///     format!("{}: {} active, {} activations", stats.kind, stats.active, stats.activations)
+/// }
+/// ```
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+#[non_exhaustive]
+pub struct KindStats {
+    /// The kind.
+    pub kind: &'static str,
+    /// Activations alive now.
+    pub active: usize,
+    /// Activations started since this member started.
+    pub activations: u64,
+    /// Activations ended (idle, over the cap, moved, or this member stopping).
+    pub deactivations: u64,
+    /// Activations whose hook failed or panicked (or whose claim failed).
+    pub failed_activations: u64,
+    /// Activations ended because their identity now belongs to another member.
+    pub moves: u64,
+    /// Messages this member passed on to another member instead of handling them.
+    pub forwarded: u64,
+}
+
+impl Inner {
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn new(
+        local: MemberId,
+        system: ActorSystem,
+        store: Arc<dyn StateStore>,
+        placement: Arc<dyn Placement>,
+        config: VirtualActorsConfig,
+        ownership: Ownership,
+        kinds: HashMap<&'static str, Arc<dyn KindHost>>,
+        transport: Transport,
+    ) -> Self {
+        let moves = Arc::new(Semaphore::new(config.max_concurrent_moves.max(1)));
+        Self {
+            owner_key: Arc::from(Ownership::owner_key(&local)),
+            local,
+            system,
+            store,
+            placement,
+            config,
+            ownership: Mutex::new(ownership),
+            kinds: RwLock::new(kinds),
+            transport,
+            stopped: AtomicBool::new(false),
+            moves,
+            view_changed: Notify::new(),
+            view_dirty: AtomicBool::new(false),
+        }
+    }
+
+    /// Decisions are plain data updates: a poisoned lock is still consistent.
+    pub(crate) fn ownership(&self) -> MutexGuard<'_, Ownership> {
+        self.ownership
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+    }
+
+    fn kind(&self, kind: &str) -> Option<Arc<dyn KindHost>> {
+        self.kinds
+            .read()
+            .unwrap_or_else(PoisonError::into_inner)
+            .get(kind)
+            .cloned()
+    }
+
+    fn all_kinds(&self) -> Vec<Arc<dyn KindHost>> {
+        self.kinds
+            .read()
+            .unwrap_or_else(PoisonError::into_inner)
+            .values()
+            .cloned()
+            .collect()
+    }
+
+    pub(crate) fn is_stopped(&self) -> bool {
+        self.stopped.load(Ordering::Acquire)
+    }
+
+    pub(crate) fn stats(&self) -> Vec<KindStats> {
+        let mut stats: Vec<_> = self.all_kinds().iter().map(|k| k.stats()).collect();
+        stats.sort_by_key(|s| s.kind);
+        stats
+    }
+
+    pub(crate) fn check_identity(&self, identity: &str) -> Result<(), GrainError> {
+        if identity.is_empty() || identity.len() > self.config.max_identity_bytes {
+            return Err(GrainError::InvalidIdentity(format!(
+                "identity must be 1..={} bytes, got {}",
+                self.config.max_identity_bytes,
+                identity.len()
+            )));
+        }
+        Ok(())
+    }
+
+    /// Sends a typed call for `K` from this member: to the local host if this member hosts
+    /// `K`, otherwise to the owner.
+    pub(crate) fn send<K: VirtualActor>(
+        self: &Arc<Self>,
+        identity: &Arc<str>,
+        call: Box<dyn Call<K>>,
+    ) {
+        if self.is_stopped() {
+            return call.fail(GrainError::Stopped);
+        }
+        if let Some(host) = self.kind(K::KIND) {
+            let host = host
+                .as_any()
+                .downcast::<Host<K>>()
+                .unwrap_or_else(|_| unreachable!("kinds map K::KIND to Host<K>"));
+            return host.dispatch(self, Arc::clone(identity), call);
+        }
+        let route = self
+            .ownership()
+            .route(K::KIND, identity, self.placement.as_ref());
+        match route {
+            Route::Remote(to) => self.forward(K::KIND, identity, &to, call),
+            Route::NoHost => call.fail(GrainError::NoHost(K::KIND.to_owned())),
+            Route::Local => call.fail(GrainError::NotHosted {
+                kind: K::KIND.to_owned(),
+                member: self.local.to_string(),
+            }),
+        }
+    }
+
+    /// Passes a call on to `to`, one more hop.
+    fn forward<K: VirtualActor>(
+        &self,
+        kind: &'static str,
+        identity: &str,
+        to: &MemberId,
+        call: Box<dyn Call<K>>,
+    ) {
+        if call.hops() >= self.config.max_hops {
+            let hops = call.hops();
+            return call.fail(GrainError::TooManyHops(hops));
+        }
+        if let Ok((outgoing, reply)) = call.into_request() {
+            self.transport
+                .send(to, GrainRequest::new(kind, identity, outgoing), reply);
+        }
+    }
+
+    /// A request from another member.
+    pub(crate) fn receive(self: &Arc<Self>, request: GrainRequest, reply: WireReply) {
+        if self.is_stopped() {
+            return reply(Err(GrainError::Stopped));
+        }
+        if let Err(e) = self.check_identity(&request.identity) {
+            return reply(Err(e));
+        }
+        match self.kind(&request.kind) {
+            None => reply(Err(GrainError::NotHosted {
+                kind: request.kind,
+                member: self.local.to_string(),
+            })),
+            Some(host) => host.receive(self, request, reply),
+        }
+    }
+
+    /// Takes in a membership change: records it, and stops everything if this member was
+    /// downed or removed.
+    pub(crate) fn apply(self: &Arc<Self>, event: &crate::member::MemberEvent) {
+        let stopped = {
+            let mut ownership = self.ownership();
+            ownership.apply(event, Instant::now());
+            ownership.is_stopped()
+        };
+        if stopped {
+            self.stop();
+        } else {
+            self.view_dirty.store(true, Ordering::Release);
+            self.view_changed.notify_one();
+        }
+    }
+
+    /// Stops hosting: no new message is taken, every activation is deactivated.
+    pub(crate) fn stop(self: &Arc<Self>) {
+        if self.stopped.swap(true, Ordering::AcqRel) {
+            return;
+        }
+        if let Transport::Memory(network) = &self.transport {
+            network.detach(&self.local);
+        }
+        for host in self.all_kinds() {
+            host.deactivate_all(self);
+        }
+        self.view_changed.notify_one();
+    }
+
+    /// Deactivates what has been idle too long and, after a membership change, what now
+    /// belongs to another member.
+    pub(crate) fn sweep(self: &Arc<Self>) {
+        let moved = self.view_dirty.swap(false, Ordering::AcqRel);
+        for host in self.all_kinds() {
+            host.sweep(self, Instant::now(), moved);
+        }
+    }
+
+    pub(crate) fn attach(self: &Arc<Self>) {
+        if let Transport::Memory(network) = &self.transport {
+            network.attach(&self.local, self);
+        }
+    }
+
+    /// Resolves once every activation of every kind has ended.
+    pub(crate) async fn drained(&self) {
+        loop {
+            let hosts = self.all_kinds();
+            if hosts.iter().all(|h| h.slot_count() == 0) {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    }
+}
+
+/// One kind's host, erased over the kind.
+pub(crate) trait KindHost: Send + Sync + 'static {
+    fn receive(&self, inner: &Arc<Inner>, request: GrainRequest, reply: WireReply);
+    fn sweep(&self, inner: &Arc<Inner>, now: Instant, moved: bool);
+    fn deactivate_all(&self, inner: &Arc<Inner>);
+    fn stats(&self) -> KindStats;
+    fn slot_count(&self) -> usize;
+    fn as_any(self: Arc<Self>) -> Arc<dyn Any + Send + Sync>;
+}
+
+/// The activations of kind `K` on this member.
+pub(crate) struct Host<K: VirtualActor> {
+    me: std::sync::Weak<Host<K>>,
+    table: GrainMessages<K>,
+    slots: Mutex<HashMap<Arc<str>, Slot<K>>>,
+    counters: Counters,
+}
+
+#[derive(Default)]
+struct Counters {
+    active: AtomicUsize,
+    activations: AtomicU64,
+    deactivations: AtomicU64,
+    failed: AtomicU64,
+    moves: AtomicU64,
+    forwarded: AtomicU64,
+}
+
+enum Slot<K: VirtualActor> {
+    /// Claiming and running the activation hook; messages wait in order.
+    Activating(Vec<Box<dyn Call<K>>>),
+    Active(ActiveSlot<K>),
+    /// Draining, stopping and releasing; messages wait in order, then are routed anew.
+    Deactivating(Vec<Box<dyn Call<K>>>),
+}
+
+struct ActiveSlot<K: VirtualActor> {
+    actor: ActorRef<K>,
+    epoch: Epoch,
+    last_used: Instant,
+    in_flight: Arc<InFlight>,
+}
+
+/// Messages handed to an activation and not yet handled.
+#[derive(Default)]
+struct InFlight {
+    count: AtomicUsize,
+    idle: Notify,
+}
+
+impl InFlight {
+    fn begin(&self) {
+        self.count.fetch_add(1, Ordering::AcqRel);
+    }
+
+    fn end(&self) {
+        if self.count.fetch_sub(1, Ordering::AcqRel) == 1 {
+            self.idle.notify_waiters();
+        }
+    }
+
+    fn is_idle(&self) -> bool {
+        self.count.load(Ordering::Acquire) == 0
+    }
+
+    async fn wait_idle(&self) {
+        loop {
+            let notified = self.idle.notified();
+            tokio::pin!(notified);
+            notified.as_mut().enable();
+            if self.is_idle() {
+                return;
+            }
+            notified.await;
+        }
+    }
+}
+
+/// Why an activation ends.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Reason {
+    Idle,
+    OverCap,
+    Moved,
+    Stopping,
+}
+
+impl<K: VirtualActor> Host<K> {
+    pub(crate) fn new() -> Arc<Self> {
+        Arc::new_cyclic(|me| Self {
+            me: me.clone(),
+            table: GrainMessages::of(),
+            slots: Mutex::new(HashMap::new()),
+            counters: Counters::default(),
+        })
+    }
+
+    fn this(&self) -> Arc<Self> {
+        self.me
+            .upgrade()
+            .expect("a host is only used through the Arc that holds it")
+    }
+
+    /// Slot changes are single map operations: a poisoned lock is still consistent.
+    fn slots(&self) -> MutexGuard<'_, HashMap<Arc<str>, Slot<K>>> {
+        self.slots.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Delivers, queues, activates or forwards one call.
+    pub(crate) fn dispatch(&self, inner: &Arc<Inner>, identity: Arc<str>, call: Box<dyn Call<K>>) {
+        if inner.is_stopped() {
+            return call.fail(GrainError::Stopped);
+        }
+        let mut slots = self.slots();
+        match slots.get_mut(&identity) {
+            Some(Slot::Active(active)) => {
+                active.last_used = Instant::now();
+                active.in_flight.begin();
+                let actor = active.actor.clone();
+                let in_flight = Arc::clone(&active.in_flight);
+                drop(slots);
+                call.deliver(&actor, Box::new(move || in_flight.end()));
+            }
+            Some(Slot::Activating(queue) | Slot::Deactivating(queue)) => queue.push(call),
+            None => {
+                let route = inner
+                    .ownership()
+                    .route(K::KIND, &identity, inner.placement.as_ref());
+                match route {
+                    Route::Local => {
+                        slots.insert(Arc::clone(&identity), Slot::Activating(vec![call]));
+                        drop(slots);
+                        let host = self.this();
+                        let inner = Arc::clone(inner);
+                        tokio::spawn(async move { host.activate(inner, identity).await });
+                    }
+                    Route::Remote(to) => {
+                        drop(slots);
+                        if call.hops() > 0 {
+                            self.counters.forwarded.fetch_add(1, Ordering::Relaxed);
+                        }
+                        inner.forward(K::KIND, &identity, &to, call);
+                    }
+                    Route::NoHost => {
+                        drop(slots);
+                        call.fail(GrainError::NoHost(K::KIND.to_owned()));
+                    }
+                }
+            }
+        }
+    }
+
+    /// Claims the identity, runs the activation hook, and delivers what waited.
+    async fn activate(self: Arc<Self>, inner: Arc<Inner>, identity: Arc<str>) {
+        let epoch = match self.claim(&inner, &identity).await {
+            Ok(Some(epoch)) => epoch,
+            Ok(None) => return, // handed to the holder
+            Err(error) => return self.abandon(&identity, error),
+        };
+        let activation = Activation::new(
+            K::KIND,
+            Arc::clone(&inner.owner_key),
+            Arc::clone(&identity),
+            epoch,
+            Arc::clone(&inner.store),
+        );
+        // Its own task, so a panicking hook is a JoinError here, not a dead runtime.
+        let built = tokio::spawn(K::activate(activation)).await;
+        let actor = match built {
+            Ok(Ok(actor)) => inner
+                .system
+                .spawn(actor)
+                .map_err(|e| GrainError::ActivationFailed(e.to_string())),
+            Ok(Err(e)) => Err(GrainError::ActivationFailed(e.to_string())),
+            Err(e) if e.is_panic() => Err(GrainError::ActivationFailed(format!(
+                "the activation hook panicked: {}",
+                panic_message(e.into_panic())
+            ))),
+            Err(e) => Err(GrainError::ActivationFailed(e.to_string())),
+        };
+        let actor = match actor {
+            Ok(actor) => actor,
+            Err(error) => {
+                let _ = inner.store.release(K::KIND, &identity, epoch).await;
+                return self.abandon(&identity, error);
+            }
+        };
+        self.counters.activations.fetch_add(1, Ordering::Relaxed);
+        self.counters.active.fetch_add(1, Ordering::Relaxed);
+        let in_flight = Arc::new(InFlight::default());
+        {
+            let mut slots = self.slots();
+            let queue = match slots.insert(
+                Arc::clone(&identity),
+                Slot::Active(ActiveSlot {
+                    actor: actor.clone(),
+                    epoch,
+                    last_used: Instant::now(),
+                    in_flight: Arc::clone(&in_flight),
+                }),
+            ) {
+                Some(Slot::Activating(queue)) => queue,
+                _ => Vec::new(),
+            };
+            // In the order they came; enqueueing does not wait.
+            for call in queue {
+                in_flight.begin();
+                let in_flight = Arc::clone(&in_flight);
+                call.deliver(&actor, Box::new(move || in_flight.end()));
+            }
+        }
+        if inner.is_stopped() {
+            self.deactivate_later(&inner, identity, Reason::Stopping);
+            return;
+        }
+        self.enforce_cap(&inner);
+    }
+
+    /// The epoch this member was granted, or `None` if the calls went to the holder.
+    async fn claim(
+        &self,
+        inner: &Arc<Inner>,
+        identity: &Arc<str>,
+    ) -> Result<Option<Epoch>, GrainError> {
+        let store_error = |e: rally_state::StoreError| GrainError::Store(e.to_string());
+        let mut claim = inner
+            .store
+            .claim(K::KIND, identity, &inner.owner_key)
+            .await
+            .map_err(store_error)?;
+        let mut unknown_waits = 0;
+        let mut attempts = 0;
+        while attempts < CLAIM_ATTEMPTS {
+            let (holder, held_epoch) = match claim {
+                Claim::Granted(epoch) => return Ok(Some(epoch)),
+                Claim::Held { owner, epoch } => (owner, epoch),
+                other => return Err(GrainError::Store(format!("unexpected claim {other:?}"))),
+            };
+            let decision = inner.ownership().holder(&holder, Instant::now());
+            if decision != Holder::Unknown {
+                attempts += 1;
+            }
+            claim = match decision {
+                Holder::Forward(to) => {
+                    self.hand_to(inner, identity, &to);
+                    return Ok(None);
+                }
+                Holder::WaitUntil(at) => {
+                    tokio::time::sleep_until(at.into()).await;
+                    if inner.is_stopped() {
+                        return Err(GrainError::Stopped);
+                    }
+                    inner
+                        .store
+                        .claim(K::KIND, identity, &inner.owner_key)
+                        .await
+                        .map_err(store_error)?
+                }
+                // Gone long enough that it has stopped; or this member's own hold, left by an
+                // activation that ended without its release reaching the store.
+                Holder::TakeOver | Holder::Local => inner
+                    .store
+                    .take_over(K::KIND, identity, &inner.owner_key, held_epoch)
+                    .await
+                    .map_err(store_error)?,
+                // Most often a member that joined a moment ago and is not in this view
+                // yet: wait for the view to catch up, a bounded while.
+                Holder::Unknown => {
+                    unknown_waits += 1;
+                    if unknown_waits > UNKNOWN_HOLDER_WAITS {
+                        return Err(GrainError::HolderUnknown(holder));
+                    }
+                    tokio::time::sleep(UNKNOWN_HOLDER_PAUSE).await;
+                    inner
+                        .store
+                        .claim(K::KIND, identity, &inner.owner_key)
+                        .await
+                        .map_err(store_error)?
+                }
+            };
+        }
+        Err(GrainError::Store(format!(
+            "the claim did not settle in {CLAIM_ATTEMPTS} attempts"
+        )))
+    }
+
+    /// Sends what waited for an activation to the member that holds the identity.
+    fn hand_to(&self, inner: &Arc<Inner>, identity: &Arc<str>, to: &MemberId) {
+        let queue = match self.slots().remove(identity) {
+            Some(Slot::Activating(queue)) => queue,
+            Some(other) => {
+                // Not ours to take (cannot happen: only the activation task leaves Activating).
+                self.slots().insert(Arc::clone(identity), other);
+                return;
+            }
+            None => Vec::new(),
+        };
+        for call in queue {
+            self.counters.forwarded.fetch_add(1, Ordering::Relaxed);
+            inner.forward(K::KIND, identity, to, call);
+        }
+    }
+
+    /// Fails what waited for an activation that did not happen; the identity may activate
+    /// again with the next message.
+    fn abandon(&self, identity: &Arc<str>, error: GrainError) {
+        self.counters.failed.fetch_add(1, Ordering::Relaxed);
+        let queue = match self.slots().remove(identity) {
+            Some(Slot::Activating(queue)) => queue,
+            _ => Vec::new(),
+        };
+        for call in queue {
+            call.fail(error.clone());
+        }
+    }
+
+    fn deactivate_later(&self, inner: &Arc<Inner>, identity: Arc<str>, reason: Reason) {
+        let host = self.this();
+        let inner = Arc::clone(inner);
+        tokio::spawn(async move { host.deactivate(inner, identity, reason).await });
+    }
+
+    /// Lets the messages already handed over finish, stops the actor (its `stopped` hook
+    /// runs), releases the identity, then routes what arrived meanwhile anew.
+    async fn deactivate(self: Arc<Self>, inner: Arc<Inner>, identity: Arc<str>, reason: Reason) {
+        let _permit = if reason == Reason::Moved {
+            Some(Arc::clone(&inner.moves).acquire_owned().await)
+        } else {
+            None
+        };
+        let active = {
+            let mut slots = self.slots();
+            match slots.get(&identity) {
+                Some(Slot::Active(active)) if reason != Reason::Idle || idle(active, &inner) => {}
+                _ => return, // already going, or used again since the sweep looked
+            }
+            match slots.insert(Arc::clone(&identity), Slot::Deactivating(Vec::new())) {
+                Some(Slot::Active(active)) => active,
+                _ => unreachable!("checked above under the same lock"),
+            }
+        };
+        let deadline = tokio::time::Instant::now() + inner.config.deactivation_timeout;
+        let _ = tokio::time::timeout_at(deadline, active.in_flight.wait_idle()).await;
+        let (sink, stopped) = StopWaiter::new(inner.system.next_id());
+        active.actor.watch_with(sink);
+        active.actor.stop();
+        let _ = tokio::time::timeout_at(deadline, stopped).await;
+        let _ = inner.store.release(K::KIND, &identity, active.epoch).await;
+        self.counters.active.fetch_sub(1, Ordering::Relaxed);
+        self.counters.deactivations.fetch_add(1, Ordering::Relaxed);
+        if reason == Reason::Moved {
+            self.counters.moves.fetch_add(1, Ordering::Relaxed);
+        }
+        let queue = match self.slots().remove(&identity) {
+            Some(Slot::Deactivating(queue)) => queue,
+            _ => Vec::new(),
+        };
+        for call in queue {
+            self.dispatch(&inner, Arc::clone(&identity), call);
+        }
+    }
+
+    /// Over the cap: deactivate the least recently used idle activations, a batch at a time
+    /// so the scan is paid once per many activations.
+    fn enforce_cap(&self, inner: &Arc<Inner>) {
+        let cap = inner.config.max_active;
+        let active = self.counters.active.load(Ordering::Relaxed);
+        if active <= cap {
+            return;
+        }
+        let batch = (active - cap).max(cap / 32).max(1);
+        let mut idle: Vec<(Instant, Arc<str>)> = self
+            .slots()
+            .iter()
+            .filter_map(|(id, slot)| match slot {
+                Slot::Active(a) if a.in_flight.is_idle() => Some((a.last_used, Arc::clone(id))),
+                _ => None,
+            })
+            .collect();
+        if idle.len() > batch {
+            idle.select_nth_unstable_by_key(batch, |(used, _)| *used);
+            idle.truncate(batch);
+        }
+        for (_, identity) in idle {
+            self.deactivate_later(inner, identity, Reason::OverCap);
+        }
+    }
+}
+
+fn idle<K: VirtualActor>(active: &ActiveSlot<K>, inner: &Inner) -> bool {
+    active.in_flight.is_idle() && active.last_used.elapsed() >= inner.config.idle_timeout
+}
+
+impl<K: VirtualActor> KindHost for Host<K> {
+    fn receive(&self, inner: &Arc<Inner>, request: GrainRequest, reply: WireReply) {
+        let envelope = Envelope {
+            reply,
+            hops: request.hops,
+            deadline: request.deadline(),
+        };
+        match self
+            .table
+            .decode(&request.manifest, &request.payload, envelope)
+        {
+            Ok(call) => self.dispatch(inner, Arc::from(request.identity), call),
+            Err((error, envelope)) => (envelope.reply)(Err(error)),
+        }
+    }
+
+    fn sweep(&self, inner: &Arc<Inner>, now: Instant, moved: bool) {
+        let mut idle_ones = Vec::new();
+        let mut moving = Vec::new();
+        {
+            let slots = self.slots();
+            let ownership = inner.ownership();
+            for (identity, slot) in slots.iter() {
+                let Slot::Active(active) = slot else { continue };
+                if moved
+                    && inner.placement.moves_on_change()
+                    && ownership.route(K::KIND, identity, inner.placement.as_ref()) != Route::Local
+                {
+                    moving.push(Arc::clone(identity));
+                } else if active.in_flight.is_idle()
+                    && now.duration_since(active.last_used) >= inner.config.idle_timeout
+                {
+                    idle_ones.push(Arc::clone(identity));
+                }
+            }
+        }
+        for identity in idle_ones {
+            self.deactivate_later(inner, identity, Reason::Idle);
+        }
+        for identity in moving {
+            self.deactivate_later(inner, identity, Reason::Moved);
+        }
+    }
+
+    fn deactivate_all(&self, inner: &Arc<Inner>) {
+        let mut waiting = Vec::new();
+        let identities: Vec<Arc<str>> = {
+            let mut slots = self.slots();
+            // Calls still waiting for an activation fail: this member hosts nothing more.
+            slots.retain(|_, slot| match slot {
+                Slot::Activating(queue) => {
+                    waiting.append(queue);
+                    true
+                }
+                _ => true,
+            });
+            slots
+                .iter()
+                .filter(|(_, slot)| matches!(slot, Slot::Active(_)))
+                .map(|(id, _)| Arc::clone(id))
+                .collect()
+        };
+        for call in waiting {
+            call.fail(GrainError::Stopped);
+        }
+        for identity in identities {
+            self.deactivate_later(inner, identity, Reason::Stopping);
+        }
+    }
+
+    fn stats(&self) -> KindStats {
+        let c = &self.counters;
+        KindStats {
+            kind: K::KIND,
+            active: c.active.load(Ordering::Relaxed),
+            activations: c.activations.load(Ordering::Relaxed),
+            deactivations: c.deactivations.load(Ordering::Relaxed),
+            failed_activations: c.failed.load(Ordering::Relaxed),
+            moves: c.moves.load(Ordering::Relaxed),
+            forwarded: c.forwarded.load(Ordering::Relaxed),
+        }
+    }
+
+    fn slot_count(&self) -> usize {
+        self.slots().len()
+    }
+
+    fn as_any(self: Arc<Self>) -> Arc<dyn Any + Send + Sync> {
+        self
+    }
+}
+
+/// Resolves when the watched actor has stopped (its `stopped` hook has run).
+struct StopWaiter {
+    id: ActorId,
+    done: Mutex<Option<oneshot::Sender<()>>>,
+}
+
+impl StopWaiter {
+    fn new(id: ActorId) -> (Arc<Self>, oneshot::Receiver<()>) {
+        let (done, wait) = oneshot::channel();
+        (
+            Arc::new(Self {
+                id,
+                done: Mutex::new(Some(done)),
+            }),
+            wait,
+        )
+    }
+}
+
+impl TerminationSink for StopWaiter {
+    fn watcher(&self) -> ActorId {
+        self.id
+    }
+
+    fn notify(&self, _: Terminated) {
+        if let Some(done) = self
+            .done
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .take()
+        {
+            let _ = done.send(());
+        }
+    }
+}
+
+fn panic_message(payload: Box<dyn Any + Send>) -> String {
+    payload
+        .downcast_ref::<&str>()
+        .map(|s| (*s).to_owned())
+        .or_else(|| payload.downcast_ref::<String>().cloned())
+        .unwrap_or_else(|| "a non-text panic".to_owned())
+}

@@ -1,0 +1,357 @@
+//! The sans-I/O ownership core: from the member events a member has seen, and the time, where
+//! a message for an identity goes and when a holder that went away may be taken over from.
+
+use std::collections::BTreeMap;
+use std::time::{Duration, Instant};
+
+use super::placement::Placement;
+use crate::config::ClusterConfig;
+use crate::member::{MemberEvent, MemberId, MemberStatus};
+
+/// Where a message for an identity should go, as this member sees the cluster.
+///
+/// # Example
+///
+/// ```
+/// use std::time::{Duration, Instant};
+/// use rally::cluster::{ClusterConfig, MemberEvent, MemberId};
+/// use rally::cluster::virtual_actors::{Hashed, Ownership, Route};
+/// use rally::remote::Incarnation;
+///
+/// let me = MemberId::new("rally://shop@127.0.0.1:1".parse().unwrap(), Incarnation(1), 1)
+///     .with_kinds(["cart"]);
+/// let mut ownership = Ownership::new(me.clone(), &ClusterConfig::default(), Duration::ZERO);
+/// assert_eq!(ownership.route("cart", "u1", &Hashed), Route::Local);
+/// ownership.apply(&MemberEvent::Leaving(me.clone()), Instant::now());
+/// assert_eq!(ownership.route("cart", "u1", &Hashed), Route::NoHost);
+/// ```
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Route {
+    /// This member should activate it.
+    Local,
+    /// Another member should.
+    Remote(MemberId),
+    /// No serving member hosts the kind.
+    NoHost,
+}
+
+/// What to do about an identity the state store says another owner holds.
+///
+/// # Example
+///
+/// ```
+/// use std::time::{Duration, Instant};
+/// use rally::cluster::{ClusterConfig, MemberEvent, MemberId};
+/// use rally::cluster::virtual_actors::{Holder, Ownership};
+/// use rally::remote::Incarnation;
+///
+/// let member = |port: u16| MemberId::new(format!("rally://shop@127.0.0.1:{port}").parse().unwrap(), Incarnation(1), 1);
+/// let t0 = Instant::now();
+/// let mut ownership = Ownership::new(member(1), &ClusterConfig::default(), Duration::from_secs(5));
+/// ownership.apply(&MemberEvent::Up(member(2)), t0);
+/// let holder = Ownership::owner_key(&member(2));
+/// assert_eq!(ownership.holder(&holder, t0), Holder::Forward(member(2)));
+/// ownership.apply(&MemberEvent::Down(member(2)), t0);
+/// // One member seen: the membership's margin for one (1.5 s + 5 s) plus 5 s of deactivation.
+/// let at = t0 + Duration::from_millis(11_500);
+/// assert_eq!(ownership.takeover_after(), Duration::from_millis(11_500));
+/// assert_eq!(ownership.holder(&holder, t0), Holder::WaitUntil(at));
+/// assert_eq!(ownership.holder(&holder, at), Holder::TakeOver);
+/// ```
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Holder {
+    /// The holder is serving: send the message there.
+    Forward(MemberId),
+    /// The holder is down (or gone) but may still be running on the losing side of a
+    /// partition until this instant: keep the message until then.
+    WaitUntil(Instant),
+    /// The holder was downed long enough ago that it has stopped: take the identity over.
+    TakeOver,
+    /// This member itself holds it (an activation of this member is under way).
+    Local,
+    /// A member this member does not know (joined too recently to be seen, or forgotten long
+    /// after it left): nothing safe can be decided now.
+    Unknown,
+}
+
+/// One member's ownership view: which members host which kinds, who is up, who was downed
+/// and when. Fed with [`MemberEvent`]s and the instant they were seen; no I/O, no clock.
+///
+/// # Example
+///
+/// See [`Route`] and [`Holder`].
+#[derive(Debug, Clone)]
+pub struct Ownership {
+    local: MemberId,
+    membership: ClusterConfig,
+    extra: Duration,
+    members: BTreeMap<MemberId, Seen>,
+    stopped: bool,
+}
+
+#[derive(Debug, Clone)]
+struct Seen {
+    /// The record as last announced (its kinds are what it hosts).
+    id: MemberId,
+    status: MemberStatus,
+    /// When this member first saw it down, leaving or removed: from then on it is taking its
+    /// activations down, which it has done by `gone_since + takeover_after`.
+    gone_since: Option<Instant>,
+}
+
+impl Ownership {
+    /// A view for `local`, empty until events arrive. A member seen going down (or leaving)
+    /// may have its activations taken over `membership.takeover_margin(n) + extra` later,
+    /// where `n` is the number of members this view has seen (the margin grows with the
+    /// cluster) and `extra` the time a deactivation may take.
+    pub fn new(local: MemberId, membership: &ClusterConfig, extra: Duration) -> Self {
+        Self {
+            local,
+            membership: membership.clone(),
+            extra,
+            members: BTreeMap::new(),
+            stopped: false,
+        }
+    }
+
+    /// The string an owner is recorded under in the state store: address and incarnation.
+    pub fn owner_key(member: &MemberId) -> String {
+        member.to_string()
+    }
+
+    /// Takes in an event seen at `now`.
+    pub fn apply(&mut self, event: &MemberEvent, now: Instant) {
+        let id = event.member();
+        let status = match event {
+            MemberEvent::Joined(_) => MemberStatus::Joining,
+            MemberEvent::Up(_) => MemberStatus::Up,
+            MemberEvent::Leaving(_) => MemberStatus::Leaving,
+            MemberEvent::Down(_) => MemberStatus::Down,
+            MemberEvent::Removed(_) => MemberStatus::Removed,
+            // Reachability does not change ownership: an unreachable owner keeps its
+            // identities until it is downed (messages to it fail meanwhile).
+            MemberEvent::Unreachable(_) | MemberEvent::Reachable(_) => {
+                self.members.entry(id.clone()).or_insert_with(|| Seen {
+                    id: id.clone(),
+                    status: MemberStatus::Joining,
+                    gone_since: None,
+                });
+                return;
+            }
+        };
+        let seen = self.members.entry(id.clone()).or_insert_with(|| Seen {
+            id: id.clone(),
+            status,
+            gone_since: None,
+        });
+        seen.id = id.clone();
+        // A member's life only moves forward: a late `Up` after `Down` changes nothing.
+        if rank(status) >= rank(seen.status) {
+            seen.status = status;
+        }
+        if matches!(
+            seen.status,
+            MemberStatus::Leaving | MemberStatus::Down | MemberStatus::Removed
+        ) && seen.gone_since.is_none()
+        {
+            seen.gone_since = Some(now);
+        }
+        if *id == self.local && matches!(seen.status, MemberStatus::Down | MemberStatus::Removed) {
+            self.stopped = true;
+        }
+    }
+
+    /// Whether this member was downed or removed: it must hold no activation any more.
+    pub fn is_stopped(&self) -> bool {
+        self.stopped
+    }
+
+    /// The members that are up and host `kind` (reachable or not). This member counts
+    /// from the start, up or not yet (others send to it only once they see it up), until it
+    /// leaves or is downed: a member that has just joined and sees nobody yet still places
+    /// on itself, never bouncing a message back to a sender whose view is ahead of its own.
+    pub fn hosts(&self, kind: &str) -> Vec<MemberId> {
+        let mut hosts: Vec<MemberId> = self
+            .members
+            .values()
+            .filter(|seen| seen.status == MemberStatus::Up && seen.id.hosts_kind(kind))
+            .map(|seen| seen.id.clone())
+            .collect();
+        let local_serving = self
+            .members
+            .get(&self.local)
+            .is_none_or(|seen| rank(seen.status) <= rank(MemberStatus::Up));
+        if local_serving && self.local.hosts_kind(kind) && !hosts.contains(&self.local) {
+            hosts.push(self.local.clone());
+        }
+        hosts
+    }
+
+    /// Where a message for `identity` of `kind` goes.
+    pub fn route(&self, kind: &str, identity: &str, placement: &dyn Placement) -> Route {
+        let hosts = self.hosts(kind);
+        match placement.place(kind, identity, &hosts, &self.local) {
+            None => Route::NoHost,
+            Some(owner) if *owner == self.local => Route::Local,
+            Some(owner) => Route::Remote(owner.clone()),
+        }
+    }
+
+    /// What to do about an identity held, in the state store, by `holder` (an
+    /// [`owner_key`](Self::owner_key)), at `now`.
+    pub fn holder(&self, holder: &str, now: Instant) -> Holder {
+        if holder == Self::owner_key(&self.local) {
+            return Holder::Local;
+        }
+        let Some(seen) = self
+            .members
+            .values()
+            .find(|seen| Self::owner_key(&seen.id) == holder)
+        else {
+            return Holder::Unknown;
+        };
+        match (seen.status, seen.gone_since) {
+            (MemberStatus::Down | MemberStatus::Removed, Some(since)) => {
+                let at = since + self.takeover_after();
+                if now >= at {
+                    Holder::TakeOver
+                } else {
+                    Holder::WaitUntil(at)
+                }
+            }
+            _ => Holder::Forward(seen.id.clone()),
+        }
+    }
+
+    /// How long after a member is seen going away its activations may be taken over.
+    pub fn takeover_after(&self) -> Duration {
+        self.membership.takeover_margin(self.members.len().max(1)) + self.extra
+    }
+
+    /// The member record of a holder key, if known and serving.
+    pub fn member(&self, holder: &str) -> Option<&MemberId> {
+        self.members
+            .values()
+            .find(|seen| Self::owner_key(&seen.id) == holder)
+            .map(|seen| &seen.id)
+    }
+}
+
+/// The order of a member's life.
+fn rank(status: MemberStatus) -> u8 {
+    match status {
+        MemberStatus::Joining => 0,
+        MemberStatus::Up => 1,
+        MemberStatus::Leaving => 2,
+        MemberStatus::Down => 3,
+        _ => 4,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use rally_remote::Incarnation;
+
+    use super::*;
+    use crate::virtual_actors::placement::Hashed;
+
+    /// A view whose takeover wait is exactly `wait` (no membership margin).
+    fn view(local: MemberId, wait: Duration) -> Ownership {
+        let mut membership = ClusterConfig::default();
+        membership.probe_period = Duration::from_nanos(1);
+        membership.down_all_when_unstable = Duration::ZERO;
+        let mut view = Ownership::new(local, &membership, wait);
+        view.membership = membership;
+        view
+    }
+
+    fn member(port: u16, kinds: &[&str]) -> MemberId {
+        MemberId::new(
+            format!("rally://c@127.0.0.1:{port}").parse().unwrap(),
+            Incarnation(1),
+            u64::from(port),
+        )
+        .with_kinds(kinds.iter().copied())
+    }
+
+    #[test]
+    fn only_up_members_hosting_the_kind_own() {
+        let t = Instant::now();
+        let me = member(1, &[]);
+        let mut view = view(me.clone(), Duration::from_secs(1));
+        view.apply(&MemberEvent::Up(me), t);
+        assert_eq!(
+            view.route("cart", "x", &Hashed),
+            Route::NoHost,
+            "client-only"
+        );
+        view.apply(&MemberEvent::Joined(member(2, &["cart"])), t);
+        assert_eq!(view.route("cart", "x", &Hashed), Route::NoHost, "joining");
+        view.apply(&MemberEvent::Up(member(2, &["cart"])), t);
+        view.apply(&MemberEvent::Up(member(3, &["order"])), t);
+        assert_eq!(
+            view.route("cart", "x", &Hashed),
+            Route::Remote(member(2, &["cart"]))
+        );
+        view.apply(&MemberEvent::Leaving(member(2, &["cart"])), t);
+        assert_eq!(view.route("cart", "x", &Hashed), Route::NoHost, "leaving");
+    }
+
+    #[test]
+    fn a_downed_holder_is_taken_over_only_after_the_margin_and_never_revived() {
+        let t = Instant::now();
+        let margin = Duration::from_secs(10);
+        let me = member(1, &["k"]);
+        let other = member(2, &["k"]);
+        let key = Ownership::owner_key(&other);
+        let mut view = view(me, margin);
+        assert_eq!(view.holder(&key, t), Holder::Unknown);
+        view.apply(&MemberEvent::Up(other.clone()), t);
+        assert_eq!(view.holder(&key, t), Holder::Forward(other.clone()));
+        view.apply(
+            &MemberEvent::Down(other.clone()),
+            t + Duration::from_secs(1),
+        );
+        // A stale Up gossiped late does not bring it back.
+        view.apply(&MemberEvent::Up(other.clone()), t + Duration::from_secs(2));
+        let at = t + Duration::from_secs(1) + view.takeover_after();
+        assert!(view.takeover_after() >= margin);
+        assert_eq!(
+            view.holder(&key, at - Duration::from_millis(1)),
+            Holder::WaitUntil(at)
+        );
+        // Removal later does not restart the clock.
+        view.apply(&MemberEvent::Removed(other), t + Duration::from_secs(5));
+        assert_eq!(view.holder(&key, at), Holder::TakeOver);
+    }
+
+    #[test]
+    fn a_leaving_holder_is_forwarded_to_until_it_is_gone() {
+        let t = Instant::now();
+        let me = member(1, &["k"]);
+        let other = member(2, &["k"]);
+        let key = Ownership::owner_key(&other);
+        let mut view = view(me, Duration::from_secs(10));
+        view.apply(&MemberEvent::Up(other.clone()), t);
+        view.apply(&MemberEvent::Leaving(other.clone()), t);
+        assert_eq!(view.holder(&key, t), Holder::Forward(other.clone()));
+        view.apply(&MemberEvent::Removed(other), t + Duration::from_secs(1));
+        // The wait counts from when it announced leaving.
+        assert_eq!(
+            view.holder(&key, t + Duration::from_secs(1)),
+            Holder::WaitUntil(t + view.takeover_after())
+        );
+    }
+
+    #[test]
+    fn this_member_downed_is_stopped() {
+        let me = member(1, &["k"]);
+        let mut view = view(me.clone(), Duration::from_secs(1));
+        view.apply(&MemberEvent::Up(me.clone()), Instant::now());
+        assert!(!view.is_stopped());
+        view.apply(&MemberEvent::Down(me), Instant::now());
+        assert!(view.is_stopped());
+    }
+}

@@ -1,0 +1,265 @@
+//! Which member owns an identity: rendezvous hashing over the members that host its kind, and
+//! the strategies built on it.
+
+use std::fmt;
+use std::hash::{Hash, Hasher};
+
+use rustc_hash::FxHasher;
+
+use crate::member::MemberId;
+
+/// Where a kind's identities are placed, given the members that host the kind.
+///
+/// The strategy only proposes where an activation should start; which activation is the one
+/// that acts is decided by the state store's claim (see the module docs of
+/// [`virtual_actors`](crate::virtual_actors)), so a strategy cannot cause two activations
+/// even when members disagree about it.
+///
+/// # Example
+///
+/// ```
+/// use rally::cluster::MemberId;
+/// use rally::cluster::virtual_actors::{Hashed, Placement};
+/// use rally::remote::Incarnation;
+///
+/// let member = |port: u16| {
+///     MemberId::new(format!("rally://shop@127.0.0.1:{port}").parse().unwrap(), Incarnation(1), 1)
+///         .with_kinds(["cart"])
+/// };
+/// let hosts = [member(1), member(2), member(3)];
+/// let owner = Hashed.place("cart", "user-42", &hosts, &hosts[0]).unwrap();
+/// // Every member computes the same owner from the same hosts.
+/// assert_eq!(Some(owner), Hashed.place("cart", "user-42", &hosts, &hosts[2]));
+/// ```
+pub trait Placement: Send + Sync + fmt::Debug + 'static {
+    /// The member that should activate `identity` of `kind`, chosen among `hosts` (the
+    /// serving members that host the kind, in no particular order), as seen from `local`
+    /// (which may be client-only). `None` if `hosts` is empty.
+    fn place<'a>(
+        &self,
+        kind: &str,
+        identity: &str,
+        hosts: &'a [MemberId],
+        local: &MemberId,
+    ) -> Option<&'a MemberId>;
+
+    /// Whether an activation whose identity this strategy now places on another member
+    /// should move there after a membership change. `true` for strategies every member
+    /// computes alike; `false` where the place depends on who asked first.
+    fn moves_on_change(&self) -> bool {
+        true
+    }
+}
+
+/// Rendezvous (highest random weight) hashing: each host scores `(kind, identity, host)`, the
+/// highest score owns. Every member with the same hosts computes the same owner, so a message
+/// takes one hop to the member that activates; when a host joins or leaves, only the
+/// identities whose highest score changes move (those it wins, or those it held).
+///
+/// # Example
+///
+/// ```
+/// use rally::cluster::virtual_actors::{Hashed, Placement};
+/// use rally::cluster::MemberId;
+/// use rally::remote::Incarnation;
+///
+/// let host = MemberId::new("rally://shop@127.0.0.1:1".parse().unwrap(), Incarnation(1), 1);
+/// assert_eq!(Hashed.place("cart", "u", std::slice::from_ref(&host), &host), Some(&host));
+/// assert_eq!(Hashed.place("cart", "u", &[], &host), None);
+/// ```
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Hashed;
+
+impl Placement for Hashed {
+    fn place<'a>(
+        &self,
+        kind: &str,
+        identity: &str,
+        hosts: &'a [MemberId],
+        _local: &MemberId,
+    ) -> Option<&'a MemberId> {
+        let key = key_hash(kind, identity);
+        hosts.iter().max_by_key(|host| (score(key, host), *host))
+    }
+}
+
+/// The sending member itself when it hosts the kind, otherwise [`Hashed`]: for identities
+/// used mostly from one member (a session on the member that holds its connection). The
+/// first member to activate an identity keeps it until it passivates; messages from other
+/// members reach it through the store's record of who holds it (one more hop).
+///
+/// # Example
+///
+/// ```
+/// use rally::cluster::virtual_actors::{Placement, PreferLocal};
+/// use rally::cluster::MemberId;
+/// use rally::remote::Incarnation;
+///
+/// let member = |port: u16| {
+///     MemberId::new(format!("rally://shop@127.0.0.1:{port}").parse().unwrap(), Incarnation(1), 1)
+///         .with_kinds(["session"])
+/// };
+/// let hosts = [member(1), member(2)];
+/// assert_eq!(PreferLocal.place("session", "s-9", &hosts, &hosts[1]), Some(&hosts[1]));
+/// ```
+#[derive(Debug, Clone, Copy, Default)]
+pub struct PreferLocal;
+
+impl Placement for PreferLocal {
+    fn place<'a>(
+        &self,
+        kind: &str,
+        identity: &str,
+        hosts: &'a [MemberId],
+        local: &MemberId,
+    ) -> Option<&'a MemberId> {
+        hosts
+            .iter()
+            .find(|host| *host == local)
+            .or_else(|| Hashed.place(kind, identity, hosts, local))
+    }
+
+    fn moves_on_change(&self) -> bool {
+        false
+    }
+}
+
+/// A hash of the key that is the same in every process and every build: `FxHasher` has no
+/// random seed (unlike std's `RandomState`), and its input is fixed below.
+fn key_hash(kind: &str, identity: &str) -> u64 {
+    let mut hasher = FxHasher::default();
+    kind.hash(&mut hasher);
+    identity.hash(&mut hasher);
+    mix(hasher.finish())
+}
+
+/// A host's score for a key: the key's hash combined with the host's identity (address,
+/// incarnation, generation), so a restarted process scores differently from its previous
+/// life. Fx mixes weakly; the SplitMix64 finalizer spreads every input bit over the score.
+fn score(key: u64, host: &MemberId) -> u64 {
+    let mut hasher = FxHasher::default();
+    host.address.system.hash(&mut hasher);
+    host.address.host.hash(&mut hasher);
+    host.address.port.hash(&mut hasher);
+    host.incarnation.0.hash(&mut hasher);
+    host.generation.hash(&mut hasher);
+    mix(key ^ mix(hasher.finish()))
+}
+
+/// SplitMix64's finalizer.
+fn mix(mut z: u64) -> u64 {
+    z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+    z ^ (z >> 31)
+}
+
+#[cfg(test)]
+mod tests {
+    use proptest::prelude::*;
+    use rally_remote::Incarnation;
+
+    use super::*;
+
+    fn host(port: u16) -> MemberId {
+        MemberId::new(
+            format!("rally://c@127.0.0.1:{port}").parse().unwrap(),
+            Incarnation(u64::from(port) * 7),
+            u64::from(port),
+        )
+        .with_kinds(["k"])
+    }
+
+    fn owners(hosts: &[MemberId], ids: usize) -> Vec<MemberId> {
+        (0..ids)
+            .map(|i| {
+                Hashed
+                    .place("k", &format!("id-{i}"), hosts, &hosts[0])
+                    .unwrap()
+                    .clone()
+            })
+            .collect()
+    }
+
+    #[test]
+    fn the_owner_does_not_depend_on_the_order_of_hosts_or_the_asker() {
+        let hosts: Vec<_> = (1..=5).map(host).collect();
+        let mut reversed = hosts.clone();
+        reversed.reverse();
+        for i in 0..200 {
+            let id = format!("id-{i}");
+            assert_eq!(
+                Hashed.place("k", &id, &hosts, &hosts[0]),
+                Hashed
+                    .place("k", &id, &reversed, &hosts[3])
+                    .map(|h| { hosts.iter().find(|x| *x == h).unwrap() })
+            );
+        }
+    }
+
+    #[test]
+    fn identities_spread_evenly() {
+        let hosts: Vec<_> = (1..=4).map(host).collect();
+        let owned = owners(&hosts, 20_000);
+        for h in &hosts {
+            let n = owned.iter().filter(|o| *o == h).count();
+            // 5,000 expected; a fair split stays within a few percent.
+            assert!((4_500..=5_500).contains(&n), "{h} owns {n} of 20000");
+        }
+    }
+
+    #[test]
+    fn a_restart_at_the_same_address_is_another_host() {
+        let old = host(1);
+        let restarted = MemberId::new(old.address.clone(), Incarnation(999), 999);
+        let moved = (0..1000)
+            .filter(|i| {
+                let key = key_hash("k", &format!("id-{i}"));
+                score(key, &old) != score(key, &restarted)
+            })
+            .count();
+        assert_eq!(moved, 1000);
+    }
+
+    #[test]
+    fn prefer_local_falls_back_to_hashing_on_a_member_that_does_not_host() {
+        let hosts: Vec<_> = (1..=3).map(host).collect();
+        let client = host(9);
+        for i in 0..100 {
+            let id = format!("id-{i}");
+            assert_eq!(
+                PreferLocal.place("k", &id, &hosts, &client),
+                Hashed.place("k", &id, &hosts, &client)
+            );
+        }
+    }
+
+    proptest! {
+        /// A host joining moves only identities to the new host; a host leaving moves only
+        /// the identities it owned. Nothing else changes owner.
+        #[test]
+        fn a_membership_change_moves_only_what_it_must(
+            size in 1usize..8,
+            joiner in 100u16..200,
+            leaver in 0usize..8,
+        ) {
+            let hosts: Vec<_> = (1..=size).map(|p| host(u16::try_from(p).unwrap())).collect();
+            let before = owners(&hosts, 500);
+
+            let mut joined = hosts.clone();
+            joined.push(host(joiner));
+            let after_join = owners(&joined, 500);
+            for (b, a) in before.iter().zip(&after_join) {
+                prop_assert!(a == b || *a == host(joiner));
+            }
+
+            if size > 1 {
+                let gone = &hosts[leaver % size];
+                let left: Vec<_> = hosts.iter().filter(|h| *h != gone).cloned().collect();
+                let after_leave = owners(&left, 500);
+                for (b, a) in before.iter().zip(&after_leave) {
+                    prop_assert!(a == b || b == gone);
+                }
+            }
+        }
+    }
+}

@@ -1,0 +1,210 @@
+//! How a request for a virtual actor reaches another member: over Rally's own connections, or
+//! through an in-process network for tests.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, PoisonError, Weak};
+use std::time::{Duration, Instant};
+
+use rally_actor::{Actor, ActorRef, ActorResult, AskError, Context, Handler, Message};
+use rally_remote::{MessageTable, NodeAddress, RemoteActor, RemoteMessage, RemoteNode};
+use serde::{Deserialize, Serialize};
+
+use super::error::GrainError;
+use super::host::Inner;
+use super::kind::{Outgoing, WireReply};
+use crate::member::MemberId;
+
+/// The name under which each member's endpoint for virtual-actor requests is exposed.
+pub(crate) const ENDPOINT: &str = "rally.cluster.grains";
+
+/// How long the in-memory network waits for a member's runtime to attach: 20 × 10 ms.
+const MEMORY_ATTACH_WAITS: u32 = 20;
+const MEMORY_ATTACH_PAUSE: Duration = Duration::from_millis(10);
+
+/// A message for a virtual actor on its way to another member.
+#[derive(Debug, Serialize, Deserialize)]
+pub(crate) struct GrainRequest {
+    pub(crate) kind: String,
+    pub(crate) identity: String,
+    pub(crate) manifest: String,
+    pub(crate) payload: Vec<u8>,
+    pub(crate) hops: u8,
+    /// Milliseconds the sender still waits for a reply; none for a tell.
+    pub(crate) wait_ms: Option<u64>,
+}
+
+impl Message for GrainRequest {
+    type Reply = Result<Vec<u8>, GrainError>;
+}
+
+impl RemoteMessage for GrainRequest {
+    const MANIFEST: &'static str = "rally.cluster.GrainRequest";
+}
+
+impl GrainRequest {
+    pub(crate) fn new(kind: &str, identity: &str, outgoing: Outgoing) -> Self {
+        Self {
+            kind: kind.to_owned(),
+            identity: identity.to_owned(),
+            manifest: outgoing.manifest.to_owned(),
+            payload: outgoing.payload,
+            hops: outgoing.hops,
+            wait_ms: outgoing.deadline.map(|deadline| {
+                u64::try_from(
+                    deadline
+                        .saturating_duration_since(Instant::now())
+                        .as_millis(),
+                )
+                .unwrap_or(u64::MAX)
+                .max(1)
+            }),
+        }
+    }
+
+    pub(crate) fn deadline(&self) -> Option<Instant> {
+        self.wait_ms
+            .map(|ms| Instant::now() + Duration::from_millis(ms))
+    }
+}
+
+/// The in-process network that members started with
+/// [`VirtualActors::start_in_memory`](super::VirtualActors::start_in_memory) share.
+///
+/// # Example
+///
+/// ```
+/// use rally::cluster::virtual_actors::GrainNetwork;
+///
+/// let network = GrainNetwork::new();
+/// let same = network.clone();
+/// ```
+#[derive(Debug, Clone, Default)]
+pub struct GrainNetwork {
+    members: Arc<Mutex<HashMap<MemberId, Weak<Inner>>>>,
+}
+
+impl GrainNetwork {
+    /// An empty network.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// One insert, remove or lookup per call: a poisoned lock is still consistent.
+    fn members(&self) -> std::sync::MutexGuard<'_, HashMap<MemberId, Weak<Inner>>> {
+        self.members.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    pub(crate) fn attach(&self, member: &MemberId, inner: &Arc<Inner>) {
+        self.members().insert(member.clone(), Arc::downgrade(inner));
+    }
+
+    pub(crate) fn detach(&self, member: &MemberId) {
+        self.members().remove(member);
+    }
+}
+
+/// The way out of this member.
+pub(crate) enum Transport {
+    Memory(GrainNetwork),
+    Remote {
+        node: RemoteNode,
+        endpoints: Mutex<HashMap<NodeAddress, ActorRef<GrainEndpoint>>>,
+    },
+}
+
+impl Transport {
+    pub(crate) fn remote(node: &RemoteNode) -> Self {
+        Self::Remote {
+            node: node.clone(),
+            endpoints: Mutex::new(HashMap::new()),
+        }
+    }
+
+    /// Sends `request` to `to`; `reply` gets the reply bytes or why there is none.
+    pub(crate) fn send(&self, to: &MemberId, request: GrainRequest, reply: WireReply) {
+        match self {
+            // A task of its own, as a network would: the sender's locks are not held. A
+            // member seen up may not have attached its runtime yet (it joins, then starts
+            // it), as a connection takes a moment to establish: a bounded wait.
+            Self::Memory(network) => {
+                let network = network.clone();
+                let to = to.clone();
+                tokio::spawn(async move {
+                    for _ in 0..MEMORY_ATTACH_WAITS {
+                        let target = network.members().get(&to).and_then(Weak::upgrade);
+                        if let Some(target) = target {
+                            return target.receive(request, reply);
+                        }
+                        tokio::time::sleep(MEMORY_ATTACH_PAUSE).await;
+                    }
+                    reply(Err(GrainError::Undeliverable(format!(
+                        "member {to} is not reachable"
+                    ))));
+                });
+            }
+            Self::Remote { node, endpoints } => {
+                let endpoint = endpoints
+                    .lock()
+                    .unwrap_or_else(PoisonError::into_inner)
+                    .entry(to.address.clone())
+                    .or_insert_with(|| node.lookup::<GrainEndpoint>(&to.address, ENDPOINT))
+                    .clone();
+                match request.wait_ms {
+                    None => {
+                        if endpoint.tell(request).is_err() {
+                            reply(Err(GrainError::Undeliverable(format!(
+                                "member {to} did not take the message"
+                            ))));
+                        }
+                    }
+                    Some(ms) => {
+                        let wait = Duration::from_millis(ms);
+                        tokio::spawn(async move {
+                            let result = match endpoint.ask(request, wait).await {
+                                Ok(result) => result,
+                                Err(AskError::Timeout(t)) => Err(GrainError::Timeout(t)),
+                                Err(AskError::OutcomeUnknown(why)) => {
+                                    Err(GrainError::OutcomeUnknown(why))
+                                }
+                                Err(AskError::Failed(why)) => Err(GrainError::Failed(why)),
+                                Err(other) => Err(GrainError::Undeliverable(other.to_string())),
+                            };
+                            reply(result);
+                        });
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// The actor each member exposes to receive requests for its virtual actors.
+pub(crate) struct GrainEndpoint {
+    pub(crate) inner: Weak<Inner>,
+}
+
+impl Actor for GrainEndpoint {}
+
+impl Handler<GrainRequest> for GrainEndpoint {
+    async fn handle(
+        &mut self,
+        request: GrainRequest,
+        ctx: &mut Context<Self>,
+    ) -> ActorResult<Result<Vec<u8>, GrainError>> {
+        let Some(inner) = self.inner.upgrade() else {
+            return Ok(Err(GrainError::Stopped));
+        };
+        let reply: WireReply = match ctx.reply_later::<Result<Vec<u8>, GrainError>>() {
+            Some(reply) => Box::new(move |result| reply.send(Ok(result))),
+            None => Box::new(|_| {}),
+        };
+        inner.receive(request, reply);
+        ctx.deferred()
+    }
+}
+
+impl RemoteActor for GrainEndpoint {
+    fn messages(table: &mut MessageTable<Self>) {
+        table.add::<GrainRequest>();
+    }
+}

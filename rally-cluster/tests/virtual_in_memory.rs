@@ -1,0 +1,401 @@
+//! Virtual actors on members in one process (in-memory provider and network): activation on
+//! the first message in one hop, bad input, failing hooks, passivation by idle time and by
+//! the cap, state across members, moves on join with asks in flight, and takeover after a
+//! member is killed only once the takeover wait has passed.
+
+mod virtual_support;
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use rally::cluster::virtual_actors::{GrainError, Hashed, Placement, VirtualActorsConfig};
+use rally::cluster::{MemberEvent, MemberId};
+use rally::state::{MemoryStore, SqliteStore, StateStore};
+use virtual_support::{
+    Add, Probe, T, TestCluster, Unlisted, Where, assert_never_two_at_once, converged, live, lives,
+    poll,
+};
+
+fn key(member: &MemberId) -> String {
+    member.to_string()
+}
+
+fn owner_of(identity: &str, hosts: &[MemberId]) -> MemberId {
+    Hashed
+        .place("probe", identity, hosts, &hosts[0])
+        .expect("hosts")
+        .clone()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_first_message_activates_once_on_the_hashed_owner_in_one_hop() {
+    let tc = TestCluster::new("first", VirtualActorsConfig::default());
+    let store: Arc<dyn StateStore> = Arc::new(MemoryStore::new());
+    let hosts: Vec<_> = (1..=3)
+        .map(|p| tc.join(p, true, Arc::clone(&store)))
+        .collect();
+    let client = tc.join(4, false, Arc::clone(&store));
+    let ids: Vec<MemberId> = hosts
+        .iter()
+        .map(|m| m.id.clone())
+        .chain([client.id.clone()])
+        .collect();
+    let all: Vec<_> = hosts.iter().chain([&client]).collect();
+    converged(&all, &ids).await;
+    let host_ids: Vec<MemberId> = hosts.iter().map(|m| m.id.clone()).collect();
+
+    for i in 0..30 {
+        let identity = format!("first-{i}");
+        let expected = key(&owner_of(&identity, &host_ids));
+        // From every member, the client-only one included: the same activation answers.
+        for (n, member) in all.iter().enumerate() {
+            let grain = member.grains.get::<Probe>(&identity).unwrap();
+            let (owner, epoch, count) = grain.ask(Where, T).await.unwrap();
+            assert_eq!(owner, expected, "{identity} from member {n}");
+            assert_eq!(epoch, 1);
+            assert_eq!(count, 0);
+        }
+    }
+    let lives = lives("first");
+    assert_eq!(lives.len(), 30, "one activation per identity");
+    // One hop: no member passed a message on.
+    for member in &hosts {
+        let stats = &member.grains.stats()[0];
+        assert_eq!(stats.forwarded, 0, "{stats:?}");
+    }
+    let total: u64 = hosts.iter().map(|m| m.grains.stats()[0].activations).sum();
+    assert_eq!(total, 30);
+    assert!(client.grains.stats().is_empty(), "the client hosts nothing");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bad_input_is_a_typed_error_at_the_sender_and_activates_nothing() {
+    let tc = TestCluster::new("bad", VirtualActorsConfig::default());
+    let store: Arc<dyn StateStore> = Arc::new(MemoryStore::new());
+    let host = tc.join(1, true, Arc::clone(&store));
+    let client = tc.join(2, false, Arc::clone(&store));
+    converged(&[&host, &client], &[host.id.clone(), client.id.clone()]).await;
+
+    // Empty or too long identity.
+    assert!(matches!(
+        client.grains.get::<Probe>(""),
+        Err(GrainError::InvalidIdentity(_))
+    ));
+    let long = "x".repeat(257);
+    assert!(matches!(
+        client.grains.get::<Probe>(&long),
+        Err(GrainError::InvalidIdentity(_))
+    ));
+    assert!(client.grains.get::<Probe>(&"x".repeat(256)).is_ok());
+
+    // A zero timeout.
+    let grain = client.grains.get::<Probe>("bad-1").unwrap();
+    assert_eq!(
+        grain.ask(Where, Duration::ZERO).await,
+        Err(GrainError::InvalidTimeout)
+    );
+
+    // A message type the kind did not register cannot cross to another member.
+    assert_eq!(
+        grain.ask(Unlisted, T).await,
+        Err(GrainError::UnknownMessage("test.probe.Unlisted".into()))
+    );
+
+    // A kind no member hosts: a second cluster whose only host declares no kind.
+    let lonely = TestCluster::new("nohost", VirtualActorsConfig::default());
+    let alone = lonely.join(1, false, Arc::clone(&store));
+    converged(&[&alone], &[alone.id.clone()]).await;
+    assert_eq!(
+        alone
+            .grains
+            .get::<Probe>("bad-2")
+            .unwrap()
+            .ask(Where, T)
+            .await,
+        Err(GrainError::NoHost("probe".into()))
+    );
+
+    // A member that declares the kind but never registered it.
+    let undeclared = TestCluster::new("unreg", VirtualActorsConfig::default());
+    let id = virtual_support::member_id("unreg", 1, true);
+    let cluster = rally::cluster::Cluster::join_with(
+        id.clone(),
+        virtual_support::fast_membership(),
+        rally::cluster::provider::MemoryProvider::new(&undeclared.network),
+    )
+    .unwrap();
+    let system = rally::ActorSystem::new("unreg");
+    let grains = rally::cluster::virtual_actors::VirtualActors::builder(&cluster, &system)
+        .start_in_memory(&undeclared.grains)
+        .unwrap();
+    poll(|| {
+        cluster
+            .members()
+            .iter()
+            .any(|m| m.id == id && m.status == rally::cluster::MemberStatus::Up)
+    })
+    .await;
+    assert!(matches!(
+        grains.get::<Probe>("bad-3").unwrap().ask(Where, T).await,
+        Err(GrainError::NotHosted { .. })
+    ));
+
+    // Registering a kind the member does not declare is refused at start.
+    let refused =
+        rally::cluster::virtual_actors::VirtualActors::builder(&client.cluster, &client.system)
+            .kind::<Probe>()
+            .start_in_memory(&tc.grains);
+    assert!(matches!(
+        refused,
+        Err(rally::cluster::virtual_actors::StartError::KindNotDeclared(
+            _
+        ))
+    ));
+
+    // Nothing was activated by any of it.
+    assert!(lives("bad").is_empty());
+    assert_eq!(host.grains.stats()[0].activations, 0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failing_or_panicking_hook_fails_the_sender_and_the_identity_activates_later() {
+    let tc = TestCluster::new("hooks", VirtualActorsConfig::default());
+    let store: Arc<dyn StateStore> = Arc::new(MemoryStore::new());
+    let host = tc.join(1, true, Arc::clone(&store));
+    let client = tc.join(2, false, Arc::clone(&store));
+    converged(&[&host, &client], &[host.id.clone(), client.id.clone()]).await;
+
+    for identity in ["failonce-a", "paniconce-b"] {
+        let grain = client.grains.get::<Probe>(identity).unwrap();
+        let first = grain.ask(Add(1), T).await;
+        assert!(
+            matches!(first, Err(GrainError::ActivationFailed(_))),
+            "{identity}: {first:?}"
+        );
+        // Nothing is held: the next message activates it, under the next epoch.
+        assert_eq!(grain.ask(Add(1), T).await, Ok(1));
+        let (_, epoch, _) = grain.ask(Where, T).await.unwrap();
+        assert_eq!(epoch, 2, "the failed activation's claim was released");
+    }
+    assert_eq!(host.grains.stats()[0].failed_activations, 2);
+    assert_eq!(host.grains.stats()[0].activations, 2);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_idle_activation_is_passivated_saving_its_state_and_comes_back_with_it() {
+    let mut config = VirtualActorsConfig::default();
+    config.idle_timeout = Duration::from_millis(300);
+    let tc = TestCluster::new("idle", config);
+    let store: Arc<dyn StateStore> = Arc::new(MemoryStore::new());
+    let host = tc.join(1, true, Arc::clone(&store));
+    converged(&[&host], &[host.id.clone()]).await;
+
+    let grain = host.grains.get::<Probe>("idle-1").unwrap();
+    assert_eq!(grain.ask(Add(5), T).await, Ok(5));
+    // Kept alive while used.
+    for _ in 0..5 {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        grain.ask(Add(0), T).await.unwrap();
+    }
+    assert_eq!(host.grains.stats()[0].deactivations, 0);
+    poll(|| host.grains.stats()[0].deactivations == 1).await;
+    assert_eq!(host.grains.stats()[0].active, 0);
+    assert_eq!(live("idle"), 0, "the actor was dropped");
+    // Back with its state, under a new epoch.
+    let (_, epoch, count) = grain.ask(Where, T).await.unwrap();
+    assert_eq!((epoch, count), (2, 5));
+    let life = &lives("idle")[0];
+    let idle_for = life.end.unwrap() - life.start;
+    assert!(idle_for >= Duration::from_millis(300 + 500), "{idle_for:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn past_the_cap_the_least_recently_used_are_deactivated_and_memory_returns() {
+    let mut config = VirtualActorsConfig::default();
+    config.max_active = 10;
+    let tc = TestCluster::new("cap", config);
+    let store: Arc<dyn StateStore> = Arc::new(MemoryStore::new());
+    let host = tc.join(1, true, Arc::clone(&store));
+    converged(&[&host], &[host.id.clone()]).await;
+
+    for i in 0..50 {
+        let grain = host.grains.get::<Probe>(&format!("cap-{i}")).unwrap();
+        grain.ask(Add(1), T).await.unwrap();
+    }
+    poll(|| host.grains.stats()[0].active <= 10 && live("cap") <= 10).await;
+    let stats = host.grains.stats()[0].clone();
+    assert_eq!(stats.activations, 50);
+    assert_eq!(stats.deactivations, 50 - stats.active as u64);
+    // The survivors are the most recently used.
+    let survivors: Vec<usize> = lives("cap")
+        .iter()
+        .filter(|l| l.end.is_none())
+        .map(|l| l.identity[4..].parse().unwrap())
+        .collect();
+    assert!(!survivors.is_empty());
+    assert!(survivors.iter().all(|i| *i >= 40), "{survivors:?}");
+    // An evicted one comes back with its state.
+    let (_, epoch, count) = host
+        .grains
+        .get::<Probe>("cap-0")
+        .unwrap()
+        .ask(Where, T)
+        .await
+        .unwrap();
+    assert_eq!((epoch, count), (2, 1));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn state_written_on_one_member_is_read_by_the_next_activation_on_another_through_one_sqlite_file()
+ {
+    let dir = std::env::temp_dir().join(format!("rally-virtual-sqlite-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join("grains.db");
+    let tc = TestCluster::new("sqlite", VirtualActorsConfig::default());
+    // Each member opens the file itself, as members in separate processes would.
+    let a = tc.join(1, true, Arc::new(SqliteStore::open(&path).unwrap()));
+    let b = tc.join(2, true, Arc::new(SqliteStore::open(&path).unwrap()));
+    converged(&[&a, &b], &[a.id.clone(), b.id.clone()]).await;
+    let hosts = [a.id.clone(), b.id.clone()];
+    let identity = (0..)
+        .map(|i| format!("sqlite-{i}"))
+        .find(|id| owner_of(id, &hosts) == a.id)
+        .unwrap();
+
+    let grain = b.grains.get::<Probe>(&identity).unwrap();
+    assert_eq!(grain.ask(Add(7), T).await, Ok(7));
+    assert_eq!(grain.ask(Where, T).await.unwrap().0, key(&a.id));
+    // A leaves: its activation ends and saves; B activates next and reads what A wrote.
+    a.grains.shutdown().await;
+    a.cluster.leave().await.unwrap();
+    poll(|| {
+        b.cluster
+            .members()
+            .iter()
+            .all(|m| m.id != a.id || m.status != rally::cluster::MemberStatus::Up)
+    })
+    .await;
+    let (owner, epoch, count) = grain.ask(Where, T).await.unwrap();
+    assert_eq!((owner, epoch, count), (key(&b.id), 2, 7));
+    assert_never_two_at_once("sqlite");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_join_moves_identities_while_asks_are_in_flight_nothing_lost_never_two_at_once() {
+    let tc = TestCluster::new("join", VirtualActorsConfig::default());
+    let store: Arc<dyn StateStore> = Arc::new(MemoryStore::new());
+    let a = tc.join(1, true, Arc::clone(&store));
+    let b = tc.join(2, true, Arc::clone(&store));
+    converged(&[&a, &b], &[a.id.clone(), b.id.clone()]).await;
+
+    // One sender per identity, each asking in sequence (so its order is its count).
+    let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let mut senders = Vec::new();
+    for i in 0..40 {
+        let grain = a.grains.get::<Probe>(&format!("join-{i}")).unwrap();
+        let stop = Arc::clone(&stop);
+        senders.push(tokio::spawn(async move {
+            let mut sent = 0u64;
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                let count = grain
+                    .ask(Add(1), T)
+                    .await
+                    .expect("no ask fails across a move");
+                sent += 1;
+                assert_eq!(count, sent, "nothing lost, nothing applied twice, in order");
+                tokio::time::sleep(Duration::from_millis(5)).await;
+            }
+            (grain, sent)
+        }));
+    }
+    poll(|| a.grains.stats()[0].activations + b.grains.stats()[0].activations == 40).await;
+    let c = tc.join(3, true, Arc::clone(&store));
+    converged(&[&a, &b, &c], &[a.id.clone(), b.id.clone(), c.id.clone()]).await;
+    poll(|| c.grains.stats()[0].active > 0).await;
+    // Let the moves finish under load.
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    let hosts = [a.id.clone(), b.id.clone(), c.id.clone()];
+    for sender in senders {
+        let (grain, sent) = sender.await.unwrap();
+        let (owner, _, count) = grain.ask(Where, T).await.unwrap();
+        assert_eq!(count, sent);
+        assert_eq!(
+            owner,
+            key(&owner_of(grain.identity(), &hosts)),
+            "{}",
+            grain.identity()
+        );
+    }
+    let moves = a.grains.stats()[0].moves + b.grains.stats()[0].moves;
+    assert_eq!(
+        moves,
+        c.grains.stats()[0].activations,
+        "only what moved to C moved"
+    );
+    assert!(moves > 0);
+    assert_never_two_at_once("join");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_killed_members_identities_activate_elsewhere_only_after_the_takeover_wait() {
+    let mut config = VirtualActorsConfig::default();
+    config.deactivation_timeout = Duration::from_millis(500);
+    let tc = TestCluster::new("kill", config);
+    let store = Arc::new(MemoryStore::new());
+    let shared: Arc<dyn StateStore> = store.clone();
+    let a = tc.join(1, true, Arc::clone(&shared));
+    let b = tc.join(2, true, Arc::clone(&shared));
+    // C reaches the store through a switch the test turns off when it kills C: a crashed
+    // process releases nothing.
+    let cut = Arc::new(virtual_support::Switch::new(Arc::clone(&shared)));
+    let c = tc.join(3, true, cut.clone());
+    let ids = [a.id.clone(), b.id.clone(), c.id.clone()];
+    converged(&[&a, &b, &c], &ids).await;
+    let identity = (0..)
+        .map(|i| format!("kill-{i}"))
+        .find(|id| owner_of(id, &ids) == c.id)
+        .unwrap();
+    let grain = a.grains.get::<Probe>(&identity).unwrap();
+    assert_eq!(grain.ask(Where, T).await.unwrap().0, key(&c.id));
+
+    let mut events = a.cluster.events();
+    cut.cut();
+    let killed = c.id.clone();
+    drop(c); // every handle: the member stops as a crash would
+    let down_seen = tokio::time::timeout(T, async {
+        while let Some(event) = events.next().await {
+            if event == MemberEvent::Down(killed.clone()) {
+                return Instant::now();
+            }
+        }
+        panic!("events ended");
+    })
+    .await
+    .expect("C is downed");
+    // Until A's runtime has taken the down in, messages still go to C and are undeliverable;
+    // then the new owner waits out the takeover wait before activating.
+    let deadline = Instant::now() + T;
+    let (owner, epoch, _) = loop {
+        match grain.ask(Where, T).await {
+            Ok(answer) => break answer,
+            Err(GrainError::Undeliverable(_)) if Instant::now() < deadline => {
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+            Err(other) => panic!("{other:?}"),
+        }
+    };
+    assert_ne!(owner, key(&killed));
+    assert_eq!(epoch, 2, "taken over from C's epoch");
+    let lives = lives("kill");
+    let second = lives.iter().find(|l| l.epoch == 2).unwrap();
+    // members seen by A: 3; the takeover wait: the membership margin for 3 plus 500 ms.
+    let wait = tc.membership.takeover_margin(3) + Duration::from_millis(500);
+    assert!(
+        second.start >= down_seen + wait - Duration::from_millis(50),
+        "re-activated {:?} after the down was seen; the wait is {wait:?}",
+        second.start - down_seen
+    );
+}

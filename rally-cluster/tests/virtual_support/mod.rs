@@ -1,0 +1,394 @@
+//! A probe kind that logs every activation's start and end (member, epoch, instant), and
+//! members on the in-memory provider with fast membership timings.
+
+#![allow(dead_code, unreachable_pub)]
+
+use std::collections::{HashMap, HashSet};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, LazyLock, Mutex};
+use std::time::{Duration, Instant};
+
+use rally::cluster::provider::{MemoryNetwork, MemoryProvider};
+use rally::cluster::virtual_actors::{
+    Activation, GrainMessages, GrainNetwork, VirtualActor, VirtualActors, VirtualActorsConfig,
+};
+use rally::cluster::{Cluster, ClusterConfig, MemberId, MemberStatus};
+use rally::remote::{Incarnation, RemoteMessage};
+use rally::state::StateStore;
+use rally::{Actor, ActorResult, ActorSystem, Context, Handler, Message};
+use serde::{Deserialize, Serialize};
+
+/// Bound on every wait: generous, since several sessions' builds share two cores.
+pub const T: Duration = Duration::from_secs(60);
+
+/// One activation's life as the probe saw it.
+#[derive(Debug, Clone)]
+pub struct Life {
+    pub identity: String,
+    pub owner: String,
+    pub epoch: u64,
+    pub start: Instant,
+    pub end: Option<Instant>,
+}
+
+static LOG: LazyLock<Mutex<Vec<Life>>> = LazyLock::new(|| Mutex::new(Vec::new()));
+static FAILED_ONCE: LazyLock<Mutex<HashSet<String>>> = LazyLock::new(|| Mutex::new(HashSet::new()));
+/// Probe instances alive (built and not dropped), by identity prefix (before the first '-').
+static LIVE: LazyLock<Mutex<HashMap<String, usize>>> = LazyLock::new(|| Mutex::new(HashMap::new()));
+pub static STARTS: AtomicUsize = AtomicUsize::new(0);
+
+fn prefix(identity: &str) -> String {
+    identity.split('-').next().unwrap_or("").to_owned()
+}
+
+/// The lives of identities starting with `prefix-`.
+pub fn lives(prefix_: &str) -> Vec<Life> {
+    LOG.lock()
+        .unwrap()
+        .iter()
+        .filter(|l| prefix(&l.identity) == prefix_)
+        .cloned()
+        .collect()
+}
+
+pub fn live(prefix_: &str) -> usize {
+    LIVE.lock().unwrap().get(prefix_).copied().unwrap_or(0)
+}
+
+/// No two lives of one identity overlap: each ends before the next starts (by the end
+/// instant logged in `stopped`, before the identity is released, and the start logged in
+/// `activate`, after it is claimed).
+pub fn assert_never_two_at_once(prefix_: &str) {
+    let mut by_identity: HashMap<String, Vec<Life>> = HashMap::new();
+    for life in lives(prefix_) {
+        by_identity
+            .entry(life.identity.clone())
+            .or_default()
+            .push(life);
+    }
+    for (identity, mut lives) in by_identity {
+        lives.sort_by_key(|l| l.start);
+        for pair in lives.windows(2) {
+            let end = pair[0].end.unwrap_or_else(|| {
+                panic!("{identity}: a life without end before another: {pair:?}")
+            });
+            assert!(
+                end <= pair[1].start,
+                "{identity}: two activations at once: {pair:?}"
+            );
+            assert!(
+                pair[1].epoch > pair[0].epoch,
+                "{identity}: epochs must grow: {pair:?}"
+            );
+        }
+    }
+}
+
+/// The probe kind. Identities starting `failonce-` fail their first activation hook,
+/// `paniconce-` panic in it; state is a counter saved when the activation ends.
+pub struct Probe {
+    activation: Activation,
+    count: u64,
+    index: usize,
+}
+
+impl Actor for Probe {
+    async fn stopped(&mut self, _: &mut Context<Self>) {
+        let _ = self.activation.save(&self.count.to_le_bytes()).await;
+        LOG.lock().unwrap()[self.index].end = Some(Instant::now());
+    }
+}
+
+impl Drop for Probe {
+    fn drop(&mut self) {
+        *LIVE
+            .lock()
+            .unwrap()
+            .entry(prefix(self.activation.identity()))
+            .or_default() -= 1;
+    }
+}
+
+impl VirtualActor for Probe {
+    const KIND: &'static str = "probe";
+
+    async fn activate(activation: Activation) -> ActorResult<Self> {
+        let identity = activation.identity().to_owned();
+        let first_time = FAILED_ONCE.lock().unwrap().insert(identity.clone());
+        if first_time && identity.starts_with("failonce-") {
+            return Err("the hook refused".into());
+        }
+        if first_time && identity.starts_with("paniconce-") {
+            panic!("the hook panicked");
+        }
+        let count = match activation.load().await? {
+            Some(bytes) => u64::from_le_bytes(bytes.as_slice().try_into()?),
+            None => 0,
+        };
+        let index = {
+            let mut log = LOG.lock().unwrap();
+            log.push(Life {
+                identity: identity.clone(),
+                owner: activation.owner().to_owned(),
+                epoch: activation.epoch(),
+                start: Instant::now(),
+                end: None,
+            });
+            log.len() - 1
+        };
+        *LIVE.lock().unwrap().entry(prefix(&identity)).or_default() += 1;
+        STARTS.fetch_add(1, Ordering::Relaxed);
+        Ok(Probe {
+            activation,
+            count,
+            index,
+        })
+    }
+
+    fn messages(table: &mut GrainMessages<Self>) {
+        table.add::<Add>().add::<Where>();
+    }
+}
+
+/// Adds to the counter; replies with the new count.
+#[derive(Debug, Serialize, Deserialize)]
+pub struct Add(pub u64);
+impl Message for Add {
+    type Reply = u64;
+}
+impl RemoteMessage for Add {
+    const MANIFEST: &'static str = "test.probe.Add";
+}
+impl Handler<Add> for Probe {
+    async fn handle(&mut self, msg: Add, _: &mut Context<Self>) -> ActorResult<u64> {
+        self.count += msg.0;
+        Ok(self.count)
+    }
+}
+
+/// Where the activation runs: (owner, epoch, count).
+#[derive(Debug, Serialize, Deserialize)]
+pub struct Where;
+impl Message for Where {
+    type Reply = (String, u64, u64);
+}
+impl RemoteMessage for Where {
+    const MANIFEST: &'static str = "test.probe.Where";
+}
+impl Handler<Where> for Probe {
+    async fn handle(&mut self, _: Where, _: &mut Context<Self>) -> ActorResult<(String, u64, u64)> {
+        Ok((
+            self.activation.owner().to_owned(),
+            self.activation.epoch(),
+            self.count,
+        ))
+    }
+}
+
+/// Not registered in the probe's table: works locally, refused across members.
+#[derive(Debug, Serialize, Deserialize)]
+pub struct Unlisted;
+impl Message for Unlisted {
+    type Reply = ();
+}
+impl RemoteMessage for Unlisted {
+    const MANIFEST: &'static str = "test.probe.Unlisted";
+}
+impl Handler<Unlisted> for Probe {
+    async fn handle(&mut self, _: Unlisted, _: &mut Context<Self>) -> ActorResult<()> {
+        Ok(())
+    }
+}
+
+/// Fast membership: failures are detected and decided within a couple of seconds.
+pub fn fast_membership() -> ClusterConfig {
+    let mut builder = ClusterConfig::builder();
+    builder
+        .probe(Duration::from_millis(100), Duration::from_millis(40))
+        .stable_after(Duration::from_millis(500))
+        .down_all_when_unstable(Duration::from_millis(500))
+        .gossip_period(Duration::from_millis(50))
+        .join_retry(Duration::from_millis(100));
+    builder.build().expect("valid")
+}
+
+pub fn member_id(cluster: &str, port: u16, hosts: bool) -> MemberId {
+    let id = MemberId::new(
+        format!("rally://{cluster}@mem:{port}")
+            .parse()
+            .expect("valid"),
+        Incarnation(u64::from(port) * 31),
+        u64::from(port),
+    );
+    if hosts { id.with_kinds(["probe"]) } else { id }
+}
+
+pub struct TestMember {
+    pub id: MemberId,
+    pub cluster: Cluster,
+    pub system: ActorSystem,
+    pub grains: VirtualActors,
+}
+
+/// Members on one in-memory network; the first is the seed.
+pub struct TestCluster {
+    pub name: String,
+    pub network: MemoryNetwork,
+    pub grains: GrainNetwork,
+    pub membership: ClusterConfig,
+    pub config: VirtualActorsConfig,
+}
+
+impl TestCluster {
+    pub fn new(name: &str, config: VirtualActorsConfig) -> Self {
+        Self {
+            name: name.to_owned(),
+            network: MemoryNetwork::new(),
+            grains: GrainNetwork::new(),
+            membership: fast_membership(),
+            config,
+        }
+    }
+
+    pub fn join(&self, port: u16, hosts: bool, store: Arc<dyn StateStore>) -> TestMember {
+        let id = member_id(&self.name, port, hosts);
+        let mut membership = self.membership.clone();
+        membership.seeds = vec![member_id(&self.name, 1, true).address];
+        let cluster = Cluster::join_with(
+            id.clone(),
+            membership.clone(),
+            MemoryProvider::new(&self.network),
+        )
+        .expect("joins");
+        let system = ActorSystem::new(&self.name);
+        let mut builder = VirtualActors::builder(&cluster, &system);
+        builder
+            .store(store)
+            .config(self.config.clone())
+            .membership(&membership);
+        if hosts {
+            builder.kind::<Probe>();
+        }
+        let grains = builder.start_in_memory(&self.grains).expect("starts");
+        TestMember {
+            id,
+            cluster,
+            system,
+            grains,
+        }
+    }
+}
+
+/// Waits until every member sees exactly `ids` up.
+pub async fn converged(members: &[&TestMember], ids: &[MemberId]) {
+    poll(|| {
+        members.iter().all(|m| {
+            let seen = m.cluster.members();
+            ids.iter().all(|id| {
+                seen.iter()
+                    .any(|s| s.id == *id && s.status == MemberStatus::Up)
+            })
+        })
+    })
+    .await;
+}
+
+/// A bounded poll on a condition (the fallback where no event exists to wait on).
+pub async fn poll(mut condition: impl FnMut() -> bool) {
+    let deadline = Instant::now() + T;
+    while !condition() {
+        assert!(Instant::now() < deadline, "condition not met within {T:?}");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
+/// A store that fails every call once cut, as a crashed process's store calls never arrive.
+#[derive(Debug)]
+pub struct Switch {
+    inner: Arc<dyn StateStore>,
+    cut: std::sync::atomic::AtomicBool,
+}
+
+impl Switch {
+    pub fn new(inner: Arc<dyn StateStore>) -> Self {
+        Self {
+            inner,
+            cut: std::sync::atomic::AtomicBool::new(false),
+        }
+    }
+
+    pub fn cut(&self) {
+        self.cut.store(true, Ordering::SeqCst);
+    }
+
+    fn check(&self) -> Result<(), rally::state::StoreError> {
+        if self.cut.load(Ordering::SeqCst) {
+            Err(rally::state::StoreError::Backend("cut".into()))
+        } else {
+            Ok(())
+        }
+    }
+}
+
+impl StateStore for Switch {
+    fn claim<'a>(
+        &'a self,
+        kind: &'a str,
+        identity: &'a str,
+        owner: &'a str,
+    ) -> rally::state::BoxFuture<'a, Result<rally::state::Claim, rally::state::StoreError>> {
+        Box::pin(async move {
+            self.check()?;
+            self.inner.claim(kind, identity, owner).await
+        })
+    }
+
+    fn take_over<'a>(
+        &'a self,
+        kind: &'a str,
+        identity: &'a str,
+        owner: &'a str,
+        from: u64,
+    ) -> rally::state::BoxFuture<'a, Result<rally::state::Claim, rally::state::StoreError>> {
+        Box::pin(async move {
+            self.check()?;
+            self.inner.take_over(kind, identity, owner, from).await
+        })
+    }
+
+    fn release<'a>(
+        &'a self,
+        kind: &'a str,
+        identity: &'a str,
+        epoch: u64,
+    ) -> rally::state::BoxFuture<'a, Result<(), rally::state::StoreError>> {
+        Box::pin(async move {
+            self.check()?;
+            self.inner.release(kind, identity, epoch).await
+        })
+    }
+
+    fn load<'a>(
+        &'a self,
+        kind: &'a str,
+        identity: &'a str,
+    ) -> rally::state::BoxFuture<'a, Result<Option<Vec<u8>>, rally::state::StoreError>> {
+        Box::pin(async move {
+            self.check()?;
+            self.inner.load(kind, identity).await
+        })
+    }
+
+    fn save<'a>(
+        &'a self,
+        kind: &'a str,
+        identity: &'a str,
+        epoch: u64,
+        state: &'a [u8],
+    ) -> rally::state::BoxFuture<'a, Result<(), rally::state::StoreError>> {
+        Box::pin(async move {
+            self.check()?;
+            self.inner.save(kind, identity, epoch, state).await
+        })
+    }
+}
