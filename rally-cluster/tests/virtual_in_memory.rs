@@ -104,7 +104,7 @@ async fn bad_input_is_a_typed_error_at_the_sender_and_activates_nothing() {
     // A kind no member hosts: a second cluster whose only host declares no kind.
     let lonely = TestCluster::new("nohost", VirtualActorsConfig::default());
     let alone = lonely.join(1, false, Arc::clone(&store));
-    converged(&[&alone], &[alone.id.clone()]).await;
+    converged(&[&alone], std::slice::from_ref(&alone.id)).await;
     assert_eq!(
         alone
             .grains
@@ -188,7 +188,7 @@ async fn an_idle_activation_is_passivated_saving_its_state_and_comes_back_with_i
     let tc = TestCluster::new("idle", config);
     let store: Arc<dyn StateStore> = Arc::new(MemoryStore::new());
     let host = tc.join(1, true, Arc::clone(&store));
-    converged(&[&host], &[host.id.clone()]).await;
+    converged(&[&host], std::slice::from_ref(&host.id)).await;
 
     let grain = host.grains.get::<Probe>("idle-1").unwrap();
     assert_eq!(grain.ask(Add(5), T).await, Ok(5));
@@ -216,7 +216,7 @@ async fn past_the_cap_the_least_recently_used_are_deactivated_and_memory_returns
     let tc = TestCluster::new("cap", config);
     let store: Arc<dyn StateStore> = Arc::new(MemoryStore::new());
     let host = tc.join(1, true, Arc::clone(&store));
-    converged(&[&host], &[host.id.clone()]).await;
+    converged(&[&host], std::slice::from_ref(&host.id)).await;
 
     for i in 0..50 {
         let grain = host.grains.get::<Probe>(&format!("cap-{i}")).unwrap();

@@ -15,6 +15,7 @@ use rally_state::MAX_IDENTITY_BYTES;
 /// let mut config = VirtualActorsConfig::default();
 /// assert_eq!(config.idle_timeout, Duration::from_secs(300));
 /// config.max_active = 10_000;
+/// assert_eq!(config.max_active, 10_000);
 /// ```
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]

@@ -259,9 +259,11 @@ mod tests {
 
     /// A view whose takeover wait is exactly `wait` (no membership margin).
     fn view(local: MemberId, wait: Duration) -> Ownership {
-        let mut membership = ClusterConfig::default();
-        membership.probe_period = Duration::from_nanos(1);
-        membership.down_all_when_unstable = Duration::ZERO;
+        let membership = ClusterConfig {
+            probe_period: Duration::from_nanos(1),
+            down_all_when_unstable: Duration::ZERO,
+            ..ClusterConfig::default()
+        };
         let mut view = Ownership::new(local, &membership, wait);
         view.membership = membership;
         view
