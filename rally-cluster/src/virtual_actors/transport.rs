@@ -68,7 +68,7 @@ impl GrainRequest {
 }
 
 /// The in-process network that members started with
-/// [`VirtualActors::start_in_memory`](super::VirtualActors::start_in_memory) share.
+/// [`VirtualActorsBuilder::start_in_memory`](super::VirtualActorsBuilder::start_in_memory) share.
 ///
 /// # Example
 ///
