@@ -24,132 +24,128 @@ pub(crate) struct Cell<A: Actor> {
 }
 
 /// Runs the actor until it stops.
-pub(crate) async fn run<A: Actor>(cell: Cell<A>) {
-    let Cell {
-        mut source,
-        mut ctx,
-        mut receiver,
-        mailbox,
-        registered,
-    } = cell;
-    let mut actor = source.first();
-    let counters = mailbox.monitor.counters().cloned();
-    let spans = counters.is_some() && ctx.system().config().monitoring.tracing_spans;
-    // A run of handling: from resuming after a wait until the next wait or yield.
-    let mut run_start = counters.as_ref().map(|c| c.resume());
-    let mut taken = 0u64;
-    let mut failure = guarded(actor.started(&mut ctx)).await.err();
-    let dispatcher = ctx.dispatcher().clone();
-    let throughput = dispatcher.throughput();
-    let deadline = dispatcher.throughput_deadline();
-    let mut handled = 0usize;
-    let mut slice_start = Instant::now();
+///
+/// Not an `async fn`: an `async fn` moves its argument into a local when it first runs, and the
+/// compiler keeps room for both, so every actor's task carried its cell twice (1,400 bytes for
+/// an actor without state). The block below borrows the captured cell in place instead.
+pub(crate) fn run<A: Actor>(mut cell: Cell<A>) -> impl Future<Output = ()> + Send {
+    async move {
+        let mut actor = cell.source.first();
+        let Cell {
+            source,
+            ctx,
+            receiver,
+            mailbox,
+            ..
+        } = &mut cell;
+        let counters = mailbox.monitor.counters().cloned();
+        let spans = counters.is_some() && ctx.system().config().monitoring.tracing_spans;
+        // A run of handling: from resuming after a wait until the next wait or yield.
+        let mut run_start = counters.as_ref().map(|c| c.resume());
+        let mut taken = 0u64;
+        let mut failure = guarded(actor.started(ctx)).await.err();
+        let dispatcher = ctx.dispatcher().clone();
+        let throughput = dispatcher.throughput();
+        let deadline = dispatcher.throughput_deadline();
+        let mut handled = 0usize;
+        let mut slice_start = Instant::now();
 
-    loop {
-        if let Some(failed) = failure.take() {
-            let text = failed.to_string();
-            // Failure handling is rare: boxed, so it does not enlarge every actor's task.
-            let decision = Box::pin(await_decision(&mut ctx, &mut receiver, failed)).await;
-            if matches!(decision, Decision::Stop | Decision::Escalate) {
-                ctx.stop_reason
-                    .get_or_insert(TerminationReason::Failed(text));
+        loop {
+            if let Some(failed) = failure.take() {
+                let text = failed.to_string();
+                // Failure handling is rare: boxed, so it does not enlarge every actor's task.
+                let decision = Box::pin(await_decision(ctx, receiver, failed)).await;
+                if matches!(decision, Decision::Stop | Decision::Escalate) {
+                    ctx.stop_reason
+                        .get_or_insert(TerminationReason::Failed(text));
+                }
+                failure = Box::pin(apply(decision, &mut actor, source, ctx, receiver)).await;
+                continue;
             }
-            failure = Box::pin(apply(
-                decision,
-                &mut actor,
-                &mut source,
-                &mut ctx,
-                &mut receiver,
-            ))
-            .await;
-            continue;
-        }
-        if ctx.stopping {
-            break;
-        }
-        let (next, from_mailbox) = if let Some(msg) = receiver.try_system_if_pending() {
-            (Next::System(msg), false)
-        } else if let Some(envelope) = ctx.unstashed.pop_front() {
-            (Next::User(envelope), false)
-        } else if let Some(next) = receiver.try_next() {
-            (next, true)
-        } else {
-            handled = 0;
-            if let (Some(c), Some(start)) = (&counters, run_start.take()) {
-                c.pause(start);
+            if ctx.stopping {
+                break;
             }
-            let next = match ctx.receive_timeout() {
-                None => Some(receiver.next().await),
-                // `next` takes a message only when it returns it, so a timeout loses nothing.
-                Some(idle) => tokio::time::timeout(idle, receiver.next()).await.ok(),
+            let (next, from_mailbox) = if let Some(msg) = receiver.try_system_if_pending() {
+                (Next::System(msg), false)
+            } else if let Some(envelope) = ctx.unstashed.pop_front() {
+                (Next::User(envelope), false)
+            } else if let Some(next) = receiver.try_next() {
+                (next, true)
+            } else {
+                handled = 0;
+                if let (Some(c), Some(start)) = (&counters, run_start.take()) {
+                    c.pause(start);
+                }
+                let next = match ctx.receive_timeout() {
+                    None => Some(receiver.next().await),
+                    // `next` takes a message only when it returns it, so a timeout loses nothing.
+                    // Boxed: a timer is 136 bytes that every actor's task would carry, used
+                    // only by actors that set a receive timeout.
+                    Some(idle) => Box::pin(tokio::time::timeout(idle, receiver.next()))
+                        .await
+                        .ok(),
+                };
+                run_start = counters.as_ref().map(|c| c.resume());
+                match next {
+                    Some(next) => (next, true),
+                    None => match ctx.receive_timeout_message() {
+                        Some(envelope) => (Next::User(envelope), false),
+                        None => continue,
+                    },
+                }
             };
-            run_start = counters.as_ref().map(|c| c.resume());
             match next {
-                Some(next) => (next, true),
-                None => match ctx.receive_timeout_message() {
-                    Some(envelope) => (Next::User(envelope), false),
-                    None => continue,
-                },
-            }
-        };
-        match next {
-            Next::System(msg) => {
-                failure = Box::pin(on_system(
-                    msg,
-                    &mut actor,
-                    &mut source,
-                    &mut ctx,
-                    &mut receiver,
-                ))
-                .await
-            }
-            Next::User(envelope) => {
-                if handled == 0 && deadline.is_some() {
-                    slice_start = Instant::now();
+                Next::System(msg) => {
+                    failure = Box::pin(on_system(msg, &mut actor, source, ctx, receiver)).await
                 }
-                let counted = counters.as_ref().filter(|_| from_mailbox);
-                if let Some(c) = counted {
-                    c.taken(taken);
-                    taken += 1;
-                }
-                failure = if spans {
-                    let span = tracing::info_span!(
-                        "rally.handle",
-                        actor = %mailbox.path,
-                        message_type = envelope.type_name()
-                    );
-                    guarded(envelope.handle(&mut actor, &mut ctx).instrument(span)).await
-                } else {
-                    guarded(envelope.handle(&mut actor, &mut ctx)).await
-                }
-                .err();
-                if let Some(c) = counted {
-                    c.completed();
-                }
-                handled += 1;
-                let out_of_time = deadline.is_some_and(|d| slice_start.elapsed() >= d);
-                if handled >= throughput || out_of_time {
-                    handled = 0;
-                    if let Some(c) = &counters {
-                        if let Some(start) = run_start.take() {
-                            c.pause(start);
-                        }
-                        c.yielding();
+                Next::User(envelope) => {
+                    if handled == 0 && deadline.is_some() {
+                        slice_start = Instant::now();
                     }
-                    dispatcher.yield_now().await;
-                    if let Some(c) = &counters {
-                        c.yielded();
-                        run_start = Some(c.resume());
+                    let counted = counters.as_ref().filter(|_| from_mailbox);
+                    if let Some(c) = counted {
+                        c.taken(taken);
+                        taken += 1;
+                    }
+                    failure = if spans {
+                        let span = tracing::info_span!(
+                            "rally.handle",
+                            actor = %mailbox.path,
+                            message_type = envelope.type_name()
+                        );
+                        guarded(envelope.handle(&mut actor, ctx).instrument(span)).await
+                    } else {
+                        guarded(envelope.handle(&mut actor, ctx)).await
+                    }
+                    .err();
+                    if let Some(c) = counted {
+                        c.completed();
+                    }
+                    handled += 1;
+                    let out_of_time = deadline.is_some_and(|d| slice_start.elapsed() >= d);
+                    if handled >= throughput || out_of_time {
+                        handled = 0;
+                        if let Some(c) = &counters {
+                            if let Some(start) = run_start.take() {
+                                c.pause(start);
+                            }
+                            c.yielding();
+                        }
+                        dispatcher.yield_now().await;
+                        if let Some(c) = &counters {
+                            c.yielded();
+                            run_start = Some(c.resume());
+                        }
                     }
                 }
             }
         }
-    }
-    if let (Some(c), Some(start)) = (&counters, run_start.take()) {
-        c.pause(start);
-    }
+        if let (Some(c), Some(start)) = (&counters, run_start.take()) {
+            c.pause(start);
+        }
 
-    Box::pin(stop(actor, ctx, receiver, mailbox, registered)).await;
+        Box::pin(stop_cell(actor, cell)).await;
+    }
 }
 
 /// Handles one system message in the running state; returns a failure to act on.
@@ -386,6 +382,19 @@ async fn stop<A: Actor>(
         ctx.system().monitor().remove_actor(mailbox.id);
     }
     ctx.parent.child_stopped(mailbox.id);
+}
+
+/// [`stop`] with the parts of the cell (a plain function: an `async fn` would hold the cell
+/// and the parts both).
+fn stop_cell<A: Actor>(actor: A, cell: Cell<A>) -> impl Future<Output = ()> + Send {
+    let Cell {
+        ctx,
+        receiver,
+        mailbox,
+        registered,
+        ..
+    } = cell;
+    stop(actor, ctx, receiver, mailbox, registered)
 }
 
 /// Runs a fallible hook or handler, turning an error or a panic into a [`Failure`].
