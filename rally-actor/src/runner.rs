@@ -28,6 +28,7 @@ pub(crate) struct Cell<A: Actor> {
 /// Not an `async fn`: an `async fn` moves its argument into a local when it first runs, and the
 /// compiler keeps room for both, so every actor's task carried its cell twice (1,400 bytes for
 /// an actor without state). The block below borrows the captured cell in place instead.
+#[allow(clippy::manual_async_fn)] // on purpose: see above
 pub(crate) fn run<A: Actor>(mut cell: Cell<A>) -> impl Future<Output = ()> + Send {
     async move {
         let mut actor = cell.source.first();
