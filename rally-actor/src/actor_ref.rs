@@ -198,6 +198,27 @@ impl<A: Actor> ActorRef<A> {
         self.mailbox().map(|mailbox| mailbox.len())
     }
 
+    /// User messages a local actor has not finished: those waiting in its mailbox plus the one
+    /// it is handling, so an actor busy with a long message and an empty mailbox has a load
+    /// of 1, not 0 (`None` for an external target). [`Routing::SmallestMailbox`](crate::Routing)
+    /// routes by it.
+    ///
+    /// # Example
+    ///
+    /// ```
+    /// use rally::{Actor, ActorSystem};
+    ///
+    /// struct Idle;
+    /// impl Actor for Idle {}
+    /// # #[tokio::main] async fn main() {
+    /// let idle = ActorSystem::new("doc").spawn(Idle).unwrap();
+    /// assert_eq!(idle.load(), Some(0));
+    /// # }
+    /// ```
+    pub fn load(&self) -> Option<usize> {
+        self.mailbox().map(|mailbox| mailbox.load())
+    }
+
     /// The bound of a local actor's mailbox (`None` when unbounded or external).
     pub fn mailbox_capacity(&self) -> Option<usize> {
         self.mailbox().and_then(|mailbox| mailbox.limit())

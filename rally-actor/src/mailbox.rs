@@ -116,7 +116,9 @@ pub(crate) struct Mailbox<A: Actor> {
     pub(crate) path: Arc<str>,
     queues: Mutex<Queues<A>>,
     system_pending: AtomicBool,
-    /// User messages the actor has taken into its batch but not yet handled.
+    /// User messages the actor has taken from the queue and not finished: those left in its
+    /// batch plus the one it is handling (0 once it looks for more and finds none), so a busy
+    /// actor with an empty queue does not look idle.
     in_batch: AtomicUsize,
     waker: AtomicWaker,
     /// Only bounded mailboxes count reservations (see `capacity`).
@@ -210,7 +212,9 @@ impl<A: Actor> Mailbox<A> {
             queues.user.push_back(envelope);
             if let Some(counters) = self.monitor.counters() {
                 // The in-batch count is read only for sampled messages.
-                counters.arrived(queues.user.len(), || self.in_batch.load(Ordering::Relaxed));
+                counters.arrived(queues.user.len(), || {
+                    self.in_batch.load(Ordering::Relaxed).saturating_sub(1)
+                });
             }
             std::mem::take(&mut queues.parked)
         };
@@ -266,8 +270,13 @@ impl<A: Actor> Mailbox<A> {
         Ok(())
     }
 
-    /// User messages waiting (queued, or taken into the actor's batch and not yet handled).
+    /// User messages waiting (queued, or taken into the actor's batch and not yet started).
     pub(crate) fn len(&self) -> usize {
+        self.lock().user.len() + self.in_batch.load(Ordering::Relaxed).saturating_sub(1)
+    }
+
+    /// User messages not finished: waiting, plus the one being handled.
+    pub(crate) fn load(&self) -> usize {
         self.lock().user.len() + self.in_batch.load(Ordering::Relaxed)
     }
 
@@ -381,7 +390,8 @@ impl<A: Actor> MailboxReceiver<A> {
 
     fn taken(&self) {
         let mailbox = &*self.mailbox;
-        mailbox.in_batch.store(self.batch.len(), Ordering::Relaxed);
+        // The rest of the batch and the message now in hand.
+        mailbox.in_batch.store(self.batch.len() + 1, Ordering::Relaxed);
         if let Some(bound) = &mailbox.bound {
             bound.release();
             if mailbox.overflow == Overflow::Backpressure {

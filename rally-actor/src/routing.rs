@@ -27,7 +27,9 @@ pub enum Routing {
     RoundRobin,
     /// A routee at random.
     Random,
-    /// The routee with the fewest messages waiting (local routees; ties go to the first).
+    /// The routee with the fewest unfinished messages: waiting plus the one in hand, so a
+    /// routee busy with a long message is passed by even when its mailbox is empty
+    /// ([`ActorRef::load`](crate::ActorRef::load); local routees; ties go to the first).
     SmallestMailbox,
     /// The routee a key hashes to on a ring of virtual nodes: the same key always reaches the
     /// same routee, and adding a routee moves only about 1/n of the keys.
@@ -271,7 +273,8 @@ impl<A: Actor> Router<A> {
                 .routees
                 .iter()
                 .enumerate()
-                .min_by_key(|(_, r)| r.mailbox_len().unwrap_or(usize::MAX))
+                // Waiting plus in hand: a routee busy with a long message is not idle.
+                .min_by_key(|(_, r)| r.load().unwrap_or(usize::MAX))
                 .map_or(0, |(i, _)| i),
             Routing::ConsistentHashing => {
                 let h = hash(key);

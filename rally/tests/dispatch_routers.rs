@@ -144,6 +144,28 @@ async fn smallest_mailbox_avoids_the_busy_routee() {
     system.shutdown().await.unwrap();
 }
 
+/// A routee busy with a long message and nothing queued is not idle: the router passes it by.
+#[tokio::test]
+async fn smallest_mailbox_passes_a_routee_busy_with_an_empty_mailbox() {
+    let system = ActorSystem::new("smallest-busy");
+    let f = Fixture::new();
+    let mut router = Router::pool(&system, 2, Routing::SmallestMailbox, f.props()).unwrap();
+    let busy = router.routees()[0].clone();
+    busy.tell(Job { n: 0, gated: true }).unwrap();
+    // Bounded wait until the worker has taken the job: its mailbox is empty, it is busy.
+    let deadline = tokio::time::Instant::now() + T;
+    while busy.mailbox_len() != Some(0) {
+        assert!(tokio::time::Instant::now() < deadline, "the job was never taken");
+        tokio::task::yield_now().await;
+    }
+    assert_eq!(busy.load(), Some(1), "the job in hand counts");
+    for _ in 0..3 {
+        assert_eq!(router.ask(job(9), T).await.unwrap(), 2);
+    }
+    f.gate.add_permits(1);
+    system.shutdown().await.unwrap();
+}
+
 #[tokio::test]
 async fn broadcast_reaches_every_routee() {
     let system = ActorSystem::new("broadcast");
