@@ -448,10 +448,17 @@ impl<A: Actor> ActorRef<A> {
             Backend::Local(mailbox, _) => {
                 if let Err(SystemMsg::Watch(watcher)) = mailbox.system(SystemMsg::Watch(watcher)) {
                     // Already dead: the watcher still hears about it, once.
-                    watcher.notify(crate::Terminated {
-                        id: mailbox.id,
-                        path: mailbox.path.clone(),
-                    });
+                    // The reason is set before the mailbox closes.
+                    let reason = mailbox
+                        .reason
+                        .get()
+                        .cloned()
+                        .unwrap_or(crate::TerminationReason::Unknown);
+                    watcher.notify(crate::Terminated::new(
+                        mailbox.id,
+                        mailbox.path.clone(),
+                        reason,
+                    ));
                 }
             }
             Backend::External(target) => target.watch(watcher),

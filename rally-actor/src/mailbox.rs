@@ -391,7 +391,9 @@ impl<A: Actor> MailboxReceiver<A> {
     fn taken(&self) {
         let mailbox = &*self.mailbox;
         // The rest of the batch and the message now in hand.
-        mailbox.in_batch.store(self.batch.len() + 1, Ordering::Relaxed);
+        mailbox
+            .in_batch
+            .store(self.batch.len() + 1, Ordering::Relaxed);
         if let Some(bound) = &mailbox.bound {
             bound.release();
             if mailbox.overflow == Overflow::Backpressure {

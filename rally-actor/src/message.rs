@@ -20,10 +20,12 @@ pub trait Message: Send + 'static {
     type Reply: Send + 'static;
 }
 
-/// Delivered once to every watcher of an actor when that actor stops.
+/// Delivered once to every watcher of an actor when that actor stops, with the reason.
 ///
 /// A watcher receives it through `Handler<Terminated>`, on the priority lane, so it is never
-/// stuck behind user messages.
+/// stuck behind user messages. The same value, and so the same reason, reaches an actor that
+/// watches ([`Context::watch`](crate::Context::watch)) and plain async code that awaits
+/// [`ActorRef::terminated`](crate::ActorRef::terminated).
 ///
 /// # Example
 ///
@@ -34,17 +36,21 @@ pub trait Message: Send + 'static {
 /// impl Actor for Watcher {}
 /// impl Handler<Terminated> for Watcher {
 ///     async fn handle(&mut self, t: Terminated, _ctx: &mut Context<Self>) -> ActorResult<()> {
-///         println!("{} stopped", t.path);
+///         // "stopped", "failed: …" or "its node is down"
+///         println!("{} ended: {}", t.path, t.reason);
 ///         Ok(())
 ///     }
 /// }
 /// ```
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct Terminated {
     /// The stopped actor's id.
     pub id: crate::ActorId,
     /// The stopped actor's path, e.g. `/user/worker`.
     pub path: std::sync::Arc<str>,
+    /// Why it stopped: asked to, failed, its node is down, or not reported.
+    pub reason: TerminationReason,
 }
 
 impl Message for Terminated {
@@ -52,22 +58,23 @@ impl Message for Terminated {
 }
 
 impl Terminated {
-    /// The notification for the actor `id` at `path`.
+    /// The notification for the actor `id` at `path`, which ended for `reason`.
     ///
     /// # Example
     ///
     /// ```
     /// use std::sync::Arc;
-    /// use rally::{ActorSystem, Terminated};
+    /// use rally::{ActorSystem, Terminated, TerminationReason};
     ///
     /// # #[tokio::main] async fn main() {
     /// let system = ActorSystem::new("doc");
-    /// let t = Terminated::new(system.next_id(), Arc::from("/user/worker"));
+    /// let t = Terminated::new(system.next_id(), Arc::from("/user/worker"), TerminationReason::NodeDown);
     /// assert_eq!(&*t.path, "/user/worker");
+    /// assert_eq!(t.reason, TerminationReason::NodeDown);
     /// # }
     /// ```
-    pub fn new(id: crate::ActorId, path: std::sync::Arc<str>) -> Self {
-        Self { id, path }
+    pub fn new(id: crate::ActorId, path: std::sync::Arc<str>, reason: TerminationReason) -> Self {
+        Self { id, path, reason }
     }
 }
 

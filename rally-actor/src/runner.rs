@@ -372,9 +372,9 @@ async fn stop<A: Actor>(
             _ => {}
         }
     }
-    let terminated = Terminated::new(mailbox.id, path.clone());
+    let terminated = Terminated::new(mailbox.id, path.clone(), reason);
     for watcher in ctx.watchers.values() {
-        watcher.notify_reason(terminated.clone(), reason.clone());
+        watcher.notify(terminated.clone());
     }
     if registered {
         ctx.system().unregister(&path);

@@ -21,15 +21,8 @@ use crate::{
 pub trait TerminationSink: Send + Sync + 'static {
     /// The watcher's id (a watcher is registered at most once per watched actor).
     fn watcher(&self) -> ActorId;
-    /// Delivers the notification.
+    /// Delivers the notification (which carries the reason, [`Terminated::reason`]).
     fn notify(&self, terminated: Terminated);
-    /// Delivers the notification with the reason the actor stopped. The default forwards to
-    /// [`notify`](Self::notify) and drops the reason; the runtime calls this one for local
-    /// actors, and a transport that knows the reason (its node went down) should too.
-    fn notify_reason(&self, terminated: Terminated, reason: TerminationReason) {
-        let _ = reason;
-        self.notify(terminated);
-    }
 }
 
 /// A local actor that handles `Terminated`, notified on its priority lane.
@@ -58,8 +51,6 @@ static NEXT_FUTURE_WATCHER: AtomicU64 = AtomicU64::new(u64::MAX);
 /// Completes a [`Termination`] future.
 struct FutureWatcher {
     id: ActorId,
-    /// Where a local actor leaves its reason, for a notification that carries none.
-    reason_source: Option<Box<dyn Fn() -> Option<TerminationReason> + Send + Sync>>,
     tx: Mutex<Option<oneshot::Sender<TerminationReason>>>,
 }
 
@@ -82,17 +73,8 @@ impl TerminationSink for FutureWatcher {
         self.id
     }
 
-    fn notify(&self, _terminated: Terminated) {
-        let reason = self
-            .reason_source
-            .as_ref()
-            .and_then(|source| source())
-            .unwrap_or(TerminationReason::Unknown);
-        self.complete(reason);
-    }
-
-    fn notify_reason(&self, _terminated: Terminated, reason: TerminationReason) {
-        self.complete(reason);
+    fn notify(&self, terminated: Terminated) {
+        self.complete(terminated.reason);
     }
 }
 
@@ -169,15 +151,8 @@ impl<A: Actor> ActorRef<A> {
     pub fn terminated(&self) -> Termination {
         let (tx, rx) = oneshot::channel();
         let id = ActorId(NEXT_FUTURE_WATCHER.fetch_sub(1, Ordering::Relaxed));
-        let reason_source: Option<Box<dyn Fn() -> Option<TerminationReason> + Send + Sync>> =
-            self.mailbox().map(|mailbox| {
-                let mailbox = Arc::downgrade(mailbox);
-                Box::new(move || mailbox.upgrade().and_then(|m| m.reason.get().cloned()))
-                    as Box<dyn Fn() -> Option<TerminationReason> + Send + Sync>
-            });
         let watcher = Arc::new(FutureWatcher {
             id,
-            reason_source,
             tx: Mutex::new(Some(tx)),
         });
         self.watch_with(watcher);

@@ -307,10 +307,11 @@ impl Association {
         for (name, watchers) in watches {
             let (id, path) = id_for(&name);
             for watcher in watchers {
-                watcher.notify_reason(
-                    Terminated::new(id, path.clone()),
+                watcher.notify(Terminated::new(
+                    id,
+                    path.clone(),
                     TerminationReason::NodeDown,
-                );
+                ));
             }
         }
         lock(&self.remote_watchers).clear();
@@ -397,10 +398,11 @@ impl Association {
             let (id, path) = id_for(name);
             for watcher in watchers {
                 // The wire does not say why the remote actor stopped.
-                watcher.notify_reason(
-                    Terminated::new(id, path.clone()),
+                watcher.notify(Terminated::new(
+                    id,
+                    path.clone(),
                     TerminationReason::Unknown,
-                );
+                ));
             }
         }
     }

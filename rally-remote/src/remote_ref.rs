@@ -134,10 +134,11 @@ impl<A: Actor> ExternalTarget<A> for RemoteRef<A> {
 
     fn watch(&self, watcher: Arc<dyn TerminationSink>) {
         if self.association.generation() != self.generation {
-            watcher.notify_reason(
-                Terminated::new(self.id, self.path.clone()),
+            watcher.notify(Terminated::new(
+                self.id,
+                self.path.clone(),
                 TerminationReason::NodeDown,
-            );
+            ));
             return;
         }
         let watcher_key = watcher.watcher().as_u64().to_string();

@@ -115,7 +115,9 @@ async fn graceful_leave_terminates_watchers_at_once() {
     // Plain async code can await the same end, and hears why.
     let ended = tokio::spawn(target.terminated());
     b.leave(Duration::from_secs(1)).await;
-    probe.expect_msg(Duration::from_secs(2)).await.unwrap();
+    let terminated = probe.expect_msg(Duration::from_secs(2)).await.unwrap();
+    // The watching actor hears the same reason as the awaiting code.
+    assert_eq!(terminated.reason, rally_actor::TerminationReason::NodeDown);
     assert_eq!(
         tokio::time::timeout(T, ended).await.unwrap().unwrap(),
         rally_actor::TerminationReason::NodeDown

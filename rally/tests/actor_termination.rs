@@ -120,3 +120,56 @@ async fn select_on_an_actors_end_alongside_other_work() {
     );
     system.shutdown().await.unwrap();
 }
+
+/// Watches one actor and hands over the `Terminated` it receives.
+struct Watcher {
+    target: rally::ActorRef<Worker>,
+    told: Option<tokio::sync::oneshot::Sender<rally::Terminated>>,
+}
+impl Actor for Watcher {
+    async fn started(&mut self, ctx: &mut Context<Self>) -> ActorResult<()> {
+        ctx.watch(&self.target);
+        Ok(())
+    }
+}
+impl Handler<rally::Terminated> for Watcher {
+    async fn handle(&mut self, t: rally::Terminated, _: &mut Context<Self>) -> ActorResult<()> {
+        if let Some(told) = self.told.take() {
+            let _ = told.send(t);
+        }
+        Ok(())
+    }
+}
+
+/// The `Terminated` a watching actor receives carries the same reason as `terminated()`:
+/// failed with the error, or stopped. (A watch that arrives after the stop is answered at once,
+/// with the reason, so the order of start and failure does not matter.)
+#[tokio::test]
+async fn a_watching_actor_reads_the_reason_in_terminated() {
+    let system = stopping_system();
+    for fail in [true, false] {
+        let worker = system.spawn(Worker).unwrap();
+        let (tx, rx) = tokio::sync::oneshot::channel();
+        system
+            .spawn(Watcher {
+                target: worker.clone(),
+                told: Some(tx),
+            })
+            .unwrap();
+        let expected = if fail {
+            worker.tell(Fail).unwrap();
+            TerminationReason::Failed("out of coffee".into())
+        } else {
+            worker.tell(Quit).unwrap();
+            TerminationReason::Stopped
+        };
+        let terminated = tokio::time::timeout(T, rx).await.unwrap().unwrap();
+        assert_eq!(terminated.id, worker.id());
+        assert_eq!(terminated.reason, expected);
+        assert_eq!(
+            tokio::time::timeout(T, worker.terminated()).await.unwrap(),
+            expected
+        );
+    }
+    system.shutdown().await.unwrap();
+}

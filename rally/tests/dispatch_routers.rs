@@ -155,7 +155,10 @@ async fn smallest_mailbox_passes_a_routee_busy_with_an_empty_mailbox() {
     // Bounded wait until the worker has taken the job: its mailbox is empty, it is busy.
     let deadline = tokio::time::Instant::now() + T;
     while busy.mailbox_len() != Some(0) {
-        assert!(tokio::time::Instant::now() < deadline, "the job was never taken");
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the job was never taken"
+        );
         tokio::task::yield_now().await;
     }
     assert_eq!(busy.load(), Some(1), "the job in hand counts");
