@@ -9,7 +9,7 @@ use std::sync::Arc;
 
 use bytes::BytesMut;
 use rally_actor::{
-    Actor, ActorRef, Envelope, ErasedReply, Handler, Message, Origin, ReplyError, ReplyTo,
+    Actor, ActorRef, Envelope, ErasedReply, Handler, Message, Origin, Pool, ReplyError, ReplyTo,
 };
 
 use rustc_hash::FxHashMap;
@@ -119,6 +119,46 @@ pub(crate) struct Outgoing {
 pub struct MessageTable<A: Actor> {
     outgoing: HashMap<TypeId, Outgoing>,
     incoming: FxHashMap<&'static str, DeliverFn<A>>,
+    /// The same messages delivered to a [`Pool`] of `A`, which handles every message `A`
+    /// handles: what makes `Pool<A>` a [`RemoteActor`] whenever `A` is one.
+    pool_incoming: FxHashMap<&'static str, DeliverFn<Pool<A>>>,
+}
+
+/// A pool of remote-capable actors is itself remote-capable, with the same messages: expose
+/// it like any actor and its routees answer askers on other nodes.
+///
+/// # Example
+///
+/// ```
+/// use rally::{Actor, ActorResult, Context, Handler, Message, Pool, Props, Routing};
+/// use rally::remote::{MessageTable, RemoteActor, RemoteMessage};
+/// use serde::{Deserialize, Serialize};
+///
+/// #[derive(Serialize, Deserialize)]
+/// struct Square(u64);
+/// impl Message for Square { type Reply = u64; }
+/// impl RemoteMessage for Square { const MANIFEST: &'static str = "example.Square"; }
+///
+/// struct Worker;
+/// impl Actor for Worker {}
+/// impl Handler<Square> for Worker {
+///     async fn handle(&mut self, n: Square, _: &mut Context<Self>) -> ActorResult<u64> { Ok(n.0 * n.0) }
+/// }
+/// impl RemoteActor for Worker {
+///     fn messages(table: &mut MessageTable<Self>) { table.add::<Square>(); }
+/// }
+///
+/// // `Pool<Worker>` is a RemoteActor: `node.expose("squares", &pool)` on one node,
+/// // `node.lookup::<Pool<Worker>>(&address, "squares")` on another.
+/// fn exposable<A: RemoteActor>() {}
+/// exposable::<Pool<Worker>>();
+/// ```
+impl<A: RemoteActor> RemoteActor for Pool<A> {
+    fn messages(table: &mut MessageTable<Self>) {
+        let routee = MessageTable::<A>::of();
+        table.outgoing = routee.outgoing;
+        table.incoming = routee.pool_incoming;
+    }
 }
 
 impl<A: Actor> MessageTable<A> {
@@ -130,6 +170,7 @@ impl<A: Actor> MessageTable<A> {
         let mut table = Self {
             outgoing: HashMap::new(),
             incoming: FxHashMap::default(),
+            pool_incoming: FxHashMap::default(),
         };
         A::messages(&mut table);
         table
@@ -147,6 +188,8 @@ impl<A: Actor> MessageTable<A> {
         A: Handler<M>,
     {
         let previous = self.incoming.insert(M::MANIFEST, deliver::<A, M>);
+        self.pool_incoming
+            .insert(M::MANIFEST, deliver::<Pool<A>, M>);
         assert!(
             previous.is_none(),
             "manifest {:?} registered twice for one actor type",
