@@ -530,12 +530,10 @@ mod tests {
     #[test]
     fn peer_events_follow_the_peer_through_its_lives() {
         let (events, mut rx) = broadcast::channel(16);
-        let quick = PhiAccrualConfig {
-            acceptable_heartbeat_pause: Duration::from_millis(600),
-            first_heartbeat_estimate: Duration::from_millis(100),
-            min_std_deviation: Duration::from_millis(50),
-            ..PhiAccrualConfig::default()
-        };
+        let mut quick = PhiAccrualConfig::default();
+        quick.acceptable_heartbeat_pause = Duration::from_millis(600);
+        quick.first_heartbeat_estimate = Duration::from_millis(100);
+        quick.min_std_deviation = Duration::from_millis(50);
         let remote: NodeAddress = "rally://t@h:1".parse().unwrap();
         let assoc = Association::new(remote.clone(), 1, 1 << 20, 1 << 20, quick, events);
         let unique = |n| UniqueAddress {

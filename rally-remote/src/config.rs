@@ -31,6 +31,8 @@ pub(crate) const DEFAULT_IDLE_PARTIAL_FRAME_TIMEOUT: Duration = Duration::from_s
 /// share a secret talk to each other without more setup, and an application that runs
 /// several clusters on one network names each.
 pub(crate) const DEFAULT_CLUSTER_NAME: &str = "rally";
+/// The smallest `max_frame_bytes` a peer accepts in the handshake (every control frame fits).
+pub(crate) const MIN_MAX_FRAME_BYTES: u32 = 1024;
 /// Longest cluster name: the handshake's bound on every name it carries.
 pub(crate) const MAX_CLUSTER_NAME_LEN: usize = 255;
 /// How long a peer the failure detector suspects stays unreachable before it is declared
@@ -181,6 +183,92 @@ impl RemoteConfig {
     pub fn with_cluster_name(mut self, name: impl Into<String>) -> Self {
         self.cluster_name = name.into();
         self
+    }
+
+    /// Checks the settings a node would refuse at [`start`](crate::RemoteNode::start): a
+    /// cluster name of 1 to 255 bytes, an ordinary lane count in `1..=254`, non-zero
+    /// durations and bounds, a usable failure detector. (An empty secret is checked at start
+    /// too, as [`StartError::EmptySecret`](crate::StartError::EmptySecret).)
+    ///
+    /// # Errors
+    ///
+    /// [`StartError::Config`](crate::StartError::Config) naming the first setting out of range.
+    ///
+    /// # Example
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use rally::remote::{RemoteConfig, StartError};
+    ///
+    /// let mut config = RemoteConfig::new("127.0.0.1", 0);
+    /// assert!(config.validate().is_ok());
+    /// config.heartbeat_interval = Duration::ZERO;
+    /// assert!(matches!(config.validate(), Err(StartError::Config { key: "heartbeat_interval", .. })));
+    /// ```
+    pub fn validate(&self) -> Result<(), crate::StartError> {
+        let invalid =
+            |key: &'static str, reason: String| Err(crate::StartError::Config { key, reason });
+        if self.cluster_name.is_empty() || self.cluster_name.len() > MAX_CLUSTER_NAME_LEN {
+            return invalid(
+                "cluster_name",
+                format!(
+                    "{:?} is not 1 to {MAX_CLUSTER_NAME_LEN} bytes long",
+                    self.cluster_name
+                ),
+            );
+        }
+        if !(1..=rally_wire::MAX_ORDINARY_LANES).contains(&self.ordinary_lanes) {
+            return invalid(
+                "ordinary_lanes",
+                format!(
+                    "{} is not in 1..={}",
+                    self.ordinary_lanes,
+                    rally_wire::MAX_ORDINARY_LANES
+                ),
+            );
+        }
+        if self.max_frame_bytes < MIN_MAX_FRAME_BYTES {
+            return invalid(
+                "max_frame_bytes",
+                format!(
+                    "{} is below {MIN_MAX_FRAME_BYTES}, the least a peer accepts",
+                    self.max_frame_bytes
+                ),
+            );
+        }
+        for (key, value) in [
+            ("heartbeat_interval", self.heartbeat_interval),
+            ("handshake_timeout", self.handshake_timeout),
+            ("max_reconnect_backoff", self.max_reconnect_backoff),
+            ("partial_frame_timeout", self.partial_frame_timeout),
+        ] {
+            if value.is_zero() {
+                return invalid(key, "0 s is not a usable duration".to_owned());
+            }
+        }
+        if self.outbound_lane_bytes == 0 {
+            return invalid(
+                "outbound_lane_bytes",
+                "0 would drop every message".to_owned(),
+            );
+        }
+        if self.max_unauthenticated_connections == 0 {
+            return invalid(
+                "max_unauthenticated_connections",
+                "0 would refuse every peer".to_owned(),
+            );
+        }
+        if let Err(error) = self.failure_detector.validate() {
+            return invalid(
+                match error.0 {
+                    "threshold" => "failure_detector.threshold",
+                    "max_sample_size" => "failure_detector.max_sample_size",
+                    _ => "failure_detector.first_heartbeat_estimate",
+                },
+                error.1,
+            );
+        }
+        Ok(())
     }
 
     /// Lets the node start with an empty secret, which it otherwise refuses

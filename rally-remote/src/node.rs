@@ -11,7 +11,6 @@ use rally_wire::{HandshakeConfig, Incarnation, NodeAddress, Observed, UniqueAddr
 use tokio::sync::{Semaphore, broadcast, watch};
 
 use crate::association::{Association, Ended, lock};
-use crate::config::MAX_CLUSTER_NAME_LEN;
 use crate::connection;
 use crate::deploy::{KindFactory, Kinds, RemoteSpawnError, SPAWNER, SpawnRequest, Spawner};
 use crate::events::{DownReason, PEER_EVENTS_CAPACITY, PeerEvent};
@@ -177,6 +176,8 @@ impl RemoteNode {
     ///
     /// # Errors
     ///
+    /// [`StartError::EmptySecret`] without a secret (unless allowed),
+    /// [`StartError::Config`] for a setting out of range ([`RemoteConfig::validate`]),
     /// [`StartError::Bind`] if the address cannot be bound.
     pub async fn start(system: &ActorSystem, config: RemoteConfig) -> Result<Self, StartError> {
         Self::start_with(system, config, Arc::new(TcpTransport)).await
@@ -187,6 +188,8 @@ impl RemoteNode {
     ///
     /// # Errors
     ///
+    /// [`StartError::EmptySecret`] without a secret (unless allowed),
+    /// [`StartError::Config`] for a setting out of range ([`RemoteConfig::validate`]),
     /// [`StartError::Bind`] if the address cannot be bound.
     pub async fn start_with(
         system: &ActorSystem,
@@ -196,31 +199,7 @@ impl RemoteNode {
         if config.secret.is_empty() && !config.allow_empty_secret {
             return Err(StartError::EmptySecret);
         }
-        if !(1..=rally_wire::MAX_ORDINARY_LANES).contains(&config.ordinary_lanes) {
-            return Err(StartError::Config {
-                key: "ordinary_lanes",
-                reason: format!(
-                    "{} is not in 1..={}",
-                    config.ordinary_lanes,
-                    rally_wire::MAX_ORDINARY_LANES
-                ),
-            });
-        }
-        if config.cluster_name.is_empty() || config.cluster_name.len() > MAX_CLUSTER_NAME_LEN {
-            return Err(StartError::Config {
-                key: "cluster_name",
-                reason: format!(
-                    "{:?} is not 1 to {MAX_CLUSTER_NAME_LEN} bytes long",
-                    config.cluster_name
-                ),
-            });
-        }
-        if config.max_unauthenticated_connections == 0 {
-            return Err(StartError::Config {
-                key: "max_unauthenticated_connections",
-                reason: "0 would refuse every peer".to_owned(),
-            });
-        }
+        config.validate()?;
         let mut listener = transport
             .bind(&config.host, config.port)
             .await

@@ -8,7 +8,24 @@ use std::collections::VecDeque;
 use std::time::{Duration, Instant};
 
 /// Settings of a [`PhiAccrualDetector`].
+///
+/// Non-exhaustive: start from `default()` and set fields, so a new setting is not a breaking
+/// change. A node checks them when it starts ([`validate`](Self::validate)).
+///
+/// # Example
+///
+/// ```
+/// use std::time::Duration;
+/// use rally::remote::PhiAccrualConfig;
+///
+/// let mut detector = PhiAccrualConfig::default();
+/// detector.acceptable_heartbeat_pause = Duration::from_secs(10); // a long-haul link
+/// assert!(detector.validate().is_ok());
+/// detector.threshold = 0.0;
+/// assert_eq!(detector.validate().unwrap_err().0, "threshold");
+/// ```
 #[derive(Debug, Clone, PartialEq)]
+#[non_exhaustive]
 pub struct PhiAccrualConfig {
     /// Suspicion level that declares a node down. 8 is a mistaken-suspicion chance of about
     /// 1 in 10^8 per check under the model; Akka uses 10 for remote watch on long-haul networks,
@@ -23,6 +40,41 @@ pub struct PhiAccrualConfig {
     pub acceptable_heartbeat_pause: Duration,
     /// Assumed interval before two heartbeats have been seen.
     pub first_heartbeat_estimate: Duration,
+}
+
+/// A [`PhiAccrualConfig`] setting out of range: the setting's name and what is wrong.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("failure detector setting {0}: {1}")]
+pub struct InvalidPhiAccrualConfig(pub &'static str, pub String);
+
+impl PhiAccrualConfig {
+    /// Checks that every setting is usable: a positive finite threshold, at least one sample,
+    /// a positive first estimate.
+    ///
+    /// # Errors
+    ///
+    /// [`InvalidPhiAccrualConfig`] naming the first setting out of range.
+    pub fn validate(&self) -> Result<(), InvalidPhiAccrualConfig> {
+        if !(self.threshold.is_finite() && self.threshold > 0.0) {
+            return Err(InvalidPhiAccrualConfig(
+                "threshold",
+                format!("{} is not a positive number", self.threshold),
+            ));
+        }
+        if self.max_sample_size == 0 {
+            return Err(InvalidPhiAccrualConfig(
+                "max_sample_size",
+                "0 keeps no sample".to_owned(),
+            ));
+        }
+        if self.first_heartbeat_estimate.is_zero() {
+            return Err(InvalidPhiAccrualConfig(
+                "first_heartbeat_estimate",
+                "0 s would make every heartbeat look late".to_owned(),
+            ));
+        }
+        Ok(())
+    }
 }
 
 impl Default for PhiAccrualConfig {

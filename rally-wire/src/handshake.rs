@@ -38,8 +38,8 @@ pub const HANDSHAKE_MAX_FRAME: u32 = 4 * 1024;
 /// The smallest data-phase maximum a peer may announce: every control frame fits.
 const MIN_PEER_MAX_FRAME: u32 = 1024;
 
-/// This node's side of handshakes.
-#[derive(Debug, Clone)]
+/// This node's side of handshakes. `Debug` shows the secret's length, never its bytes.
+#[derive(Clone)]
 pub struct HandshakeConfig {
     /// Who we are.
     pub local: UniqueAddress,
@@ -51,6 +51,20 @@ pub struct HandshakeConfig {
     /// Largest data-phase frame we accept; announced to the peer, which then refuses larger
     /// messages at its end.
     pub max_frame_len: u32,
+}
+
+impl std::fmt::Debug for HandshakeConfig {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("HandshakeConfig")
+            .field("local", &self.local)
+            .field(
+                "secret",
+                &format_args!("<{} bytes, not shown>", self.secret.len()),
+            )
+            .field("cluster", &self.cluster)
+            .field("max_frame_len", &self.max_frame_len)
+            .finish()
+    }
 }
 
 /// Who is on the other side of a finished handshake, and for which lane.
@@ -834,6 +848,21 @@ mod tests {
             "{message}"
         );
         assert!(!message.contains("secret"), "{message}");
+    }
+
+    #[test]
+    fn the_secret_never_shows_in_debug() {
+        let client = ClientHandshake::new(
+            config(1, b"hunter2-secret"),
+            id(2).address,
+            Lane::Control,
+            [1; 32],
+        );
+        let shown = format!("{client:?}");
+        assert!(!shown.contains("hunter2"), "{shown}");
+        assert!(shown.contains("14 bytes, not shown"), "{shown}");
+        // Nor as the bytes' numbers (derived Debug of a Vec<u8> would print them).
+        assert!(!shown.contains("104, 117"), "{shown}");
     }
 
     #[test]

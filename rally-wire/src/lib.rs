@@ -47,7 +47,7 @@ pub use envelope::{
     decode_reply, decode_system, encode_define_manifest, encode_define_recipient, encode_heartbeat,
     encode_leave, encode_system, write_message_header, write_reply_header,
 };
-pub use failure_detector::{PhiAccrualConfig, PhiAccrualDetector};
+pub use failure_detector::{InvalidPhiAccrualConfig, PhiAccrualConfig, PhiAccrualDetector};
 pub use frame::{
     FRAME_HEADER_LEN, FrameError, FrameKind, FrameMark, FrameTooLargeError, MAGIC, PREFACE_LEN,
     PrefaceError, SplitFrame, VERSION, begin_frame, check_preface, encode_preface, finish_frame,

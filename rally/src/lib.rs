@@ -82,7 +82,7 @@ pub use rally_actor::{
 pub mod remote {
     pub use rally_remote::*;
     /// Types that appear in [`RemoteConfig`]'s fields and in address parsing.
-    pub use rally_wire::{AddressParseError, PhiAccrualConfig};
+    pub use rally_wire::{AddressParseError, InvalidPhiAccrualConfig, PhiAccrualConfig};
 }
 
 /// Monitoring reports: the period [`Recorder`](metrics::Recorder), the diagnosis that names the
