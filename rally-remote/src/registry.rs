@@ -130,7 +130,7 @@ pub struct MessageTable<A: Actor> {
 /// # Example
 ///
 /// ```
-/// use rally::{Actor, ActorResult, Context, Handler, Message, Pool, Props, Routing};
+/// use rally::{Actor, ActorResult, Context, Handler, Message, Pool};
 /// use rally::remote::{MessageTable, RemoteActor, RemoteMessage};
 /// use serde::{Deserialize, Serialize};
 ///
