@@ -268,6 +268,35 @@ impl Membership {
     /// [`PacketError`] when the packet is dropped (it is counted in [`stats`](Self::stats));
     /// nothing of a dropped packet is applied.
     pub fn handle_packet(&mut self, payload: &[u8], now: Instant) -> Result<(), PacketError> {
+        self.handle_packet_from(payload, None, now)
+    }
+
+    /// Like [`handle_packet`](Self::handle_packet), for a packet that came over a connection
+    /// whose handshake authenticated `from`: a packet whose sender (or whose leaving member)
+    /// is another node is dropped and counted as forged, so a holder of the cluster secret
+    /// cannot speak for members it is not.
+    ///
+    /// # Errors
+    ///
+    /// As [`handle_packet`](Self::handle_packet).
+    pub fn handle_packet_from(
+        &mut self,
+        payload: &[u8],
+        from: Option<&rally_remote::UniqueAddress>,
+        now: Instant,
+    ) -> Result<(), PacketError> {
+        lock(&self.guard).authenticated = from.map(|f| (f.address.clone(), f.incarnation));
+        let result = self.handle_unchecked(payload, from, now);
+        lock(&self.guard).authenticated = None;
+        result
+    }
+
+    fn handle_unchecked(
+        &mut self,
+        payload: &[u8],
+        from: Option<&rally_remote::UniqueAddress>,
+        now: Instant,
+    ) -> Result<(), PacketError> {
         if self.stopped {
             return Ok(());
         }
@@ -291,7 +320,17 @@ impl Membership {
                 }
                 Ok(())
             }
-            Packet::Leaving(id) => self.handle_leaving(id, now),
+            Packet::Leaving(id) => {
+                if let Some(from) = from
+                    && (from.address != id.address || from.incarnation != id.incarnation)
+                {
+                    return Err(self.count(PacketError::Forged(format!(
+                        "{id} leaving, sent by {}",
+                        from.address
+                    ))));
+                }
+                self.handle_leaving(id, now)
+            }
         }
     }
 

@@ -28,6 +28,9 @@ pub use etcd::{EtcdConfig, EtcdProvider};
 pub use gossip::GossipProvider;
 pub use memory::{MemoryNetwork, MemoryProvider};
 
+/// A membership packet with the node its connection authenticated, if the transport has one.
+pub(crate) type Inbound = (Option<rally_remote::UniqueAddress>, Vec<u8>);
+
 /// The task a provider runs for one member.
 pub type ProviderTask = Pin<Box<dyn Future<Output = ()> + Send>>;
 
@@ -255,7 +258,7 @@ impl ViewPublisher {
 /// hands out through `send`, until it stops or the commands close.
 pub(crate) async fn drive(
     mut core: Membership,
-    mut inbound: mpsc::Receiver<Vec<u8>>,
+    mut inbound: mpsc::Receiver<Inbound>,
     mut send: impl FnMut(Transmit) + Send,
     mut commands: mpsc::UnboundedReceiver<Command>,
     publisher: ViewPublisher,
@@ -273,8 +276,8 @@ pub(crate) async fn drive(
             .map_or_else(far_future, tokio::time::Instant::from_std);
         tokio::select! {
             packet = inbound.recv() => match packet {
-                Some(packet) => {
-                    let _ = core.handle_packet(&packet, now());
+                Some((from, packet)) => {
+                    let _ = core.handle_packet_from(&packet, from.as_ref(), now());
                 }
                 None => break,
             },

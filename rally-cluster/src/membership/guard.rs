@@ -76,6 +76,9 @@ pub(crate) struct Guard {
     own_swim_incarnation: u16,
     /// The sender of the packet being decoded.
     pub(crate) sender: Option<MemberId>,
+    /// The node the packet being decoded came from, as its connection's handshake
+    /// authenticated it (address, incarnation); `None` for a transport without one.
+    pub(crate) authenticated: Option<(NodeAddress, rally_remote::Incarnation)>,
 }
 
 impl Guard {
@@ -88,6 +91,7 @@ impl Guard {
             new_in_packet: HashSet::new(),
             own_swim_incarnation: 0,
             sender: None,
+            authenticated: None,
         }
     }
 
@@ -121,6 +125,12 @@ impl Guard {
         }
         if id.generation == 0 && id.incarnation.0 == 0 {
             return forged("a seed placeholder, never a member");
+        }
+        if is_sender
+            && let Some((address, incarnation)) = &self.authenticated
+            && (address != &id.address || *incarnation != id.incarnation)
+        {
+            return forged("a sender other than the node the packet came from");
         }
         let active = state != State::Down;
         if id.address == self.local.address {

@@ -7,11 +7,13 @@
 use std::collections::HashMap;
 
 use rally_actor::{Actor, ActorRef, ActorResult, ActorSystem, Context, Handler, Message};
-use rally_remote::{MessageTable, NodeAddress, RemoteActor, RemoteMessage, RemoteNode};
+use rally_remote::{
+    MessageTable, NodeAddress, RemoteActor, RemoteContext, RemoteMessage, RemoteNode,
+};
 use serde::{Deserialize, Serialize};
 use tokio::sync::mpsc;
 
-use super::{Provider, ProviderContext, ProviderStartError, ProviderTask, drive};
+use super::{Inbound, Provider, ProviderContext, ProviderStartError, ProviderTask, drive};
 use crate::membership::Membership;
 
 /// The name the membership endpoint is exposed under on every member (reserved).
@@ -112,14 +114,17 @@ impl RemoteMessage for GossipPacket {
 
 /// Receives membership packets and hands them to the membership loop.
 pub(crate) struct Endpoint {
-    inbound: mpsc::Sender<Vec<u8>>,
+    inbound: mpsc::Sender<Inbound>,
 }
 
 impl Actor for Endpoint {}
 
 impl Handler<GossipPacket> for Endpoint {
-    async fn handle(&mut self, packet: GossipPacket, _: &mut Context<Self>) -> ActorResult<()> {
-        if self.inbound.try_send(packet.0).is_err() {
+    async fn handle(&mut self, packet: GossipPacket, ctx: &mut Context<Self>) -> ActorResult<()> {
+        // The node the connection's handshake authenticated: the membership core drops a
+        // packet that speaks for another member.
+        let from = ctx.remote_origin().cloned();
+        if self.inbound.try_send((from, packet.0)).is_err() {
             tracing::debug!("membership packet dropped: the membership loop is behind or gone");
         }
         Ok(())

@@ -7,7 +7,7 @@ use std::sync::{Arc, Mutex, PoisonError};
 use rally_remote::NodeAddress;
 use tokio::sync::mpsc;
 
-use super::{Provider, ProviderContext, ProviderStartError, ProviderTask, drive};
+use super::{Inbound, Provider, ProviderContext, ProviderStartError, ProviderTask, drive};
 use crate::membership::Membership;
 
 /// Packets waiting per member; beyond it they are dropped, as a network would.
@@ -44,7 +44,7 @@ const INBOUND_PACKETS: usize = 1024;
 /// ```
 #[derive(Clone, Default)]
 pub struct MemoryNetwork {
-    members: Arc<Mutex<HashMap<NodeAddress, mpsc::Sender<Vec<u8>>>>>,
+    members: Arc<Mutex<HashMap<NodeAddress, mpsc::Sender<Inbound>>>>,
 }
 
 impl MemoryNetwork {
@@ -53,7 +53,7 @@ impl MemoryNetwork {
         Self::default()
     }
 
-    fn members(&self) -> std::sync::MutexGuard<'_, HashMap<NodeAddress, mpsc::Sender<Vec<u8>>>> {
+    fn members(&self) -> std::sync::MutexGuard<'_, HashMap<NodeAddress, mpsc::Sender<Inbound>>> {
         // One insert or remove per update: a poisoned lock is still consistent.
         self.members.lock().unwrap_or_else(PoisonError::into_inner)
     }
@@ -95,7 +95,7 @@ impl Provider for MemoryProvider {
         let send = move |transmit: crate::Transmit| {
             let peer = network.members().get(&transmit.to).cloned();
             if let Some(peer) = peer {
-                let _ = peer.try_send(transmit.payload);
+                let _ = peer.try_send((None, transmit.payload));
             }
         };
         let network = self.network;
