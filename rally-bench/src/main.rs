@@ -14,7 +14,7 @@ use clap::{Parser, Subcommand};
 #[global_allocator]
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
-use scenarios::{dispatcher, local, raw_echo, remote};
+use scenarios::{dispatcher, grain, local, raw_echo, remote};
 
 /// Rally's benchmark scenarios.
 #[derive(Debug, Parser)]
@@ -48,6 +48,10 @@ enum Scenario {
     Latency(remote::LatencyArgs),
     /// The limit: the same frames echoed over one TCP connection with no actors.
     RawEcho(raw_echo::RawEchoArgs),
+    /// Virtual actors: closed request loops to P grains hosted by 2 member processes.
+    GrainPing(grain::GrainPingArgs),
+    /// Virtual actors: N fresh identities activated by 64 workers; rate and bytes per actor.
+    Activation(grain::ActivationArgs),
     /// Runs a scenario on Rally and on peer frameworks, alternately, and prints ratios.
     Compare(compare::CompareArgs),
     /// Internal: node B of the remote scenarios, in a child process.
@@ -56,6 +60,9 @@ enum Scenario {
     /// Internal: the raw echo server, in a child process.
     #[command(hide = true)]
     RawEchoServer,
+    /// Internal: a member hosting the virtual-actor kind of the grain scenarios.
+    #[command(hide = true)]
+    GrainMember(grain::MemberArgs),
 }
 
 fn main() -> anyhow::Result<()> {
@@ -72,8 +79,11 @@ fn main() -> anyhow::Result<()> {
         Scenario::MaxThroughput(args) => remote::max_throughput(&args),
         Scenario::Latency(args) => remote::latency(&args),
         Scenario::RawEcho(args) => raw_echo::raw_echo(&args),
+        Scenario::GrainPing(args) => grain::grain_ping(&args),
+        Scenario::Activation(args) => grain::activation(&args),
         Scenario::Compare(args) => compare::run(&args),
         Scenario::RemoteEchoNode(args) => remote::echo_node_main(&args),
         Scenario::RawEchoServer => raw_echo::server_main(),
+        Scenario::GrainMember(args) => grain::member_main(&args),
     }
 }

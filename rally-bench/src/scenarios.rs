@@ -2,6 +2,7 @@
 
 pub(crate) mod common;
 pub(crate) mod dispatcher;
+pub(crate) mod grain;
 pub(crate) mod local;
 pub(crate) mod raw_echo;
 pub(crate) mod remote;

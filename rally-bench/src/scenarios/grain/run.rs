@@ -1,0 +1,628 @@
+//! The grain scenarios themselves (built with the `grains` feature).
+
+use std::ffi::OsStr;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use anyhow::{Context as _, bail};
+use hdrhistogram::Histogram;
+use rally::cluster::virtual_actors::{
+    Activation, GrainMessages, GrainRef, VirtualActor, VirtualActors, VirtualActorsConfig,
+};
+use rally::cluster::{Cluster, ClusterConfig, MemberStatus};
+use rally::remote::{
+    MessageTable, NodeAddress, RemoteActor, RemoteConfig, RemoteMessage, RemoteNode,
+};
+use rally::state::SqliteStore;
+use rally::{Actor, ActorRef, ActorResult, ActorSystem, Context, Handler, Message};
+use serde::{Deserialize, Serialize};
+use tokio::io::{AsyncBufReadExt, BufReader};
+use tokio::process::Child;
+
+use super::{ActivationArgs, GrainPingArgs, MemberArgs};
+use crate::report::{Report, Row};
+use crate::scenarios::common::{
+    multi_thread_runtime, on_worker, resident_bytes, spawn_listening_child,
+};
+
+/// The secret the three processes share.
+const SECRET: &[u8] = b"rally-bench grains";
+/// The actor-system name of every process (part of each member's address).
+const SYSTEM: &str = "grains";
+/// The name each member exposes its stats actor under.
+const STATS: &str = "member-stats";
+/// Member processes hosting the kind.
+const MEMBERS: usize = 2;
+/// Every request's time limit, forwarding included (the definition's 5 s).
+const REQUEST_TIMEOUT: Duration = Duration::from_secs(5);
+/// How long the client waits for all three processes to see each other up.
+const FORM_LIMIT: Duration = Duration::from_secs(60);
+/// Longer than any run, so no grain is passivated for idleness during one (the definition
+/// forbids passivation during a run).
+const IDLE_TIMEOUT: Duration = Duration::from_secs(3600);
+
+/// The benchmark's virtual actor: replies `"Hello " + text`.
+pub(crate) struct PingGrain;
+
+impl Actor for PingGrain {}
+
+impl VirtualActor for PingGrain {
+    const KIND: &'static str = "ping";
+
+    async fn activate(_activation: Activation) -> ActorResult<Self> {
+        Ok(Self)
+    }
+
+    fn messages(table: &mut GrainMessages<Self>) {
+        table.add::<GrainPing>();
+    }
+}
+
+/// `Ping{text}`; the reply is the pong's text.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub(crate) struct GrainPing {
+    text: String,
+}
+
+impl Message for GrainPing {
+    type Reply = String;
+}
+
+impl RemoteMessage for GrainPing {
+    const MANIFEST: &'static str = "bench.GrainPing";
+}
+
+impl Handler<GrainPing> for PingGrain {
+    async fn handle(&mut self, ping: GrainPing, _ctx: &mut Context<Self>) -> ActorResult<String> {
+        let mut reply = String::with_capacity(6 + ping.text.len());
+        reply.push_str("Hello ");
+        reply.push_str(&ping.text);
+        Ok(reply)
+    }
+}
+
+/// Answers the client's questions about this member process.
+struct MemberStats {
+    grains: VirtualActors,
+    cluster: Cluster,
+}
+
+/// What the client asks a member.
+#[derive(Debug, Clone, Copy, Serialize, Deserialize)]
+struct MemberQuery;
+
+/// A member's figures at one moment.
+#[derive(Debug, Clone, Copy, Serialize, Deserialize)]
+struct MemberReply {
+    /// CPU time of the whole process (user + system), in nanoseconds.
+    cpu_ns: u64,
+    /// Resident set size from `/proc/self/statm`.
+    resident_bytes: u64,
+    /// Grains of the kind alive on this member (the runtime's own count).
+    active_grains: u64,
+    /// Members this member sees up.
+    members_up: u64,
+}
+
+impl Message for MemberQuery {
+    type Reply = MemberReply;
+}
+
+impl RemoteMessage for MemberQuery {
+    const MANIFEST: &'static str = "bench.MemberQuery";
+}
+
+impl Actor for MemberStats {}
+
+impl Handler<MemberQuery> for MemberStats {
+    async fn handle(
+        &mut self,
+        _: MemberQuery,
+        _ctx: &mut Context<Self>,
+    ) -> ActorResult<MemberReply> {
+        let active = self
+            .grains
+            .stats()
+            .iter()
+            .filter(|s| s.kind == PingGrain::KIND)
+            .map(|s| s.active as u64)
+            .sum();
+        let up = self
+            .cluster
+            .members()
+            .iter()
+            .filter(|m| m.status == MemberStatus::Up)
+            .count();
+        Ok(MemberReply {
+            cpu_ns: process_cpu().as_nanos() as u64,
+            resident_bytes: resident_bytes().unwrap_or(0),
+            active_grains: active,
+            members_up: up as u64,
+        })
+    }
+}
+
+impl RemoteActor for MemberStats {
+    fn messages(table: &mut MessageTable<Self>) {
+        table.add::<MemberQuery>();
+    }
+}
+
+/// CPU time this process has used (user + system, all threads).
+fn process_cpu() -> Duration {
+    use nix::time::{ClockId, clock_gettime};
+    clock_gettime(ClockId::CLOCK_PROCESS_CPUTIME_ID).map_or(Duration::ZERO, Duration::from)
+}
+
+/// `grain-member`: a member hosting the kind `ping` until stdin closes; prints
+/// `LISTENING <address>` once it serves.
+pub(crate) fn member_main(args: &MemberArgs) -> anyhow::Result<()> {
+    let runtime = multi_thread_runtime();
+    runtime.block_on(async {
+        let system = ActorSystem::new(SYSTEM);
+        let node = RemoteNode::start(
+            &system,
+            RemoteConfig::new("127.0.0.1", 0).with_secret(SECRET.to_vec()),
+        )
+        .await?;
+        let seed: NodeAddress = match &args.seed {
+            Some(seed) => seed.parse().map_err(|e| anyhow::anyhow!("--seed: {e:?}"))?,
+            None => node.address().clone(),
+        };
+        let mut builder = ClusterConfig::builder();
+        builder.seed(seed).kind(PingGrain::KIND);
+        let config = builder.build()?;
+        let cluster = Cluster::join(&system, &node, config.clone())?;
+        let mut settings = VirtualActorsConfig::default();
+        settings.idle_timeout = IDLE_TIMEOUT;
+        settings.max_active = args.max_active;
+        let grains = VirtualActors::builder(&cluster, &system)
+            .kind::<PingGrain>()
+            .store(Arc::new(SqliteStore::open(&args.db)?))
+            .config(settings)
+            .membership(&config)
+            .start(&node)?;
+        let stats = system.spawn(MemberStats {
+            grains: grains.clone(),
+            cluster: cluster.clone(),
+        })?;
+        node.expose(STATS, &stats)?;
+        println!("LISTENING {}", node.address());
+        // Serve until the parent closes our stdin (or dies).
+        let mut lines = BufReader::new(tokio::io::stdin()).lines();
+        while lines.next_line().await?.is_some() {}
+        Ok(())
+    })
+}
+
+/// The client side of a run: this process's client-only member, the member processes and
+/// their stats actors. Dropping it stops the members and removes the store's directory.
+struct GrainCluster {
+    dir: PathBuf,
+    members: Vec<ActorRef<MemberStats>>,
+    children: Vec<Child>,
+    grains: VirtualActors,
+    cluster: Cluster,
+    _node: RemoteNode,
+    _system: ActorSystem,
+}
+
+impl Drop for GrainCluster {
+    fn drop(&mut self) {
+        for child in &mut self.children {
+            let _ = child.start_kill();
+        }
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+impl GrainCluster {
+    /// Starts the two members (the first is the seed), then this client, and waits until all
+    /// three see each other up.
+    async fn start(max_active: usize) -> anyhow::Result<Self> {
+        let dir = std::env::temp_dir().join(format!("rally-bench-grains-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
+        let db = dir.join("grains.db");
+        let max_active = max_active.to_string();
+        let mut children = Vec::new();
+        let mut addresses: Vec<NodeAddress> = Vec::new();
+        for i in 0..MEMBERS {
+            let mut args: Vec<&OsStr> = vec![
+                OsStr::new("grain-member"),
+                OsStr::new("--db"),
+                db.as_os_str(),
+                OsStr::new("--max-active"),
+                OsStr::new(&max_active),
+            ];
+            let seed = addresses.first().map(ToString::to_string);
+            if let Some(seed) = &seed {
+                args.extend([OsStr::new("--seed"), OsStr::new(seed)]);
+            }
+            let (child, address) = spawn_listening_child(&args)
+                .await
+                .with_context(|| format!("starting member {i}"))?;
+            children.push(child);
+            addresses.push(address.parse().map_err(|e| anyhow::anyhow!("{e:?}"))?);
+        }
+        let system = ActorSystem::new(SYSTEM);
+        let node = RemoteNode::start(
+            &system,
+            RemoteConfig::new("127.0.0.1", 0).with_secret(SECRET.to_vec()),
+        )
+        .await?;
+        let mut builder = ClusterConfig::builder();
+        builder.seed(addresses[0].clone());
+        let config = builder.build()?;
+        let cluster = Cluster::join(&system, &node, config.clone())?;
+        // A client-only member hosts nothing, so it never claims an identity: its store is
+        // never used and the builder's default stands.
+        let grains = VirtualActors::builder(&cluster, &system)
+            .membership(&config)
+            .start(&node)?;
+        let members = addresses
+            .iter()
+            .map(|address| node.lookup::<MemberStats>(address, STATS))
+            .collect();
+        let gc = Self {
+            dir,
+            members,
+            children,
+            grains,
+            cluster,
+            _node: node,
+            _system: system,
+        };
+        gc.wait_formed().await?;
+        Ok(gc)
+    }
+
+    /// Polls (every 50 ms, at most [`FORM_LIMIT`]) until the client and every member see all
+    /// three processes up.
+    async fn wait_formed(&self) -> anyhow::Result<()> {
+        let all = MEMBERS as u64 + 1;
+        let deadline = Instant::now() + FORM_LIMIT;
+        loop {
+            let here = self
+                .cluster
+                .members()
+                .iter()
+                .filter(|m| m.status == MemberStatus::Up)
+                .count() as u64;
+            let mut seen = vec![here];
+            if here == all {
+                for reply in self.member_stats().await? {
+                    seen.push(reply.members_up);
+                }
+            }
+            if seen.len() == MEMBERS + 1 && seen.iter().all(|&n| n == all) {
+                return Ok(());
+            }
+            if Instant::now() > deadline {
+                bail!(
+                    "the cluster did not form within {FORM_LIMIT:?}: members up as seen by the client, then each member: {seen:?}"
+                );
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+
+    /// Every member's figures, in member order.
+    async fn member_stats(&self) -> anyhow::Result<Vec<MemberReply>> {
+        let mut out = Vec::with_capacity(self.members.len());
+        for (i, member) in self.members.iter().enumerate() {
+            let reply = member
+                .ask(MemberQuery, Duration::from_secs(10))
+                .await
+                .with_context(|| format!("asking member {i} for its figures"))?;
+            out.push(reply);
+        }
+        Ok(out)
+    }
+}
+
+/// One request, its reply checked.
+async fn ping(grain: &GrainRef<PingGrain>, text: &str) -> anyhow::Result<()> {
+    let reply = grain
+        .ask(
+            GrainPing {
+                text: text.to_owned(),
+            },
+            REQUEST_TIMEOUT,
+        )
+        .await?;
+    if reply.strip_prefix("Hello ") != Some(text) {
+        bail!("wrong reply {reply:?} to {text:?}");
+    }
+    Ok(())
+}
+
+/// A fresh random 32-hex-character string.
+fn random_text() -> String {
+    format!("{:032x}", rand::random::<u128>())
+}
+
+/// A latency histogram in microseconds, 3 significant digits, up to 60 s.
+fn histogram() -> Histogram<u64> {
+    Histogram::new_with_bounds(1, 60_000_000, 3).expect("the bounds are valid")
+}
+
+/// Each row's time limit: 10 min, 60 s with `--quick` (a million activations take minutes).
+fn row_limit(quick: bool) -> Duration {
+    if quick {
+        Duration::from_secs(60)
+    } else {
+        Duration::from_secs(600)
+    }
+}
+
+fn ms(d: Duration) -> f64 {
+    d.as_secs_f64() * 1e3
+}
+
+fn cpu_ms(after: u64, before: u64) -> f64 {
+    after.saturating_sub(before) as f64 / 1e6
+}
+
+fn grain_report(scenario: &str, max_active: usize) -> Report {
+    let mut report = Report::new(scenario);
+    report
+        .param(
+            "layout",
+            "2 member processes hosting the kind + this process as a client-only member, loopback TCP (Rally's own connections)",
+        )
+        .param(
+            "store",
+            "SqliteStore: one SQLite file (WAL) in a fresh temporary directory, shared by the 2 member processes; one claim per activation",
+        )
+        .param("placement", "hashed (rendezvous over the members hosting the kind)")
+        .param("serializer", "postcard")
+        .param("request_timeout_ms", REQUEST_TIMEOUT.as_millis() as u64)
+        .param("idle_timeout_s", IDLE_TIMEOUT.as_secs())
+        .param("max_active_per_member", max_active as u64);
+    report
+}
+
+/// Runs `grain-ping`: P loops, each owning one grain, in a closed loop.
+pub(crate) fn grain_ping(args: &GrainPingArgs) -> anyhow::Result<()> {
+    let quick = args.common.quick;
+    let rows = match (args.parallelism.is_empty(), quick) {
+        (false, _) => args.parallelism.clone(),
+        (true, true) => vec![8, 32],
+        (true, false) => vec![8, 32, 128, 512],
+    };
+    if rows.contains(&0) {
+        bail!("--parallelism: every value must be at least 1");
+    }
+    let seconds = args.seconds.unwrap_or(if quick { 1.0 } else { 10.0 });
+    if !(seconds > 0.0 && seconds.is_finite()) {
+        bail!("--seconds must be a positive number, not {seconds}");
+    }
+    let max_active = rows.iter().max().copied().unwrap_or(0).max(1) * 2;
+    let mut report = grain_report("grain-ping", max_active);
+    report.param("seconds", seconds).param(
+        "warm_up",
+        "one request per loop before the timed part (activates its grain)",
+    );
+    let runtime = multi_thread_runtime();
+    report.rows = on_worker(&runtime, async move {
+        eprintln!("grain-ping: starting 2 members and joining...");
+        let gc = GrainCluster::start(max_active).await?;
+        let mut out = Vec::new();
+        for p in rows {
+            eprintln!("grain-ping: P={p}, {seconds} s...");
+            let row = tokio::time::timeout(
+                row_limit(quick),
+                grain_ping_row(&gc, p, Duration::from_secs_f64(seconds)),
+            )
+            .await
+            .map_err(|_| anyhow::anyhow!("P={p} did not finish within its time limit"))??;
+            out.push(row);
+        }
+        anyhow::Ok(out)
+    })?;
+    report.print(args.common.json);
+    Ok(())
+}
+
+async fn grain_ping_row(gc: &GrainCluster, p: usize, duration: Duration) -> anyhow::Result<Row> {
+    let mut refs = Vec::with_capacity(p);
+    for i in 0..p {
+        let grain = gc.grains.get::<PingGrain>(&format!("ping-{i}"))?;
+        ping(&grain, &random_text())
+            .await
+            .with_context(|| format!("warm-up of ping-{i}"))?;
+        refs.push(grain);
+    }
+    let before = gc.member_stats().await?;
+    let client_before = process_cpu();
+    let start = Instant::now();
+    let end = start + duration;
+    let loops: Vec<_> = refs
+        .into_iter()
+        .map(|grain| {
+            tokio::spawn(async move {
+                let mut hist = histogram();
+                let mut errors = 0u64;
+                while Instant::now() < end {
+                    let text = random_text();
+                    let t0 = Instant::now();
+                    match ping(&grain, &text).await {
+                        Ok(()) => hist.saturating_record(t0.elapsed().as_micros() as u64),
+                        Err(_) => errors += 1,
+                    }
+                }
+                (hist, errors)
+            })
+        })
+        .collect();
+    let mut total = histogram();
+    let mut errors = 0;
+    for task in loops {
+        let (hist, errs) = task.await.context("a request loop panicked")?;
+        total
+            .add(&hist)
+            .expect("histograms with the same bounds add");
+        errors += errs;
+    }
+    let elapsed = start.elapsed();
+    let client_cpu = process_cpu().saturating_sub(client_before);
+    let after = gc.member_stats().await?;
+    let member_cpu: Vec<f64> = after
+        .iter()
+        .zip(&before)
+        .map(|(a, b)| cpu_ms(a.cpu_ns, b.cpu_ns))
+        .collect();
+    let mut row = Row::new(format!("P={p}"))
+        .clients(p as u64)
+        .throughput(total.len(), elapsed)
+        .with("parallelism", p as u64)
+        .with("errors", errors)
+        .with("mean_us", total.mean())
+        .with("client_cpu_ms", ms(client_cpu))
+        .with("member_cpu_ms", member_cpu);
+    row.p50_us = Some(total.value_at_quantile(0.5) as f64);
+    row.p99_us = Some(total.value_at_quantile(0.99) as f64);
+    Ok(row)
+}
+
+/// Runs `activation`: N fresh identities taken in order by the workers, one request each,
+/// which activates the grain.
+pub(crate) fn activation(args: &ActivationArgs) -> anyhow::Result<()> {
+    let quick = args.common.quick;
+    let rows = match (args.activations.is_empty(), quick) {
+        (false, _) => args.activations.clone(),
+        (true, true) => vec![10_000],
+        (true, false) => vec![100_000, 1_000_000],
+    };
+    if rows.contains(&0) {
+        bail!("--activations: every value must be at least 1");
+    }
+    if args.workers == 0 {
+        bail!("--workers must be at least 1");
+    }
+    let workers = args.workers;
+    // Every identity of the run stays active: the cap is above all of them on one member.
+    let max_active = usize::try_from(rows.iter().sum::<u64>())?.saturating_add(1);
+    let mut report = grain_report("activation", max_active);
+    report.param("workers", workers as u64).param(
+        "warm_up",
+        "none: every identity is new, the first request activates it",
+    );
+    let runtime = multi_thread_runtime();
+    report.rows = on_worker(&runtime, async move {
+        eprintln!("activation: starting 2 members and joining...");
+        let gc = Arc::new(GrainCluster::start(max_active).await?);
+        let mut out = Vec::new();
+        for (index, &n) in rows.iter().enumerate() {
+            eprintln!("activation: N={n}, {workers} workers...");
+            let row =
+                tokio::time::timeout(row_limit(quick), activation_row(&gc, index, n, workers))
+                    .await
+                    .map_err(|_| anyhow::anyhow!("N={n} did not finish within its time limit"))??;
+            out.push(row);
+        }
+        anyhow::Ok(out)
+    })?;
+    report.print(args.common.json);
+    Ok(())
+}
+
+async fn activation_row(
+    gc: &Arc<GrainCluster>,
+    index: usize,
+    n: u64,
+    workers: usize,
+) -> anyhow::Result<Row> {
+    let before = gc.member_stats().await?;
+    let client_before = process_cpu();
+    let next = Arc::new(AtomicU64::new(0));
+    let start = Instant::now();
+    let tasks: Vec<_> = (0..workers)
+        .map(|_| {
+            let gc = Arc::clone(gc);
+            let next = Arc::clone(&next);
+            tokio::spawn(async move {
+                let mut hist = histogram();
+                let mut errors = 0u64;
+                loop {
+                    let k = next.fetch_add(1, Ordering::Relaxed);
+                    if k >= n {
+                        break;
+                    }
+                    let t0 = Instant::now();
+                    let sent = match gc.grains.get::<PingGrain>(&format!("act-{index}-{k}")) {
+                        Ok(grain) => ping(&grain, "").await,
+                        Err(e) => Err(e.into()),
+                    };
+                    match sent {
+                        Ok(()) => hist.saturating_record(t0.elapsed().as_micros() as u64),
+                        Err(_) => errors += 1,
+                    }
+                }
+                (hist, errors)
+            })
+        })
+        .collect();
+    let mut total = histogram();
+    let mut errors = 0;
+    for task in tasks {
+        let (hist, errs) = task.await.context("an activation worker panicked")?;
+        total
+            .add(&hist)
+            .expect("histograms with the same bounds add");
+        errors += errs;
+    }
+    let elapsed = start.elapsed();
+    let client_cpu = process_cpu().saturating_sub(client_before);
+    let after = gc.member_stats().await?;
+    let ok = total.len();
+    let mut row = Row::new(format!("N={n}")).throughput(ok, elapsed);
+    row.p50_us = Some(total.value_at_quantile(0.5) as f64);
+    row.p99_us = Some(total.value_at_quantile(0.99) as f64);
+    let rate = row.msgs_per_sec.unwrap_or(0.0);
+    let mut active = Vec::new();
+    let mut per_member = Vec::new();
+    for (a, b) in after.iter().zip(&before) {
+        let grains = a.active_grains as i64 - b.active_grains as i64;
+        let grown = a.resident_bytes as f64 - b.resident_bytes as f64;
+        active.push(grains);
+        per_member.push(if grains > 0 {
+            grown / grains as f64
+        } else {
+            0.0
+        });
+    }
+    let mean = per_member.iter().sum::<f64>() / per_member.len().max(1) as f64;
+    let member_cpu: Vec<f64> = after
+        .iter()
+        .zip(&before)
+        .map(|(a, b)| cpu_ms(a.cpu_ns, b.cpu_ns))
+        .collect();
+    Ok(row
+        .with("activations", ok)
+        .with("errors", errors)
+        .with("activations_per_sec", rate)
+        .with("mean_us", total.mean())
+        .with("active_per_member", active)
+        .with("bytes_per_actor_per_member", per_member)
+        .with("bytes_per_actor", mean)
+        .with("client_cpu_ms", ms(client_cpu))
+        .with("member_cpu_ms", member_cpu))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn random_texts_are_32_hex_characters_and_differ() {
+        let a = random_text();
+        let b = random_text();
+        assert_eq!(a.len(), 32);
+        assert!(a.chars().all(|c| c.is_ascii_hexdigit()), "{a}");
+        assert_ne!(a, b);
+    }
+}
