@@ -1,10 +1,10 @@
 //! A store in one SQLite file, shared by the members on one machine.
 
 use std::path::Path;
-use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use rusqlite::{Connection, OptionalExtension, params};
+use tokio::sync::{mpsc, oneshot};
 
 use crate::store::{BoxFuture, Claim, Epoch, StateStore, StoreError, check_key, from_sql, to_sql};
 
@@ -64,11 +64,25 @@ const LOAD: &str = "SELECT state FROM rally_grains WHERE kind = ?1 AND identity 
 /// ```
 #[derive(Debug, Clone)]
 pub struct SqliteStore {
-    connection: Arc<Mutex<Connection>>,
+    jobs: mpsc::UnboundedSender<Job>,
 }
+
+/// One operation for the store's thread: run against the connection inside the batch's
+/// transaction; its result is handed back only after that transaction committed.
+type Job = Box<dyn FnOnce(&Connection) -> Box<dyn FnOnce(Result<(), StoreError>) + Send> + Send>;
+
+/// The most operations one transaction carries (a bound on how long one commit holds the
+/// file's write lock, which the members on this machine share).
+const MAX_BATCH: usize = 256;
 
 impl SqliteStore {
     /// Opens (creating if needed) the store at `path`.
+    ///
+    /// The connection lives on a thread of its own. Operations queue for it; the thread takes
+    /// every operation waiting (up to 256) and runs them in one transaction, so one commit
+    /// serves as many activations as arrived while the previous one ran, and a lone operation
+    /// waits for nothing (no timer). Each operation is still one compare-and-set statement:
+    /// batching changes only how many of them share a commit.
     ///
     /// # Errors
     ///
@@ -85,25 +99,35 @@ impl SqliteStore {
             .pragma_update(None, "synchronous", "NORMAL")
             .map_err(backend)?;
         connection.execute_batch(SCHEMA).map_err(backend)?;
-        Ok(Self {
-            connection: Arc::new(Mutex::new(connection)),
-        })
+        let (jobs, queue) = mpsc::unbounded_channel();
+        std::thread::Builder::new()
+            .name("rally-sqlite".into())
+            .spawn(move || serve(&connection, queue))
+            .map_err(|e| StoreError::Backend(format!("sqlite thread: {e}")))?;
+        Ok(Self { jobs })
     }
 
-    /// Runs `f` on the connection on a blocking thread (SQLite calls block).
+    /// Queues `f` for the store's thread and awaits its result, which arrives once the
+    /// transaction that ran it committed.
     fn run<T: Send + 'static>(
         &self,
         f: impl FnOnce(&Connection) -> Result<T, StoreError> + Send + 'static,
     ) -> BoxFuture<'static, Result<T, StoreError>> {
-        let connection = Arc::clone(&self.connection);
-        Box::pin(async move {
-            tokio::task::spawn_blocking(move || {
-                // A statement that panicked leaves SQLite consistent (it rolls back itself).
-                let connection = connection.lock().unwrap_or_else(PoisonError::into_inner);
-                f(&connection)
+        let (reply, answer) = oneshot::channel();
+        let job: Job = Box::new(move |connection| {
+            let result = f(connection);
+            Box::new(move |committed: Result<(), StoreError>| {
+                let _ = reply.send(committed.and(result));
             })
-            .await
-            .map_err(|e| StoreError::Backend(format!("sqlite task: {e}")))?
+        });
+        let queued = self.jobs.send(job).is_ok();
+        Box::pin(async move {
+            if !queued {
+                return Err(StoreError::Backend("sqlite thread: stopped".into()));
+            }
+            answer
+                .await
+                .map_err(|_| StoreError::Backend("sqlite thread: stopped".into()))?
         })
     }
 
@@ -120,24 +144,20 @@ impl SqliteStore {
         let (kind, identity, owner) = (kind.to_owned(), identity.to_owned(), owner.to_owned());
         self.run(move |c| {
             let granted: Option<i64> = match from {
-                None => c
-                    .query_row(CLAIM, params![kind, identity, owner], |row| row.get(0))
-                    .optional(),
-                Some(from) => c
-                    .query_row(
-                        TAKE_OVER,
-                        params![kind, identity, owner, to_sql(from)?],
-                        |row| row.get(0),
-                    )
-                    .optional(),
-            }
-            .map_err(backend)?;
+                None => query_row(c, CLAIM, params![kind, identity, owner]),
+                Some(from) => {
+                    query_row(c, TAKE_OVER, params![kind, identity, owner, to_sql(from)?])
+                }
+            }?;
             if let Some(epoch) = granted {
                 return Ok(Claim::Granted(from_sql(epoch)));
             }
             let (owner, epoch): (String, i64) = c
-                .query_row(HOLDER, params![kind, identity], |row| {
-                    Ok((row.get(0)?, row.get(1)?))
+                .prepare_cached(HOLDER)
+                .and_then(|mut statement| {
+                    statement.query_row(params![kind, identity], |row| {
+                        Ok((row.get(0)?, row.get(1)?))
+                    })
                 })
                 .map_err(backend)?;
             Ok(Claim::Held {
@@ -146,6 +166,24 @@ impl SqliteStore {
             })
         })
     }
+}
+
+/// Runs a cached statement that returns at most one row of one column.
+fn query_row<T: rusqlite::types::FromSql>(
+    c: &Connection,
+    sql: &str,
+    params: impl rusqlite::Params,
+) -> Result<Option<T>, StoreError> {
+    c.prepare_cached(sql)
+        .and_then(|mut statement| statement.query_row(params, |row| row.get(0)).optional())
+        .map_err(backend)
+}
+
+/// Runs a cached statement that changes rows; how many it changed.
+fn execute(c: &Connection, sql: &str, params: impl rusqlite::Params) -> Result<usize, StoreError> {
+    c.prepare_cached(sql)
+        .and_then(|mut statement| statement.execute(params))
+        .map_err(backend)
 }
 
 impl StateStore for SqliteStore {
@@ -179,9 +217,7 @@ impl StateStore for SqliteStore {
         }
         let (kind, identity) = (kind.to_owned(), identity.to_owned());
         self.run(move |c| {
-            let changed = c
-                .execute(RELEASE, params![kind, identity, to_sql(epoch)?])
-                .map_err(backend)?;
+            let changed = execute(c, RELEASE, params![kind, identity, to_sql(epoch)?])?;
             fenced(changed, epoch)
         })
     }
@@ -196,10 +232,7 @@ impl StateStore for SqliteStore {
         }
         let (kind, identity) = (kind.to_owned(), identity.to_owned());
         self.run(move |c| {
-            let state: Option<Option<Vec<u8>>> = c
-                .query_row(LOAD, params![kind, identity], |row| row.get(0))
-                .optional()
-                .map_err(backend)?;
+            let state: Option<Option<Vec<u8>>> = query_row(c, LOAD, params![kind, identity])?;
             Ok(state.flatten())
         })
     }
@@ -216,11 +249,42 @@ impl StateStore for SqliteStore {
         }
         let (kind, identity, state) = (kind.to_owned(), identity.to_owned(), state.to_vec());
         self.run(move |c| {
-            let changed = c
-                .execute(SAVE, params![kind, identity, to_sql(epoch)?, state])
-                .map_err(backend)?;
+            let changed = execute(c, SAVE, params![kind, identity, to_sql(epoch)?, state])?;
             fenced(changed, epoch)
         })
+    }
+}
+
+/// The store's thread: until every handle is dropped, takes the operations waiting, runs them
+/// in one transaction and answers each after the commit. A statement that fails fails only its
+/// own operation; a transaction that cannot begin or commit fails every operation in it.
+fn serve(connection: &Connection, mut queue: mpsc::UnboundedReceiver<Job>) {
+    let mut batch = Vec::with_capacity(MAX_BATCH);
+    while let Some(job) = queue.blocking_recv() {
+        batch.push(job);
+        while batch.len() < MAX_BATCH {
+            match queue.try_recv() {
+                Ok(job) => batch.push(job),
+                Err(_) => break,
+            }
+        }
+        // IMMEDIATE takes the write lock at once (waiting up to the busy timeout), so no
+        // statement of the batch meets a lock it cannot wait for.
+        let began = connection.execute_batch("BEGIN IMMEDIATE").map_err(backend);
+        let answers: Vec<_> = match &began {
+            Ok(()) => batch.drain(..).map(|job| job(connection)).collect(),
+            Err(_) => {
+                batch.clear();
+                Vec::new()
+            }
+        };
+        let committed = began.and_then(|()| connection.execute_batch("COMMIT").map_err(backend));
+        if committed.is_err() {
+            let _ = connection.execute_batch("ROLLBACK");
+        }
+        for answer in answers {
+            answer(committed.clone());
+        }
     }
 }
 

@@ -46,6 +46,77 @@ async fn racing_claims_through_separate_connections_have_one_winner() {
     support::check_one_winner(stores, "s").await;
 }
 
+/// The store's thread runs every operation waiting in one transaction: operations issued
+/// together from two handles still get one answer each, a lost race is a `Held` naming the
+/// winner, and a stale write in the same batch as good ones fails alone.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn operations_issued_together_share_commits_and_keep_their_own_answers() {
+    let db = TempDb::new("batch");
+    let a = SqliteStore::open(db.path()).unwrap();
+    let b = SqliteStore::open(db.path()).unwrap();
+    let mut claims = tokio::task::JoinSet::new();
+    for i in 0..500 {
+        for (store, owner) in [(a.clone(), "a"), (b.clone(), "b")] {
+            claims.spawn(async move {
+                let identity = format!("u{i}");
+                let claim = store.claim("cart", &identity, owner).await;
+                (identity, owner, claim)
+            });
+        }
+    }
+    let mut winners = std::collections::HashMap::new();
+    let mut losers = Vec::new();
+    while let Some(done) = claims.join_next().await {
+        let (identity, owner, claim) = done.unwrap();
+        match claim.unwrap() {
+            Claim::Granted(epoch) => {
+                assert_eq!(epoch, 1, "{identity}: the first grant is epoch 1");
+                assert!(
+                    winners.insert(identity.clone(), owner).is_none(),
+                    "{identity} granted twice"
+                );
+            }
+            Claim::Held {
+                owner: holder,
+                epoch,
+            } => {
+                assert_eq!(epoch, 1);
+                losers.push((identity, owner, holder));
+            }
+            other => panic!("unexpected {other:?}"),
+        }
+    }
+    assert_eq!(winners.len(), 500, "every identity granted once");
+    assert_eq!(losers.len(), 500, "every race lost once");
+    for (identity, owner, holder) in losers {
+        assert_ne!(owner, holder);
+        assert_eq!(
+            winners[&identity], holder,
+            "{identity}: Held names the winner"
+        );
+    }
+    // Good and stale writes issued together: only the stale ones fail.
+    let mut saves = tokio::task::JoinSet::new();
+    for i in 0..100 {
+        let store = if i % 2 == 0 { a.clone() } else { b.clone() };
+        let epoch = if i % 10 == 0 { 7 } else { 1 };
+        saves.spawn(async move { (i, store.save("cart", &format!("u{i}"), epoch, b"s").await) });
+    }
+    while let Some(done) = saves.join_next().await {
+        let (i, saved) = done.unwrap();
+        if i % 10 == 0 {
+            assert_eq!(saved, Err(StoreError::StaleEpoch { epoch: 7 }), "u{i}");
+        } else {
+            assert_eq!(saved, Ok(()), "u{i}");
+        }
+    }
+    assert_eq!(
+        b.load("cart", "u3").await.unwrap().as_deref(),
+        Some(&b"s"[..])
+    );
+    assert_eq!(a.load("cart", "u10").await.unwrap(), None);
+}
+
 #[tokio::test]
 async fn state_and_fencing_survive_reopening_the_file() {
     let db = TempDb::new("reopen");
