@@ -122,6 +122,11 @@ pub mod prelude {
 #[cfg(all(doctest, feature = "remote"))]
 pub struct ReadmeDoctests;
 
+/// The examples of `docs/cluster.md`, compiled as doc tests so they stay true.
+#[doc = include_str!("../../docs/cluster.md")]
+#[cfg(all(doctest, feature = "cluster", feature = "state"))]
+pub struct ClusterGuideDoctests;
+
 /// The examples of `docs/configuration.md`, compiled as doc tests so they stay true.
 #[doc = include_str!("../../docs/configuration.md")]
 #[cfg(all(doctest, feature = "remote"))]
