@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 
 use rally::cluster::virtual_actors::{GrainError, Hashed, Placement, VirtualActorsConfig};
 use rally::cluster::{MemberEvent, MemberId};
-use rally::state::{MemoryStore, SqliteStore, StateStore};
+use rally::state::{Claim, MemoryStore, SqliteStore, StateStore};
 use virtual_support::{
     Add, Probe, T, TestCluster, Unlisted, Where, assert_never_two_at_once, converged, live, lives,
     poll,
@@ -232,8 +232,12 @@ async fn past_the_cap_the_least_recently_used_are_deactivated_and_memory_returns
         .filter(|l| l.end.is_none())
         .map(|l| l.identity[4..].parse().unwrap())
         .collect();
+    // The survivors are the most recently used, but for one: an activation whose last
+    // message's reply is sent but whose handler has not yet marked it idle is busy and
+    // skipped by the eviction (seen on a loaded machine: cap-0 kept, cap-40 evicted).
     assert!(!survivors.is_empty());
-    assert!(survivors.iter().all(|i| *i >= 40), "{survivors:?}");
+    let recent = survivors.iter().filter(|i| **i >= 40).count();
+    assert!(recent + 1 >= survivors.len(), "{survivors:?}");
     // An evicted one comes back with its state.
     let (_, epoch, count) = host
         .grains
@@ -397,5 +401,56 @@ async fn a_killed_members_identities_activate_elsewhere_only_after_the_takeover_
         second.start >= down_seen + wait - Duration::from_millis(50),
         "re-activated {:?} after the down was seen; the wait is {wait:?}",
         second.start - down_seen
+    );
+}
+
+/// A whole cluster restarted over a durable store leaves claims of processes that are gone.
+/// One held by a previous life at an address a member now runs at is taken over at once; one
+/// held by an address nobody runs at is waited for (the takeover wait, counted from when the
+/// member first met it), then taken over. Before, both failed every message with
+/// `HolderUnknown`, for as long as the store kept the claim.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn claims_left_by_dead_lives_in_a_durable_store_are_taken_over() {
+    let mut config = VirtualActorsConfig::default();
+    config.deactivation_timeout = Duration::from_millis(500);
+    let tc = TestCluster::new("restart", config);
+    let store = Arc::new(MemoryStore::new());
+    // The previous lives: the same address as member 1 with another incarnation, and an
+    // address that no member runs at any more.
+    let old_life = "rally://restart@mem:1#4242";
+    let vanished = "rally://restart@mem:99#7";
+    assert!(matches!(
+        store.claim("probe", "restart-a", old_life).await,
+        Ok(Claim::Granted(1))
+    ));
+    assert!(matches!(
+        store.claim("probe", "restart-b", vanished).await,
+        Ok(Claim::Granted(1))
+    ));
+    let a = tc.join(1, true, store.clone());
+    converged(&[&a], std::slice::from_ref(&a.id)).await;
+
+    let grain = a.grains.get::<Probe>("restart-a").unwrap();
+    let (owner, epoch, _) = grain.ask(Where, T).await.unwrap();
+    assert_eq!(
+        (owner, epoch),
+        (key(&a.id), 2),
+        "taken over from the old life's epoch"
+    );
+
+    let first_met = Instant::now();
+    let grain = a.grains.get::<Probe>("restart-b").unwrap();
+    let wait = tc.membership.takeover_margin(1) + Duration::from_millis(500);
+    let (owner, epoch, _) = grain.ask(Where, wait + T).await.unwrap();
+    assert_eq!((owner, epoch), (key(&a.id), 2));
+    let started = lives("restart")
+        .iter()
+        .find(|l| l.identity == "restart-b")
+        .expect("restart-b activated")
+        .start;
+    assert!(
+        started >= first_met + wait - Duration::from_millis(50),
+        "activated {:?} after the claim was met; the wait is {wait:?}",
+        started - first_met
     );
 }

@@ -164,10 +164,16 @@ impl Model {
         }
         let key = Ownership::owner_key(&hosting(member));
         let now = sim.elapsed();
+        let at = self.at(now);
         let claim = now_claim(&self.store, identity, &key, None);
         let granted = match claim {
             Claim::Granted(epoch) => Some(epoch),
-            Claim::Held { owner, epoch } => match self.views[member].holder(&owner, self.at(now)) {
+            Claim::Held { owner, epoch } => match self
+                .views
+                .get_mut(member)
+                .expect("a view per member")
+                .holder(&owner, at)
+            {
                 Holder::TakeOver => match now_claim(&self.store, identity, &key, Some(epoch)) {
                     Claim::Granted(epoch) => Some(epoch),
                     _ => None,

@@ -55,9 +55,6 @@ pub enum GrainError {
     /// members' views disagree for longer than a message's hops).
     #[error("forwarded {0} times without reaching an activation")]
     TooManyHops(u8),
-    /// The state store holds the identity for a member this member does not know.
-    #[error("held by a member this member does not know: {0}")]
-    HolderUnknown(String),
     /// The state store failed; nothing was activated.
     #[error("state store: {0}")]
     Store(String),

@@ -23,11 +23,6 @@ use crate::member::MemberId;
 /// away or a lost race) before its messages fail.
 const CLAIM_ATTEMPTS: u32 = 8;
 
-/// While the store names a holder this member does not know, it re-reads the view this often,
-/// this many times (2 s: far longer than gossip takes to spread a join).
-const UNKNOWN_HOLDER_PAUSE: Duration = Duration::from_millis(50);
-const UNKNOWN_HOLDER_WAITS: u32 = 40;
-
 /// What this member's runtime shares between its handles, its tasks and the transport.
 pub(crate) struct Inner {
     pub(crate) local: MemberId,
@@ -503,7 +498,6 @@ impl<K: VirtualActor> Host<K> {
             .claim(K::KIND, identity, &inner.owner_key)
             .await
             .map_err(store_error)?;
-        let mut unknown_waits = 0;
         let mut attempts = 0;
         while attempts < CLAIM_ATTEMPTS {
             let (holder, held_epoch) = match claim {
@@ -512,9 +506,7 @@ impl<K: VirtualActor> Host<K> {
                 other => return Err(GrainError::Store(format!("unexpected claim {other:?}"))),
             };
             let decision = inner.ownership().holder(&holder, Instant::now());
-            if decision != Holder::Unknown {
-                attempts += 1;
-            }
+            attempts += 1;
             claim = match decision {
                 Holder::Forward(to) => {
                     self.hand_to(inner, identity, &to);
@@ -538,20 +530,6 @@ impl<K: VirtualActor> Host<K> {
                     .take_over(K::KIND, identity, &inner.owner_key, held_epoch)
                     .await
                     .map_err(store_error)?,
-                // Most often a member that joined a moment ago and is not in this view
-                // yet: wait for the view to catch up, a bounded while.
-                Holder::Unknown => {
-                    unknown_waits += 1;
-                    if unknown_waits > UNKNOWN_HOLDER_WAITS {
-                        return Err(GrainError::HolderUnknown(holder));
-                    }
-                    tokio::time::sleep(UNKNOWN_HOLDER_PAUSE).await;
-                    inner
-                        .store
-                        .claim(K::KIND, identity, &inner.owner_key)
-                        .await
-                        .map_err(store_error)?
-                }
             };
         }
         Err(GrainError::Store(format!(

@@ -71,9 +71,6 @@ pub enum Holder {
     TakeOver,
     /// This member itself holds it (an activation of this member is under way).
     Local,
-    /// A member this member does not know (joined too recently to be seen, or forgotten long
-    /// after it left): nothing safe can be decided now.
-    Unknown,
 }
 
 /// One member's ownership view: which members host which kinds, who is up, who was downed
@@ -88,8 +85,14 @@ pub struct Ownership {
     membership: ClusterConfig,
     extra: Duration,
     members: BTreeMap<MemberId, Seen>,
+    /// Holders met that are in no record, with when first met.
+    unknown: BTreeMap<String, Instant>,
     stopped: bool,
 }
+
+/// Unknown holders remembered at most (a bound on memory whatever the store holds); past it the
+/// oldest are forgotten, which only restarts their wait.
+const MAX_UNKNOWN_HOLDERS: usize = 4096;
 
 #[derive(Debug, Clone)]
 struct Seen {
@@ -112,6 +115,7 @@ impl Ownership {
             membership: membership.clone(),
             extra,
             members: BTreeMap::new(),
+            unknown: BTreeMap::new(),
             stopped: false,
         }
     }
@@ -201,7 +205,16 @@ impl Ownership {
 
     /// What to do about an identity held, in the state store, by `holder` (an
     /// [`owner_key`](Self::owner_key)), at `now`.
-    pub fn holder(&self, holder: &str, now: Instant) -> Holder {
+    ///
+    /// A holder in no record of this view is one of two things: a member that joined a moment
+    /// ago (this view will learn of it within a gossip round or two), or a process that died
+    /// while nobody watched it, for example in a whole-cluster restart over a durable store.
+    /// If another life of the process now runs at the holder's address (this member's own
+    /// included), the holder has exited (its port was bound again): take over at once.
+    /// Otherwise the holder is treated as a member seen going away when first met: waited for
+    /// [`takeover_after`](Self::takeover_after), then taken over, unless it shows up meanwhile
+    /// (then the message goes to it).
+    pub fn holder(&mut self, holder: &str, now: Instant) -> Holder {
         if holder == Self::owner_key(&self.local) {
             return Holder::Local;
         }
@@ -210,8 +223,9 @@ impl Ownership {
             .values()
             .find(|seen| Self::owner_key(&seen.id) == holder)
         else {
-            return Holder::Unknown;
+            return self.unknown_holder(holder, now);
         };
+        self.unknown.remove(holder);
         match (seen.status, seen.gone_since) {
             (MemberStatus::Down | MemberStatus::Removed, Some(since)) => {
                 let at = since + self.takeover_after();
@@ -222,6 +236,36 @@ impl Ownership {
                 }
             }
             _ => Holder::Forward(seen.id.clone()),
+        }
+    }
+
+    fn unknown_holder(&mut self, holder: &str, now: Instant) -> Holder {
+        let address = holder
+            .rsplit_once('#')
+            .map_or(holder, |(address, _)| address);
+        let rebound = std::iter::once(&self.local)
+            .chain(self.members.values().map(|seen| &seen.id))
+            .any(|member| member.address.to_string() == address);
+        if rebound {
+            self.unknown.remove(holder);
+            return Holder::TakeOver;
+        }
+        if self.unknown.len() >= MAX_UNKNOWN_HOLDERS && !self.unknown.contains_key(holder) {
+            let oldest = self
+                .unknown
+                .iter()
+                .min_by_key(|(_, since)| **since)
+                .map(|(key, _)| key.clone());
+            if let Some(oldest) = oldest {
+                self.unknown.remove(&oldest);
+            }
+        }
+        let since = *self.unknown.entry(holder.to_owned()).or_insert(now);
+        let at = since + self.takeover_after();
+        if now >= at {
+            Holder::TakeOver
+        } else {
+            Holder::WaitUntil(at)
         }
     }
 
@@ -309,7 +353,12 @@ mod tests {
         let other = member(2, &["k"]);
         let key = Ownership::owner_key(&other);
         let mut view = view(me, margin);
-        assert_eq!(view.holder(&key, t), Holder::Unknown);
+        // Unknown: waited for like a member seen going away now...
+        assert_eq!(
+            view.holder(&key, t),
+            Holder::WaitUntil(t + view.takeover_after())
+        );
+        // ...and once it shows up, the message goes to it.
         view.apply(&MemberEvent::Up(other.clone()), t);
         assert_eq!(view.holder(&key, t), Holder::Forward(other.clone()));
         view.apply(
@@ -355,5 +404,53 @@ mod tests {
         assert!(!view.is_stopped());
         view.apply(&MemberEvent::Down(me), Instant::now());
         assert!(view.is_stopped());
+    }
+
+    /// A whole cluster restarted over a durable store: the claims of the dead lives are taken
+    /// over (they used to fail every message with `HolderUnknown` forever).
+    #[test]
+    fn a_previous_life_at_a_known_address_is_taken_over_at_once() {
+        let t = Instant::now();
+        let me = member(1, &["k"]);
+        let other = member(2, &["k"]);
+        let mut view = view(me, Duration::from_secs(10));
+        view.apply(&MemberEvent::Up(other), t);
+        for port in [1, 2] {
+            let old_life = MemberId::new(
+                format!("rally://c@127.0.0.1:{port}").parse().unwrap(),
+                Incarnation(99),
+                1,
+            );
+            assert_eq!(
+                view.holder(&Ownership::owner_key(&old_life), t),
+                Holder::TakeOver,
+                "previous life at port {port}"
+            );
+        }
+    }
+
+    #[test]
+    fn an_unknown_holder_is_waited_for_from_when_first_met_then_taken_over() {
+        let t = Instant::now();
+        let mut view = view(member(1, &["k"]), Duration::from_secs(10));
+        let stranger = Ownership::owner_key(&member(7, &["k"]));
+        let at = t + view.takeover_after();
+        assert_eq!(view.holder(&stranger, t), Holder::WaitUntil(at));
+        // Met again later: the wait still counts from the first meeting.
+        assert_eq!(
+            view.holder(&stranger, t + Duration::from_secs(3)),
+            Holder::WaitUntil(at)
+        );
+        assert_eq!(view.holder(&stranger, at), Holder::TakeOver);
+    }
+
+    #[test]
+    fn unknown_holders_remembered_are_bounded() {
+        let t = Instant::now();
+        let mut view = view(member(1, &["k"]), Duration::from_secs(10));
+        for i in 0..MAX_UNKNOWN_HOLDERS + 100 {
+            let _ = view.holder(&format!("rally://c@10.0.0.1:{i}#1"), t);
+        }
+        assert_eq!(view.unknown.len(), MAX_UNKNOWN_HOLDERS);
     }
 }
