@@ -152,6 +152,9 @@ async fn busy_time_and_blocking_are_measured() {
         .spawn(Props::new(Gated(gate.clone())).named("gated"))
         .unwrap();
     gated.tell(Work).unwrap();
+    // The 30 ms count from when the handler has started (on a loaded machine the message can
+    // wait in the mailbox for a while first, and that wait is not busy time).
+    wait_for(&system, "/user/gated", |a| a.in_progress == 1).await;
     tokio::time::sleep(Duration::from_millis(30)).await;
     gate.add_permits(1);
     wait_for(&system, "/user/gated", |a| a.completed == 1).await;
