@@ -37,7 +37,8 @@ pub(crate) struct CompareArgs {
     runs: usize,
     /// Peers to run, comma-separated (default: every peer that has the scenario). Known:
     /// protoactor-go, pekko, pekko-aeron (only when named), actix, ractor-mt, ractor-ct, kameo-mt,
-    /// kameo-ct.
+    /// kameo-ct; and rally-cluster (only when named: Rally with both nodes cluster members, the
+    /// remote scenarios' `--cluster`, which needs the `cluster` feature).
     #[arg(long, value_delimiter = ',')]
     peers: Vec<String>,
     /// Print one JSON object instead of the tables.
@@ -61,6 +62,7 @@ pub(crate) fn run(args: &CompareArgs) -> anyhow::Result<()> {
     let mut statuses = vec![];
     for peer in select_peers(&args.scenario, &args.peers)? {
         match peer {
+            Selected::RallyCluster => frameworks.push(Framework::rally_cluster()?),
             Selected::Run(peer) => match peer.prepare(&root) {
                 Ok(Prepared::Ready(framework)) => frameworks.push(framework),
                 Ok(Prepared::Skipped(reason)) => {
@@ -297,6 +299,8 @@ const PEERS: &[Peer] = &[
 
 enum Selected {
     Run(&'static Peer),
+    /// Rally again, with `--cluster`: the same scenario between two cluster members.
+    RallyCluster,
     Skip(String, String),
 }
 
@@ -312,9 +316,20 @@ fn select_peers(scenario: &str, names: &[String]) -> anyhow::Result<Vec<Selected
     }
     let mut out = Vec::new();
     for name in names.iter().map(|n| n.trim()).filter(|n| !n.is_empty()) {
+        if name == RALLY_CLUSTER {
+            out.push(if REMOTE_ONLY.contains(&scenario) {
+                Selected::RallyCluster
+            } else {
+                Selected::Skip(
+                    name.to_owned(),
+                    format!("--cluster applies to the remote scenarios, not {scenario}"),
+                )
+            });
+            continue;
+        }
         let peer = PEERS.iter().find(|p| p.name == name).ok_or_else(|| {
             anyhow!(
-                "unknown peer {name:?}; known: {}",
+                "unknown peer {name:?}; known: {}, {RALLY_CLUSTER}",
                 PEERS.iter().map(|p| p.name).collect::<Vec<_>>().join(", ")
             )
         })?;
@@ -376,16 +391,22 @@ impl Peer {
             name: self.name.to_owned(),
             program,
             prefix,
+            suffix: vec![],
             dir: Some(dir),
         }))
     }
 }
+
+/// The pseudo-peer that runs Rally between two cluster members (`--cluster`).
+const RALLY_CLUSTER: &str = "rally-cluster";
 
 /// Something that can run a scenario and print a report.
 struct Framework {
     name: String,
     program: PathBuf,
     prefix: Vec<String>,
+    /// Arguments after `<scenario> --json`.
+    suffix: Vec<String>,
     dir: Option<PathBuf>,
 }
 
@@ -397,13 +418,27 @@ impl Framework {
             name: "rally".to_owned(),
             program,
             prefix: vec![],
+            suffix: vec![],
             dir: None,
+        })
+    }
+
+    /// Rally with both nodes members of one cluster; its reports name the framework
+    /// `rally-cluster`, so the ratio rally/rally-cluster is bare nodes over cluster members.
+    fn rally_cluster() -> anyhow::Result<Self> {
+        Ok(Self {
+            name: RALLY_CLUSTER.to_owned(),
+            suffix: vec!["--cluster".to_owned()],
+            ..Self::rally()?
         })
     }
 
     fn run(&self, scenario: &str, quick: bool) -> anyhow::Result<Report> {
         let mut cmd = Command::new(&self.program);
-        cmd.args(&self.prefix).arg(scenario).arg("--json");
+        cmd.args(&self.prefix)
+            .arg(scenario)
+            .arg("--json")
+            .args(&self.suffix);
         if quick {
             cmd.arg("--quick");
         }
@@ -1380,6 +1415,7 @@ mod tests {
             .iter()
             .map(|s| match s {
                 Selected::Run(p) => p.name,
+                Selected::RallyCluster => "rally-cluster",
                 Selected::Skip(..) => "skip",
             })
             .collect();
@@ -1391,6 +1427,12 @@ mod tests {
         let named = select_peers("remote-ping-pong", &["actix".to_owned()]).expect("known peer");
         assert!(matches!(&named[0], Selected::Skip(name, _) if name == "actix"));
         assert!(select_peers("remote-ping-pong", &["nope".to_owned()]).is_err());
+        // Rally between cluster members: only when named, only on the remote scenarios.
+        let cluster = ["rally-cluster".to_owned()];
+        let remote = select_peers("remote-ping-pong", &cluster).expect("known pseudo-peer");
+        assert!(matches!(remote[..], [Selected::RallyCluster]));
+        let local = select_peers("local-ping-pong", &cluster).expect("known pseudo-peer");
+        assert!(matches!(&local[..], [Selected::Skip(name, _)] if name == "rally-cluster"));
     }
 
     #[test]

@@ -14,7 +14,7 @@ use clap::{Parser, Subcommand};
 #[global_allocator]
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
-use scenarios::{dispatcher, grain, local, raw_echo, remote};
+use scenarios::{cluster, dispatcher, grain, local, raw_echo, remote};
 
 /// Rally's benchmark scenarios.
 #[derive(Debug, Parser)]
@@ -52,6 +52,10 @@ enum Scenario {
     GrainPing(grain::GrainPingArgs),
     /// Virtual actors: N fresh identities activated by 64 workers; rate and bytes per actor.
     Activation(grain::ActivationArgs),
+    /// Cluster: time for members to agree after a join, a kill and a leave; traffic at rest.
+    ClusterConvergence(cluster::ConvergenceArgs),
+    /// Cluster: SIGKILL of 1 of 3 member processes until its virtual actor answers elsewhere.
+    Failover(cluster::FailoverArgs),
     /// Runs a scenario on Rally and on peer frameworks, alternately, and prints ratios.
     Compare(compare::CompareArgs),
     /// Internal: node B of the remote scenarios, in a child process.
@@ -63,6 +67,9 @@ enum Scenario {
     /// Internal: a member hosting the virtual-actor kind of the grain scenarios.
     #[command(hide = true)]
     GrainMember(grain::MemberArgs),
+    /// Internal: a member process of the failover scenario.
+    #[command(hide = true)]
+    FailoverMember(cluster::FailoverMemberArgs),
 }
 
 fn main() -> anyhow::Result<()> {
@@ -81,9 +88,12 @@ fn main() -> anyhow::Result<()> {
         Scenario::RawEcho(args) => raw_echo::raw_echo(&args),
         Scenario::GrainPing(args) => grain::grain_ping(&args),
         Scenario::Activation(args) => grain::activation(&args),
+        Scenario::ClusterConvergence(args) => cluster::convergence(&args),
+        Scenario::Failover(args) => cluster::failover(&args),
         Scenario::Compare(args) => compare::run(&args),
         Scenario::RemoteEchoNode(args) => remote::echo_node_main(&args),
         Scenario::RawEchoServer => raw_echo::server_main(),
         Scenario::GrainMember(args) => grain::member_main(&args),
+        Scenario::FailoverMember(args) => cluster::member_main(&args),
     }
 }

@@ -1,5 +1,6 @@
 //! The scenarios, one module per family.
 
+pub(crate) mod cluster;
 pub(crate) mod common;
 pub(crate) mod dispatcher;
 pub(crate) mod grain;

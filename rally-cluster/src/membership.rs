@@ -113,7 +113,7 @@ pub enum PacketError {
 /// let mut core = Membership::new(me, ClusterConfig::default(), 1, Instant::now()).unwrap();
 /// let _ = core.handle_packet(b"junk", Instant::now());
 /// let stats = core.stats();
-/// assert_eq!((stats.packets_in, stats.malformed), (1, 1));
+/// assert_eq!((stats.packets_in, stats.bytes_in, stats.malformed), (1, 4, 1));
 /// ```
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 #[non_exhaustive]
@@ -122,6 +122,10 @@ pub struct MembershipStats {
     pub packets_in: u64,
     /// Packets handed out.
     pub packets_out: u64,
+    /// Bytes of the packets handed in (membership payload, before the transport's framing).
+    pub bytes_in: u64,
+    /// Bytes of the packets handed out (membership payload, before the transport's framing).
+    pub bytes_out: u64,
     /// Dropped: undecodable.
     pub malformed: u64,
     /// Dropped: forged member.
@@ -162,6 +166,9 @@ pub struct MembershipStats {
 /// }
 /// assert_eq!(a.members().len(), 2);
 /// assert!(std::iter::from_fn(|| b.poll_event()).any(|e| e == MemberEvent::Up(id(1))));
+/// // Every byte one sent, the other received.
+/// assert!(a.stats().bytes_out > 0);
+/// assert_eq!(a.stats().bytes_out, b.stats().bytes_in);
 /// ```
 pub struct Membership {
     foca: Foca<FocaId, GuardedCodec, StdRng, NoCustomBroadcast>,
@@ -301,6 +308,7 @@ impl Membership {
             return Ok(());
         }
         self.stats.packets_in += 1;
+        self.stats.bytes_in += payload.len() as u64;
         let packet: Packet = match postcard::from_bytes(payload) {
             Ok(packet) => packet,
             Err(e) => return Err(self.count(PacketError::Malformed(e.to_string()))),
@@ -388,6 +396,7 @@ impl Membership {
     pub fn poll_transmit(&mut self) -> Option<Transmit> {
         let transmit = self.transmits.pop_front()?;
         self.stats.packets_out += 1;
+        self.stats.bytes_out += transmit.payload.len() as u64;
         Some(transmit)
     }
 

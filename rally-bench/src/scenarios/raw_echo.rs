@@ -189,6 +189,9 @@ pub(crate) fn raw_echo(args: &RawEchoArgs) -> anyhow::Result<()> {
         (args.round_trips, args.clients.clone())
     };
     let processes = args.node.processes;
+    if args.node.cluster {
+        bail!("raw-echo is plain bytes over one socket, no actors: --cluster does not apply");
+    }
     let (rates, seconds) = (args.rates.clone(), args.seconds);
     // Latency mode measures only the rates.
     let clients = if rates.is_empty() {

@@ -39,6 +39,11 @@ pub(crate) struct NodeArgs {
     /// needs rally-bench built with `--features tls`.
     #[arg(long)]
     pub tls: bool,
+    /// Both nodes are members of one cluster (default settings), so that membership runs
+    /// beside the measured messages; the report's framework reads `rally-cluster`. Needs
+    /// rally-bench built with `--features cluster`.
+    #[arg(long)]
+    pub cluster: bool,
 }
 
 /// `remote-echo-node` flags (internal).
@@ -47,6 +52,66 @@ pub(crate) struct EchoNodeArgs {
     /// Use mutual TLS with `node.crt`, `node.key` and `ca.crt` from this directory.
     #[arg(long)]
     tls_dir: Option<PathBuf>,
+    /// Found a cluster (node A joins it).
+    #[arg(long)]
+    cluster: bool,
+}
+
+/// A node's cluster membership with `--cluster`, kept as long as the node.
+#[cfg(feature = "cluster")]
+type Membership = rally::cluster::Cluster;
+/// Without the `cluster` feature there is none (`--cluster` is refused).
+#[cfg(not(feature = "cluster"))]
+type Membership = std::convert::Infallible;
+
+/// Node B founds a cluster.
+#[cfg(feature = "cluster")]
+fn found_cluster(system: &ActorSystem, node: &RemoteNode) -> anyhow::Result<Membership> {
+    super::cluster::join_echo_cluster(system, node)
+}
+
+/// Node A joins node B's cluster and waits until both are up.
+#[cfg(feature = "cluster")]
+async fn join_cluster(
+    system: &ActorSystem,
+    node: &RemoteNode,
+    seed: &NodeAddress,
+) -> anyhow::Result<super::cluster::ClientMember> {
+    super::cluster::ClientMember::join(system, node, seed).await
+}
+
+#[cfg(not(feature = "cluster"))]
+fn without_cluster() -> anyhow::Error {
+    anyhow::anyhow!(
+        "--cluster needs rally-bench built with the `cluster` feature: \
+         cargo run --release -p rally-bench --features cluster -- <scenario> --cluster"
+    )
+}
+
+#[cfg(not(feature = "cluster"))]
+fn found_cluster(_: &ActorSystem, _: &RemoteNode) -> anyhow::Result<Membership> {
+    Err(without_cluster())
+}
+
+#[cfg(not(feature = "cluster"))]
+async fn join_cluster(
+    _: &ActorSystem,
+    _: &RemoteNode,
+    _: &NodeAddress,
+) -> anyhow::Result<std::convert::Infallible> {
+    Err(without_cluster())
+}
+
+/// The system name of both nodes in a `--cluster` run (a cluster's members share it).
+const CLUSTER_SYSTEM: &str = "bench";
+
+/// Marks a `--cluster` run's report: another framework name, so `compare` sets it against the
+/// bare nodes.
+fn mark_cluster(report: &mut Report, node: &NodeArgs) {
+    report.param("cluster", node.cluster);
+    if node.cluster {
+        report.framework = "rally-cluster".to_owned();
+    }
 }
 
 /// The transport for a node: TCP, or TLS with the PEM files in `dir`.
@@ -197,27 +262,35 @@ impl RemoteActor for Echo {
     }
 }
 
-/// Node B: an actor system exposing `echo-0` … `echo-29`.
+/// Node B: an actor system exposing `echo-0` … `echo-29`; with `cluster`, the founder of a
+/// cluster.
 pub(crate) async fn start_echo_node(
     host: &str,
     port: u16,
     tls_dir: Option<&Path>,
-) -> anyhow::Result<(ActorSystem, RemoteNode)> {
-    let system = ActorSystem::new("echo");
+    cluster: bool,
+) -> anyhow::Result<(ActorSystem, RemoteNode, Option<Membership>)> {
+    let system = ActorSystem::new(if cluster { CLUSTER_SYSTEM } else { "echo" });
     let config = RemoteConfig::new(host, port).with_secret(SECRET.to_vec());
     let node = RemoteNode::start_with(&system, config, transport(tls_dir)?).await?;
     for i in 0..ECHOES {
         let echo = system.spawn(Echo::default())?;
         node.expose(&format!("echo-{i}"), &echo)?;
     }
-    Ok((system, node))
+    let membership = if cluster {
+        Some(found_cluster(&system, &node)?)
+    } else {
+        None
+    };
+    Ok((system, node, membership))
 }
 
 /// `remote-echo-node`: runs node B until stdin closes; prints `LISTENING <address>` first.
 pub(crate) fn echo_node_main(args: &EchoNodeArgs) -> anyhow::Result<()> {
     let runtime = multi_thread_runtime();
     runtime.block_on(async {
-        let (_system, node) = start_echo_node("127.0.0.1", 0, args.tls_dir.as_deref()).await?;
+        let (_system, node, _membership) =
+            start_echo_node("127.0.0.1", 0, args.tls_dir.as_deref(), args.cluster).await?;
         println!("LISTENING {}", node.address());
         // Run until the parent closes our stdin (or dies).
         let mut lines = BufReader::new(tokio::io::stdin()).lines();
@@ -232,7 +305,9 @@ pub(crate) struct EchoSide {
     /// Node A's TLS material, when the run uses TLS.
     pub client_tls: Option<PathBuf>,
     _child: Option<Child>,
-    _local: Option<(ActorSystem, RemoteNode)>,
+    _local: Option<(ActorSystem, RemoteNode, Option<Membership>)>,
+    /// Whether node B founded a cluster that node A joins.
+    cluster: bool,
 }
 
 impl EchoSide {
@@ -247,18 +322,24 @@ impl EchoSide {
         let server_tls = pki.as_ref().map(|dir| dir.join("b"));
         match args.processes {
             1 => {
-                let (system, node) = start_echo_node("127.0.0.1", 0, server_tls.as_deref()).await?;
+                let local =
+                    start_echo_node("127.0.0.1", 0, server_tls.as_deref(), args.cluster).await?;
                 Ok(Self {
-                    address: node.address().clone(),
+                    address: local.1.address().clone(),
                     client_tls,
                     _child: None,
-                    _local: Some((system, node)),
+                    _local: Some(local),
+                    cluster: args.cluster,
                 })
             }
             2 => {
+                let cluster = args.cluster;
                 let mut args: Vec<&std::ffi::OsStr> = vec!["remote-echo-node".as_ref()];
                 if let Some(dir) = &server_tls {
                     args.extend(["--tls-dir".as_ref(), dir.as_os_str()]);
+                }
+                if cluster {
+                    args.push("--cluster".as_ref());
                 }
                 let (child, address) = spawn_listening_child(&args).await?;
                 Ok(Self {
@@ -266,6 +347,7 @@ impl EchoSide {
                     client_tls,
                     _child: Some(child),
                     _local: None,
+                    cluster,
                 })
             }
             other => bail!("--processes must be 1 or 2, not {other}"),
@@ -273,13 +355,21 @@ impl EchoSide {
     }
 }
 
-/// Node A, with the same transport as node B.
-async fn start_client_node(echo_side: &EchoSide) -> anyhow::Result<(ActorSystem, RemoteNode)> {
-    let system = ActorSystem::new("bench");
+/// Node A, with the same transport as node B; with `--cluster`, a member of node B's cluster
+/// (returned with it: the membership lasts as long as that value).
+async fn start_client_node(
+    echo_side: &EchoSide,
+) -> anyhow::Result<(ActorSystem, RemoteNode, Option<impl Sized + use<>>)> {
+    let system = ActorSystem::new(CLUSTER_SYSTEM);
     let config = RemoteConfig::new("127.0.0.1", 0).with_secret(SECRET.to_vec());
     let node = RemoteNode::start_with(&system, config, transport(echo_side.client_tls.as_deref())?)
         .await?;
-    Ok((system, node))
+    let membership = if echo_side.cluster {
+        Some(join_cluster(&system, &node, &echo_side.address).await?)
+    } else {
+        None
+    };
+    Ok((system, node, membership))
 }
 
 /// `remote-ping-pong` flags.
@@ -504,6 +594,7 @@ pub(crate) fn ping_pong(args: &PingPongArgs) -> anyhow::Result<()> {
     };
     let json = args.common.json;
     let mut report = Report::new("remote-ping-pong");
+    mark_cluster(&mut report, &args.node);
     report
         .param("round_trips_per_client", round_trips)
         .param("in_flight_per_client", in_flight)
@@ -531,7 +622,7 @@ pub(crate) fn ping_pong(args: &PingPongArgs) -> anyhow::Result<()> {
     let rows = on_worker(&runtime, async move {
         eprintln!("remote-ping-pong: starting node B and connecting...");
         let echo_side = EchoSide::start(&node_args).await?;
-        let (system, node) = start_client_node(&echo_side).await?;
+        let (system, node, _membership) = start_client_node(&echo_side).await?;
         // Warm up: connections, handshakes, tables, allocator.
         let warm_up = round_trips.min(20_000);
         eprintln!("remote-ping-pong: warm-up, 2 clients x {warm_up} round trips");
@@ -675,7 +766,7 @@ pub(crate) fn max_throughput(args: &MaxThroughputArgs) -> anyhow::Result<()> {
     let runtime = multi_thread_runtime();
     let rows = on_worker(&runtime, async move {
         let echo_side = EchoSide::start(&node_args).await?;
-        let (_system, node) = start_client_node(&echo_side).await?;
+        let (_system, node, _membership) = start_client_node(&echo_side).await?;
         let mut rows = Vec::new();
         for (i, size) in sizes.into_iter().enumerate() {
             let sink = node.lookup::<Echo>(&echo_side.address, &format!("echo-{i}"));
@@ -734,6 +825,7 @@ pub(crate) fn max_throughput(args: &MaxThroughputArgs) -> anyhow::Result<()> {
         anyhow::Ok(rows)
     })?;
     let mut report = Report::new("max-throughput");
+    mark_cluster(&mut report, &args.node);
     report
         .param("burst", burst)
         .param("window_bursts", window)
@@ -769,7 +861,7 @@ pub(crate) fn latency(args: &LatencyArgs) -> anyhow::Result<()> {
     let runtime = multi_thread_runtime();
     let rows = on_worker(&runtime, async move {
         let echo_side = EchoSide::start(&node_args).await?;
-        let (_system, node) = start_client_node(&echo_side).await?;
+        let (_system, node, _membership) = start_client_node(&echo_side).await?;
         let echo = node.lookup::<Echo>(&echo_side.address, "echo-0");
         echo.ask(Ping(0), Duration::from_secs(10)).await?;
         let mut rows = Vec::new();
@@ -821,6 +913,7 @@ pub(crate) fn latency(args: &LatencyArgs) -> anyhow::Result<()> {
         anyhow::Ok(rows)
     })?;
     let mut report = Report::new("latency");
+    mark_cluster(&mut report, &args.node);
     report
         .param("seconds_per_rate", seconds)
         .param("processes", args.node.processes)
