@@ -1,7 +1,7 @@
 //! The cluster as a member's application sees it.
 
 use std::pin::Pin;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, PoisonError, Weak};
 use std::task::{Context, Poll};
 use std::time::{SystemTime, UNIX_EPOCH};
 
@@ -18,6 +18,8 @@ use crate::membership::MembershipStats;
 use crate::provider::{
     Command, GossipProvider, Provider, ProviderContext, ProviderStartError, Shared,
 };
+use crate::virtual_actors::host::Inner as GrainsInner;
+use crate::virtual_actors::{GrainError, GrainRef, VirtualActor, VirtualActors};
 
 /// Why a member could not join.
 ///
@@ -129,6 +131,10 @@ pub enum LeaveError {
 pub struct Cluster {
     shared: Arc<Shared>,
     commands: mpsc::UnboundedSender<Command>,
+    config: Arc<ClusterConfig>,
+    /// This member's virtual-actor runtime, once started (weak: the runtime holds the
+    /// cluster's event stream; it stops when the member leaves or is downed).
+    grains: Arc<Mutex<Weak<GrainsInner>>>,
 }
 
 impl Cluster {
@@ -214,12 +220,17 @@ impl Cluster {
         let (commands, receiver) = mpsc::unbounded_channel();
         let task = Box::new(provider).start(ProviderContext {
             local,
-            config,
+            config: config.clone(),
             publisher: shared.publisher(),
             commands: receiver,
         })?;
         tokio::spawn(task);
-        Ok(Self { shared, commands })
+        Ok(Self {
+            shared,
+            commands,
+            config: Arc::new(config),
+            grains: Arc::new(Mutex::new(Weak::new())),
+        })
     }
 
     /// The identity a node joins with: its address and incarnation, and now as its generation.
@@ -233,6 +244,87 @@ impl Cluster {
             unique.incarnation,
             generation.max(1),
         )
+    }
+
+    /// The configuration this member joined with.
+    ///
+    /// # Example
+    ///
+    /// ```
+    /// use rally::cluster::{Cluster, ClusterConfig, MemberId};
+    /// use rally::cluster::provider::{MemoryNetwork, MemoryProvider};
+    /// use rally::remote::Incarnation;
+    ///
+    /// # #[tokio::main] async fn main() {
+    /// let me = MemberId::new("rally://doc@mem:1".parse().unwrap(), Incarnation(1), 1);
+    /// let config = ClusterConfig::default();
+    /// let cluster = Cluster::join_with(me, config.clone(), MemoryProvider::new(&MemoryNetwork::new())).unwrap();
+    /// assert_eq!(cluster.config().stable_after, config.stable_after);
+    /// # }
+    /// ```
+    pub fn config(&self) -> &ClusterConfig {
+        &self.config
+    }
+
+    /// A ref to the virtual actor `identity` of kind `K`, wherever it is (or will be) active:
+    /// the same as [`VirtualActors::get`] on this member's virtual-actor runtime.
+    ///
+    /// # Errors
+    ///
+    /// [`GrainError::NotStarted`] before this member's runtime is started
+    /// ([`VirtualActors::builder`]);
+    /// [`GrainError::InvalidIdentity`] for an empty or too long identity.
+    ///
+    /// # Example
+    ///
+    /// ```
+    /// use rally::cluster::{Cluster, ClusterConfig, MemberId};
+    /// use rally::cluster::provider::{MemoryNetwork, MemoryProvider};
+    /// use rally::cluster::virtual_actors::{
+    ///     Activation, GrainError, GrainMessages, GrainNetwork, VirtualActor, VirtualActors,
+    /// };
+    /// use rally::remote::Incarnation;
+    /// use rally::{Actor, ActorResult, ActorSystem};
+    ///
+    /// struct Cart;
+    /// impl Actor for Cart {}
+    /// impl VirtualActor for Cart {
+    ///     const KIND: &'static str = "cart";
+    ///     async fn activate(_: Activation) -> ActorResult<Self> { Ok(Cart) }
+    ///     fn messages(_: &mut GrainMessages<Self>) {}
+    /// }
+    ///
+    /// # #[tokio::main] async fn main() {
+    /// let me = MemberId::new("rally://doc@mem:1".parse().unwrap(), Incarnation(1), 1);
+    /// let cluster = Cluster::join_with(me, ClusterConfig::default(), MemoryProvider::new(&MemoryNetwork::new())).unwrap();
+    /// assert!(matches!(cluster.get::<Cart>("user-42"), Err(GrainError::NotStarted)));
+    /// let system = ActorSystem::new("doc");
+    /// let grains = VirtualActors::builder(&cluster, &system).start_in_memory(&GrainNetwork::new()).unwrap();
+    /// let cart = cluster.get::<Cart>("user-42").unwrap();
+    /// assert_eq!(cart.identity(), "user-42");
+    /// # drop(grains);
+    /// # }
+    /// ```
+    pub fn get<K: VirtualActor>(&self, identity: &str) -> Result<GrainRef<K>, GrainError> {
+        let inner = self
+            .grains
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .upgrade();
+        inner
+            .map(VirtualActors::from_inner)
+            .ok_or(GrainError::NotStarted)?
+            .get(identity)
+    }
+
+    /// Records this member's virtual-actor runtime; false if one is already running.
+    pub(crate) fn attach_grains(&self, inner: &Arc<GrainsInner>) -> bool {
+        let mut grains = self.grains.lock().unwrap_or_else(PoisonError::into_inner);
+        if grains.strong_count() > 0 {
+            return false;
+        }
+        *grains = Arc::downgrade(inner);
+        true
     }
 
     /// This member as it sees itself.

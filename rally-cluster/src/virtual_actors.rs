@@ -85,7 +85,7 @@
 
 mod config;
 mod error;
-mod host;
+pub(crate) mod host;
 mod kind;
 mod ownership;
 mod placement;

@@ -454,3 +454,35 @@ async fn claims_left_by_dead_lives_in_a_durable_store_are_taken_over() {
         started - first_met
     );
 }
+
+/// `Cluster::get` is the runtime's `get`: the same activation answers; a second runtime on the
+/// same member is refused; on a member with no runtime, `get` says so.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_cluster_hands_out_refs_of_its_one_runtime() {
+    use rally::cluster::virtual_actors::{GrainNetwork, StartError, VirtualActors};
+
+    let tc = TestCluster::new("viacluster", VirtualActorsConfig::default());
+    let store: Arc<dyn StateStore> = Arc::new(MemoryStore::new());
+    let a = tc.join(1, true, Arc::clone(&store));
+    converged(&[&a], std::slice::from_ref(&a.id)).await;
+    let via_cluster = a.cluster.get::<Probe>("viacluster-1").unwrap();
+    let via_runtime = a.grains.get::<Probe>("viacluster-1").unwrap();
+    via_cluster.ask(Add(5), T).await.unwrap();
+    let (_, epoch, count) = via_runtime.ask(Where, T).await.unwrap();
+    assert_eq!((epoch, count), (1, 5), "one activation behind both refs");
+    assert!(matches!(
+        VirtualActors::builder(&a.cluster, &a.system).start_in_memory(&GrainNetwork::new()),
+        Err(StartError::AlreadyStarted)
+    ));
+
+    let bare = rally::cluster::Cluster::join_with(
+        virtual_support::member_id("viacluster", 2, false),
+        tc.membership.clone(),
+        rally::cluster::provider::MemoryProvider::new(&tc.network),
+    )
+    .unwrap();
+    assert!(matches!(
+        bare.get::<Probe>("viacluster-1"),
+        Err(GrainError::NotStarted)
+    ));
+}

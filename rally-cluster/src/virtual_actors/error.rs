@@ -68,4 +68,8 @@ pub enum GrainError {
     /// This member's virtual-actor runtime has stopped (the member left or was downed).
     #[error("the virtual-actor runtime of this member has stopped")]
     Stopped,
+    /// [`Cluster::get`](crate::Cluster::get) on a member whose virtual-actor runtime was not
+    /// started (`VirtualActors::builder(..).start(..)`).
+    #[error("virtual actors are not started on this member (VirtualActors::builder(..).start(..))")]
+    NotStarted,
 }

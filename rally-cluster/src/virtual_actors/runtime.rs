@@ -46,6 +46,9 @@ pub enum StartError {
     /// The actor system is shutting down.
     #[error("cannot start the endpoint: {0}")]
     Spawn(String),
+    /// A virtual-actor runtime already runs for this cluster member.
+    #[error("virtual actors are already started on this member")]
+    AlreadyStarted,
 }
 
 /// The virtual actors of one member: the kinds it hosts, and refs to any identity of any kind
@@ -85,14 +88,15 @@ pub enum StartError {
 ///     .await
 ///     .unwrap();
 /// let config = ClusterConfig::builder().kind("cart").build().unwrap();
-/// let cluster = Cluster::join(&system, &node, config.clone()).unwrap();
+/// let cluster = Cluster::join(&system, &node, config).unwrap();
 /// let grains = VirtualActors::builder(&cluster, &system)
 ///     .kind::<Cart>()
 ///     .store(Arc::new(SqliteStore::open("/var/lib/shop/grains.db").unwrap()))
-///     .membership(&config)
 ///     .start(&node)
 ///     .unwrap();
+/// // From the runtime or from the cluster: the same ref.
 /// let cart = grains.get::<Cart>("user-42").unwrap();
+/// let _same = cluster.get::<Cart>("user-42").unwrap();
 /// let items = cart.ask(Count, Duration::from_secs(5)).await.unwrap();
 /// # }
 /// ```
@@ -116,7 +120,7 @@ impl VirtualActors {
     /// A builder for this member of `cluster`, whose actors run in `system`. Defaults: no
     /// kind (client-only), a [`MemoryStore`] (enough for members in one process; members in
     /// several processes must share a durable store), [`Hashed`] placement, the default
-    /// [`VirtualActorsConfig`], and the default `ClusterConfig` timings for the takeover wait.
+    /// [`VirtualActorsConfig`], and the cluster's own timings ([`Cluster::config`]) for the takeover wait.
     pub fn builder(cluster: &Cluster, system: &ActorSystem) -> VirtualActorsBuilder {
         VirtualActorsBuilder {
             cluster: cluster.clone(),
@@ -124,9 +128,13 @@ impl VirtualActors {
             store: Arc::new(MemoryStore::new()),
             placement: Arc::new(Hashed),
             config: VirtualActorsConfig::default(),
-            membership: ClusterConfig::default(),
+            membership: cluster.config().clone(),
             kinds: Vec::new(),
         }
+    }
+
+    pub(crate) fn from_inner(inner: Arc<Inner>) -> Self {
+        Self { inner }
     }
 
     /// A ref to `identity` of kind `K`, wherever it is (or will be) active.
@@ -188,8 +196,10 @@ impl VirtualActorsBuilder {
         self
     }
 
-    /// The cluster settings this member joined with: their timings decide how long after a
-    /// member is downed its identities may be taken over.
+    /// The cluster settings whose timings decide how long after a member is downed its
+    /// identities may be taken over. Default: the ones the cluster member joined with
+    /// ([`Cluster::config`]), which is what every application wants; setting others is for
+    /// tests that join through a provider with its own timings.
     pub fn membership(&mut self, config: &ClusterConfig) -> &mut Self {
         self.membership = config.clone();
         self
@@ -257,6 +267,9 @@ impl VirtualActorsBuilder {
             kinds,
             transport,
         ));
+        if !self.cluster.attach_grains(&inner) {
+            return Err(StartError::AlreadyStarted);
+        }
         spawn_event_loop(&self.cluster, &inner);
         spawn_sweeper(&inner);
         Ok(VirtualActors { inner })
