@@ -358,6 +358,22 @@ fn row_limit(quick: bool) -> Duration {
     }
 }
 
+/// Awaits the request loops and adds up their histograms and error counts.
+async fn merge(
+    tasks: Vec<tokio::task::JoinHandle<(Histogram<u64>, u64)>>,
+) -> anyhow::Result<(Histogram<u64>, u64)> {
+    let mut total = histogram();
+    let mut errors = 0;
+    for task in tasks {
+        let (hist, errs) = task.await.context("a request loop panicked")?;
+        total
+            .add(&hist)
+            .expect("histograms with the same bounds add");
+        errors += errs;
+    }
+    Ok((total, errors))
+}
+
 fn ms(d: Duration) -> f64 {
     d.as_secs_f64() * 1e3
 }
@@ -458,15 +474,7 @@ async fn grain_ping_row(gc: &GrainCluster, p: usize, duration: Duration) -> anyh
             })
         })
         .collect();
-    let mut total = histogram();
-    let mut errors = 0;
-    for task in loops {
-        let (hist, errs) = task.await.context("a request loop panicked")?;
-        total
-            .add(&hist)
-            .expect("histograms with the same bounds add");
-        errors += errs;
-    }
+    let (total, errors) = merge(loops).await?;
     let elapsed = start.elapsed();
     let client_cpu = process_cpu().saturating_sub(client_before);
     let after = gc.member_stats().await?;
@@ -566,15 +574,7 @@ async fn activation_row(
             })
         })
         .collect();
-    let mut total = histogram();
-    let mut errors = 0;
-    for task in tasks {
-        let (hist, errs) = task.await.context("an activation worker panicked")?;
-        total
-            .add(&hist)
-            .expect("histograms with the same bounds add");
-        errors += errs;
-    }
+    let (total, errors) = merge(tasks).await?;
     let elapsed = start.elapsed();
     let client_cpu = process_cpu().saturating_sub(client_before);
     let after = gc.member_stats().await?;
