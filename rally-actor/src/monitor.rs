@@ -10,6 +10,10 @@
 //!
 //! Snapshots are cumulative; an observer (such as `rally-metrics`) turns two of them into rates
 //! and utilizations for a period.
+//!
+//! Other parts of Rally that count things of their own (the cluster's membership, its virtual
+//! actors) register a [`FigureSource`] with the system's [`Monitor`]; its [`Figure`]s travel in
+//! every [`Snapshot`], so an observer exports them without depending on the crate that counts.
 
 #[cfg(feature = "monitoring")]
 mod counters;
@@ -19,7 +23,7 @@ mod counters;
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, Weak};
 use std::time::{Duration, Instant};
 
 use crate::ActorId;
@@ -144,6 +148,138 @@ pub struct Snapshot {
     pub actors: Vec<ActorSnapshot>,
     /// Every dispatcher of the system.
     pub dispatchers: Vec<DispatcherSnapshot>,
+    /// The figures of every registered [`FigureSource`], in the order of registration.
+    pub figures: Vec<Figure>,
+}
+
+/// Whether a [`Figure`] only grows (a count since start, whose rate an observer computes) or
+/// goes up and down (a level now).
+///
+/// # Example
+///
+/// ```
+/// use rally::monitor::{Figure, FigureKind};
+///
+/// assert_eq!(Figure::counter("jobs_total", "Jobs done.", 3).kind, FigureKind::Counter);
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum FigureKind {
+    /// Cumulative since its source started; never decreases.
+    Counter,
+    /// A level at the instant of the snapshot.
+    Gauge,
+}
+
+/// One named figure of a [`FigureSource`]: a Prometheus-style name (`snake_case`, counters
+/// ending in `_total`), a help line, labels, and a value.
+///
+/// # Example
+///
+/// ```
+/// use rally::monitor::Figure;
+///
+/// let figure = Figure::gauge("queue_length", "Jobs waiting now.", 7.0).label("queue", "mail");
+/// assert_eq!(figure.labels, [("queue", "mail".to_owned())]);
+/// assert_eq!(figure.value, 7.0);
+/// ```
+#[derive(Debug, Clone, PartialEq)]
+#[non_exhaustive]
+pub struct Figure {
+    /// The metric name, the same for every figure of one family.
+    pub name: &'static str,
+    /// What it measures, one sentence.
+    pub help: &'static str,
+    /// Counter or gauge.
+    pub kind: FigureKind,
+    /// Label names and values that tell the figures of one family apart.
+    pub labels: Vec<(&'static str, String)>,
+    /// The value.
+    pub value: f64,
+}
+
+impl Figure {
+    /// A counter: `value` counted since the source started.
+    pub fn counter(name: &'static str, help: &'static str, value: u64) -> Self {
+        Self {
+            name,
+            help,
+            kind: FigureKind::Counter,
+            labels: Vec::new(),
+            // Exact up to 2^53 events, far beyond any counter's life.
+            value: value as f64,
+        }
+    }
+
+    /// A gauge: the level `value` now.
+    pub fn gauge(name: &'static str, help: &'static str, value: f64) -> Self {
+        Self {
+            name,
+            help,
+            kind: FigureKind::Gauge,
+            labels: Vec::new(),
+            value,
+        }
+    }
+
+    /// Adds the label `name="value"`.
+    #[must_use]
+    pub fn label(mut self, name: &'static str, value: impl Into<String>) -> Self {
+        self.labels.push((name, value.into()));
+        self
+    }
+
+    /// The value of label `name`, if it has one.
+    ///
+    /// # Example
+    ///
+    /// ```
+    /// use rally::monitor::Figure;
+    ///
+    /// let figure = Figure::counter("jobs_total", "Jobs done.", 1).label("queue", "mail");
+    /// assert_eq!(figure.label_value("queue"), Some("mail"));
+    /// assert_eq!(figure.label_value("host"), None);
+    /// ```
+    pub fn label_value(&self, name: &str) -> Option<&str> {
+        self.labels
+            .iter()
+            .find(|(n, _)| *n == name)
+            .map(|(_, v)| v.as_str())
+    }
+}
+
+/// Something that counts, read at every snapshot: register it with
+/// [`Monitor::add_source`]. It should only read counters (atomics, or a lock held for a
+/// copy): snapshots are taken while the system runs.
+///
+/// # Example
+///
+/// ```
+/// use std::sync::Arc;
+/// use std::sync::atomic::{AtomicU64, Ordering};
+/// use rally::monitor::{Figure, FigureSource};
+///
+/// struct Jobs(AtomicU64);
+/// impl FigureSource for Jobs {
+///     fn figures(&self, out: &mut Vec<Figure>) {
+///         out.push(Figure::counter("jobs_total", "Jobs done.", self.0.load(Ordering::Relaxed)));
+///     }
+/// }
+///
+/// # #[tokio::main] async fn main() {
+/// let system = rally::ActorSystem::new("doc");
+/// let jobs = Arc::new(Jobs(AtomicU64::new(0)));
+/// let source: Arc<dyn FigureSource> = jobs.clone();
+/// system.monitor().add_source(Arc::downgrade(&source));
+/// jobs.0.fetch_add(2, Ordering::Relaxed);
+/// assert_eq!(system.monitor().snapshot().figures[0].value, 2.0);
+/// drop((jobs, source));
+/// assert!(system.monitor().snapshot().figures.is_empty());
+/// # }
+/// ```
+pub trait FigureSource: Send + Sync + 'static {
+    /// Appends the current figures to `out`.
+    fn figures(&self, out: &mut Vec<Figure>);
 }
 
 /// Reads a monitored actor's figures (implemented by its mailbox).
@@ -167,6 +303,7 @@ pub(crate) trait Probe: Send + Sync + 'static {
 pub struct Monitor {
     actors: Mutex<HashMap<ActorId, Arc<dyn Probe>>>,
     dispatchers: Mutex<Vec<crate::Dispatcher>>,
+    sources: Mutex<Vec<Weak<dyn FigureSource>>>,
 }
 
 impl std::fmt::Debug for Monitor {
@@ -205,12 +342,39 @@ impl Monitor {
             .iter()
             .map(dispatcher_snapshot)
             .collect();
+        let sources: Vec<Arc<dyn FigureSource>> = {
+            let mut sources = self
+                .sources
+                .lock()
+                .expect("monitor lock is never poisoned: no user code runs under it");
+            sources.retain(|s| s.strong_count() > 0);
+            sources.iter().filter_map(Weak::upgrade).collect()
+        };
+        // Sources run outside the lock: one may register another.
+        let mut figures = Vec::new();
+        for source in &sources {
+            source.figures(&mut figures);
+        }
         Snapshot {
             at: Instant::now(),
             compiled_in: cfg!(feature = "monitoring"),
             actors,
             dispatchers,
+            figures,
         }
+    }
+
+    /// Adds `source` to every snapshot from now on, until it is dropped (the monitor keeps
+    /// only a weak reference, so the source's owner decides its life).
+    ///
+    /// # Example
+    ///
+    /// See [`FigureSource`].
+    pub fn add_source(&self, source: Weak<dyn FigureSource>) {
+        self.sources
+            .lock()
+            .expect("monitor lock is never poisoned: no user code runs under it")
+            .push(source);
     }
 
     pub(crate) fn add_dispatcher(&self, dispatcher: crate::Dispatcher) {

@@ -189,7 +189,8 @@ impl Cluster {
 
     /// Joins as `local` (whose roles and kinds are the ones it declares; `config.roles` and
     /// `config.kinds` are not read)
-    /// with any [`Provider`].
+    /// with any [`Provider`]. With no actor system, its events go only to its own streams and
+    /// its membership figures only to [`stats`](Self::stats), not to a metrics endpoint.
     ///
     /// # Errors
     ///
@@ -213,10 +214,14 @@ impl Cluster {
         system: Option<ActorSystem>,
     ) -> Result<Self, JoinError> {
         config.validate()?;
+        let observer = system.clone();
         let shared = Shared::new(
             Member::new(local.clone(), MemberStatus::Joining, true),
             system,
         );
+        if let Some(system) = &observer {
+            crate::figures::register(system, &shared);
+        }
         let (commands, receiver) = mpsc::unbounded_channel();
         let task = Box::new(provider).start(ProviderContext {
             local,

@@ -51,6 +51,7 @@
 mod cluster;
 mod config;
 mod downing;
+mod figures;
 mod member;
 mod membership;
 pub mod provider;

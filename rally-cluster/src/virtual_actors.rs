@@ -100,3 +100,5 @@ pub use ownership::{Holder, Ownership, Route};
 pub use placement::{Hashed, Placement, PreferLocal};
 pub use runtime::{GrainRef, StartError, VirtualActors, VirtualActorsBuilder};
 pub use transport::GrainNetwork;
+
+pub(crate) use host::Inner;

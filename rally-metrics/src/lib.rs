@@ -26,6 +26,8 @@
 //!
 //! - [`Recorder`], [`PeriodReport`]: figures per period from two snapshots
 //! - [`Diagnosis`], [`Verdict`]: saturated, starved for threads, blocking its dispatcher, healthy
+//! - [`FigurePeriod`]: figures of other parts of Rally (cluster membership, virtual actors) that
+//!   register a `rally::monitor::FigureSource`, with their rates
 //! - [`prometheus`]: the text exposition format and a small HTTP endpoint serving it
 
 #![doc(test(attr(deny(warnings), allow(dead_code, unused_variables))))]
@@ -34,5 +36,6 @@ pub mod prometheus;
 mod report;
 
 pub use report::{
-    ActorPeriod, Diagnosis, DispatcherPeriod, PeriodReport, Recorder, Verdict, spawn_periodic,
+    ActorPeriod, Diagnosis, DispatcherPeriod, FigurePeriod, PeriodReport, Recorder, Verdict,
+    spawn_periodic,
 };

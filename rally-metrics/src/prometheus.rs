@@ -1,7 +1,10 @@
 //! The Prometheus text exposition format, and an HTTP endpoint (hyper) serving it.
 //!
 //! `GET /metrics` answers the counters as Prometheus text; `GET /report` answers the latest
-//! [`PeriodReport`] as JSON (what `rally top` shows).
+//! [`PeriodReport`] as JSON (what `rally top` shows). Besides the actors and dispatchers, both
+//! carry the figures of every source registered with the system's monitor: the cluster's
+//! membership (`rally_cluster_*`) and virtual actors (`rally_grain_*`) register theirs when they
+//! start, so a member's endpoint shows them with no setting.
 
 use std::fmt::Write as _;
 use std::net::SocketAddr;
@@ -18,7 +21,7 @@ use hyper::service::service_fn;
 use hyper::{Request, Response, StatusCode};
 use hyper_util::rt::TokioIo;
 use rally_actor::ActorSystem;
-use rally_actor::monitor::Snapshot;
+use rally_actor::monitor::{Figure, FigureKind, Snapshot};
 use tokio::net::TcpListener;
 
 use crate::PeriodReport;
@@ -199,7 +202,37 @@ pub fn render(snapshot: &Snapshot, report: &PeriodReport) -> String {
             .map(|p| (label(&p.name), p.utilization))
             .collect(),
     );
+    render_sources(&mut out, &snapshot.figures);
     out
+}
+
+/// The figures of registered sources, one family per name (in the order names first appear),
+/// with the help and type of the family's first figure.
+fn render_sources(out: &mut String, figures: &[Figure]) {
+    let mut names: Vec<&str> = Vec::new();
+    for figure in figures {
+        if !names.contains(&figure.name) {
+            names.push(figure.name);
+        }
+    }
+    for name in names {
+        let mut family = figures.iter().filter(|f| f.name == name).peekable();
+        let Some(first) = family.peek() else { continue };
+        let kind = match first.kind {
+            FigureKind::Counter => "counter",
+            _ => "gauge",
+        };
+        let _ = writeln!(out, "# HELP {name} {}\n# TYPE {name} {kind}", first.help);
+        for figure in family {
+            let labels = figure
+                .labels
+                .iter()
+                .map(|(k, v)| format!("{k}=\"{}\"", escape(v)))
+                .collect::<Vec<_>>()
+                .join(",");
+            let _ = writeln!(out, "{name}{{{labels}}} {}", figure.value);
+        }
+    }
 }
 
 fn escape(text: &str) -> String {

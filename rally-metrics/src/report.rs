@@ -1,11 +1,11 @@
 //! Figures per period, and the diagnosis.
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use rally_actor::ActorSystem;
-use rally_actor::monitor::{ActorSnapshot, DispatcherSnapshot, Snapshot};
+use rally_actor::monitor::{ActorSnapshot, DispatcherSnapshot, Figure, FigureKind, Snapshot};
 use serde::{Deserialize, Serialize};
 
 /// Utilization at or above this, with a growing queue, is a saturated actor (the chapter's
@@ -100,6 +100,51 @@ pub struct DispatcherPeriod {
     pub runnable_waiting: usize,
 }
 
+/// One figure of a registered source (the cluster's membership, its virtual actors: see
+/// `rally::monitor::FigureSource`) at the end of a period, with its rate over the period if
+/// it is a counter.
+///
+/// # Example
+///
+/// ```
+/// use rally::metrics::FigurePeriod;
+///
+/// fn line(figure: &FigurePeriod) -> String {
+///     match figure.rate {
+///         Some(rate) => format!("{} {:.1}/s", figure.name, rate),
+///         None => format!("{} {}", figure.name, figure.value),
+///     }
+/// }
+/// ```
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct FigurePeriod {
+    /// The metric name, e.g. `rally_grain_activations_total`.
+    pub name: String,
+    /// Its labels, e.g. `kind` → `cart`.
+    pub labels: BTreeMap<String, String>,
+    /// The value at the end of the period (cumulative for a counter).
+    pub value: f64,
+    /// For a counter, its increase per second over the period; `None` for a gauge.
+    pub rate: Option<f64>,
+}
+
+impl FigurePeriod {
+    /// The value of label `name`, if the figure has one.
+    ///
+    /// # Example
+    ///
+    /// ```
+    /// use rally::metrics::FigurePeriod;
+    ///
+    /// fn kind(figure: &FigurePeriod) -> &str {
+    ///     figure.label("kind").unwrap_or("?")
+    /// }
+    /// ```
+    pub fn label(&self, name: &str) -> Option<&str> {
+        self.labels.get(name).map(String::as_str)
+    }
+}
+
 /// Everything over one period, actors sorted worst first.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Default)]
 pub struct PeriodReport {
@@ -109,9 +154,31 @@ pub struct PeriodReport {
     pub actors: Vec<ActorPeriod>,
     /// Dispatchers, busiest first.
     pub dispatchers: Vec<DispatcherPeriod>,
+    /// The figures of registered sources, in their order (absent from a report of an older
+    /// endpoint: empty).
+    #[serde(default)]
+    pub figures: Vec<FigurePeriod>,
 }
 
 impl PeriodReport {
+    /// The figures named `name` whose labels include every pair of `labels`.
+    ///
+    /// # Example
+    ///
+    /// ```
+    /// let report = rally::metrics::PeriodReport::default();
+    /// assert_eq!(report.figures_named("rally_grain_active", &[("kind", "cart")]).count(), 0);
+    /// ```
+    pub fn figures_named<'a>(
+        &'a self,
+        name: &'a str,
+        labels: &'a [(&'a str, &'a str)],
+    ) -> impl Iterator<Item = &'a FigurePeriod> + 'a {
+        self.figures
+            .iter()
+            .filter(move |f| f.name == name && labels.iter().all(|(k, v)| f.label(k) == Some(*v)))
+    }
+
     /// The figures of the actor at `path`.
     pub fn actor(&self, path: &str) -> Option<&ActorPeriod> {
         self.actors.iter().find(|a| a.path == path)
@@ -229,7 +296,41 @@ fn compare(before: &Snapshot, now: &Snapshot) -> PeriodReport {
         .iter()
         .map(|a| actor_period(before_actors.get(&a.id).copied(), a, seconds))
         .collect();
-    judge(seconds, figures, dispatchers)
+    let mut report = judge(seconds, figures, dispatchers);
+    report.figures = source_figures(&before.figures, &now.figures, seconds);
+    report
+}
+
+/// The sources' figures at the end of the period, each counter with its rate: its increase
+/// since the same figure (name and labels) in `before`, or since zero for a figure new in
+/// this period (its source started during it). A counter that went down (its source was
+/// replaced by a new one with the same labels) counts from zero again, as Prometheus does.
+fn source_figures(before: &[Figure], now: &[Figure], seconds: f64) -> Vec<FigurePeriod> {
+    let key = |f: &Figure| (f.name, f.labels.clone());
+    let before: HashMap<_, f64> = before.iter().map(|f| (key(f), f.value)).collect();
+    now.iter()
+        .map(|f| {
+            let rate = (f.kind == FigureKind::Counter).then(|| {
+                let start = before.get(&key(f)).copied().unwrap_or(0.0);
+                let increase = if f.value >= start {
+                    f.value - start
+                } else {
+                    f.value
+                };
+                increase / seconds
+            });
+            FigurePeriod {
+                name: f.name.to_owned(),
+                labels: f
+                    .labels
+                    .iter()
+                    .map(|(k, v)| ((*k).to_owned(), v.clone()))
+                    .collect(),
+                value: f.value,
+                rate,
+            }
+        })
+        .collect()
 }
 
 /// Gives every actor its verdict and sorts the report worst first. `figures` pairs each actor's
@@ -289,6 +390,7 @@ fn judge(
         seconds,
         actors,
         dispatchers,
+        figures: Vec::new(),
     }
 }
 
@@ -518,6 +620,34 @@ mod tests {
     fn judged(report: &PeriodReport, path: &str) -> (Verdict, String) {
         let a = report.actor(path).expect("the actor is in the report");
         (a.diagnosis.verdict, a.diagnosis.text.clone())
+    }
+
+    #[test]
+    fn counters_get_their_rate_over_the_period_and_gauges_none() {
+        let active = |n: f64| Figure::gauge("g_active", "Active.", n).label("kind", "cart");
+        let started = |n: u64| Figure::counter("g_total", "Started.", n).label("kind", "cart");
+        let fresh = Figure::counter("g_total", "Started.", 6).label("kind", "order");
+        let figures = source_figures(
+            &[active(3.0), started(10)],
+            &[active(5.0), started(30), fresh],
+            2.0,
+        );
+        let rates: Vec<_> = figures
+            .iter()
+            .map(|f| (f.name.as_str(), f.label("kind").unwrap(), f.value, f.rate))
+            .collect();
+        assert_eq!(
+            rates,
+            [
+                ("g_active", "cart", 5.0, None),
+                ("g_total", "cart", 30.0, Some(10.0)),
+                // New in this period: counted from zero.
+                ("g_total", "order", 6.0, Some(3.0)),
+            ]
+        );
+        // A counter that went down was restarted: its new count is its increase.
+        let restarted = source_figures(&[started(30)], &[started(4)], 1.0);
+        assert_eq!(restarted[0].rate, Some(4.0));
     }
 
     #[test]

@@ -270,6 +270,7 @@ impl VirtualActorsBuilder {
         if !self.cluster.attach_grains(&inner) {
             return Err(StartError::AlreadyStarted);
         }
+        crate::figures::register(&self.system, &inner);
         spawn_event_loop(&self.cluster, &inner);
         spawn_sweeper(&inner);
         Ok(VirtualActors { inner })

@@ -126,6 +126,7 @@ impl LeaseView {
             return;
         }
         self.stats.packets_in += 1;
+        self.stats.bytes_in += (key.len() + value.len()) as u64;
         let Some(registration) = Registration::decode(value).filter(|r| {
             r.member.address.system == self.local.id.address.system
                 && key_of(&self.root, &r.member) == key
@@ -160,6 +161,7 @@ impl LeaseView {
             return;
         }
         self.stats.packets_in += 1;
+        self.stats.bytes_in += key.len() as u64;
         if key == self.local_key() {
             if self.registered && !self.leaving {
                 // Downed by an operator, or the lease expired while this member was cut off.
