@@ -1,8 +1,9 @@
 //! `rally`: the command-line companion of a Rally node.
 //!
-//! `rally top` shows a running node's actors and dispatchers, worst first, refreshed live. It
-//! reads the JSON report that `rally_metrics::prometheus::serve` publishes at `/report` next to
-//! the Prometheus `/metrics`.
+//! `rally top` shows a running node's actors and dispatchers, worst first, refreshed live, and,
+//! on a cluster member, its virtual actors per kind and its membership. It reads the JSON report
+//! that `rally_metrics::prometheus::serve` publishes at `/report` next to the Prometheus
+//! `/metrics`.
 
 use std::net::{SocketAddr, ToSocketAddrs};
 use std::time::Duration;
@@ -26,7 +27,8 @@ struct Cli {
 
 #[derive(Debug, Subcommand)]
 enum Command {
-    /// A live view of a node's actors and dispatchers, worst first (q or Esc quits).
+    /// A live view of a node's actors and dispatchers, worst first, and of a cluster member's
+    /// virtual actors and membership (q or Esc quits).
     Top(TopArgs),
 }
 
@@ -100,6 +102,143 @@ fn agent() -> ureq::Agent {
         .into()
 }
 
+/// One kind of virtual actor on one member, from the report's `rally_grain_*` figures.
+#[derive(Debug, Clone, PartialEq)]
+struct KindRow {
+    kind: String,
+    member: String,
+    active: f64,
+    activations: f64,
+    activations_per_s: f64,
+    deactivations_per_s: f64,
+    moves: f64,
+    forwarded: f64,
+}
+
+/// One member's membership, from the report's `rally_cluster_*` figures.
+#[derive(Debug, Clone, PartialEq)]
+struct MembershipRow {
+    member: String,
+    /// Members by status: joining, up, leaving, down.
+    statuses: [f64; 4],
+    unreachable: f64,
+    packets_in_per_s: f64,
+    packets_out_per_s: f64,
+    bytes_in_per_s: f64,
+    bytes_out_per_s: f64,
+    decisions: f64,
+}
+
+const STATUSES: [&str; 4] = ["joining", "up", "leaving", "down"];
+
+/// The value and rate of figure `name` with `labels`, zero if the report has none.
+fn figure(report: &PeriodReport, name: &str, labels: &[(&str, &str)]) -> (f64, f64) {
+    report
+        .figures_named(name, labels)
+        .next()
+        .map_or((0.0, 0.0), |f| (f.value, f.rate.unwrap_or(0.0)))
+}
+
+/// A row per kind and member, sorted by kind then member.
+fn kind_rows(report: &PeriodReport) -> Vec<KindRow> {
+    let mut rows: Vec<KindRow> = report
+        .figures_named("rally_grain_active", &[])
+        .map(|active| {
+            let kind = active.label("kind").unwrap_or("?");
+            let member = active.label("member").unwrap_or("?");
+            let labels = [("kind", kind), ("member", member)];
+            let get = |name| figure(report, name, &labels);
+            let (activations, activations_per_s) = get("rally_grain_activations_total");
+            KindRow {
+                kind: kind.to_owned(),
+                member: member.to_owned(),
+                active: active.value,
+                activations,
+                activations_per_s,
+                deactivations_per_s: get("rally_grain_deactivations_total").1,
+                moves: get("rally_grain_moves_total").0,
+                forwarded: get("rally_grain_forwarded_total").0,
+            }
+        })
+        .collect();
+    rows.sort_by(|a, b| a.kind.cmp(&b.kind).then(a.member.cmp(&b.member)));
+    rows
+}
+
+/// A row per member whose membership figures the report carries.
+fn membership_rows(report: &PeriodReport) -> Vec<MembershipRow> {
+    report
+        .figures_named("rally_cluster_members_unreachable", &[])
+        .map(|unreachable| {
+            let member = unreachable.label("member").unwrap_or("?");
+            let labels = [("member", member)];
+            let get = |name| figure(report, name, &labels);
+            MembershipRow {
+                member: member.to_owned(),
+                statuses: STATUSES.map(|status| {
+                    figure(
+                        report,
+                        "rally_cluster_members",
+                        &[("member", member), ("status", status)],
+                    )
+                    .0
+                }),
+                unreachable: unreachable.value,
+                packets_in_per_s: get("rally_cluster_membership_packets_received_total").1,
+                packets_out_per_s: get("rally_cluster_membership_packets_sent_total").1,
+                bytes_in_per_s: get("rally_cluster_membership_bytes_received_total").1,
+                bytes_out_per_s: get("rally_cluster_membership_bytes_sent_total").1,
+                decisions: get("rally_cluster_downing_decisions_total").0,
+            }
+        })
+        .collect()
+}
+
+impl KindRow {
+    const HEADER: [&'static str; 8] = [
+        "kind",
+        "member",
+        "active",
+        "activations",
+        "act/s",
+        "deact/s",
+        "moves",
+        "forwarded",
+    ];
+
+    fn cells(&self) -> [String; 8] {
+        [
+            self.kind.clone(),
+            self.member.clone(),
+            format!("{:.0}", self.active),
+            format!("{:.0}", self.activations),
+            format!("{:.1}", self.activations_per_s),
+            format!("{:.1}", self.deactivations_per_s),
+            format!("{:.0}", self.moves),
+            format!("{:.0}", self.forwarded),
+        ]
+    }
+}
+
+impl MembershipRow {
+    /// One line: members by status, traffic, decisions.
+    fn line(&self) -> String {
+        let [joining, up, leaving, down] = self.statuses;
+        format!(
+            "{}: members up {up:.0}, joining {joining:.0}, leaving {leaving:.0}, down {down:.0}, \
+             unreachable {:.0}; membership in {:.1} packets/s {:.0} B/s, out {:.1} packets/s \
+             {:.0} B/s; downing decisions {:.0}",
+            self.member,
+            self.unreachable,
+            self.packets_in_per_s,
+            self.bytes_in_per_s,
+            self.packets_out_per_s,
+            self.bytes_out_per_s,
+            self.decisions
+        )
+    }
+}
+
 fn colour(verdict: Verdict) -> Color {
     match verdict {
         Verdict::Healthy => Color::Green,
@@ -123,9 +262,29 @@ fn draw(frame: &mut Frame<'_>, addr: SocketAddr, report: &anyhow::Result<PeriodR
             return;
         }
     };
-    let [actors_area, dispatchers_area, diagnosis_area] = Layout::vertical([
+    let kinds = kind_rows(report);
+    let membership = membership_rows(report);
+    let grains_height = if kinds.is_empty() {
+        0
+    } else {
+        kinds.len() as u16 + 3
+    };
+    let cluster_height = if membership.is_empty() {
+        0
+    } else {
+        membership.len() as u16 * 2 + 2
+    };
+    let [
+        actors_area,
+        dispatchers_area,
+        grains_area,
+        cluster_area,
+        diagnosis_area,
+    ] = Layout::vertical([
         Constraint::Min(6),
         Constraint::Length(report.dispatchers.len() as u16 + 3),
+        Constraint::Length(grains_height),
+        Constraint::Length(cluster_height),
         Constraint::Length(5),
     ])
     .areas(frame.area());
@@ -217,6 +376,41 @@ fn draw(frame: &mut Frame<'_>, addr: SocketAddr, report: &anyhow::Result<PeriodR
             .title(" dispatchers "),
     );
     frame.render_widget(dispatchers, dispatchers_area);
+    if !kinds.is_empty() {
+        let grains = Table::new(
+            kinds.iter().map(|row| Row::new(row.cells().to_vec())),
+            [
+                Constraint::Length(16),
+                Constraint::Min(20),
+                Constraint::Length(8),
+                Constraint::Length(12),
+                Constraint::Length(9),
+                Constraint::Length(9),
+                Constraint::Length(7),
+                Constraint::Length(10),
+            ],
+        )
+        .header(Row::new(KindRow::HEADER.to_vec()).style(bold))
+        .block(
+            Block::default()
+                .borders(Borders::ALL)
+                .title(" virtual actors "),
+        );
+        frame.render_widget(grains, grains_area);
+    }
+    if !membership.is_empty() {
+        let lines = membership
+            .iter()
+            .map(MembershipRow::line)
+            .collect::<Vec<_>>()
+            .join("\n");
+        frame.render_widget(
+            Paragraph::new(lines)
+                .wrap(Wrap { trim: true })
+                .block(Block::default().borders(Borders::ALL).title(" cluster ")),
+            cluster_area,
+        );
+    }
     let worst = report.actors.first().map_or_else(
         || "no monitored actors".to_owned(),
         |a| format!("{}: {}", a.path, a.diagnosis.text),
@@ -263,6 +457,22 @@ fn plain(report: &PeriodReport) -> String {
             d.runnable_waiting
         ));
     }
+    let kinds = kind_rows(report);
+    if !kinds.is_empty() {
+        let [k, m, a, n, r, d, mv, f] = KindRow::HEADER;
+        out.push_str(&format!(
+            "\n{k:<16} {m:<32} {a:>7} {n:>11} {r:>8} {d:>8} {mv:>7} {f:>9}\n"
+        ));
+        for row in &kinds {
+            let [k, m, a, n, r, d, mv, f] = row.cells();
+            out.push_str(&format!(
+                "{k:<16} {m:<32} {a:>7} {n:>11} {r:>8} {d:>8} {mv:>7} {f:>9}\n"
+            ));
+        }
+    }
+    for row in membership_rows(report) {
+        out.push_str(&format!("\n{}\n", row.line()));
+    }
     for a in report
         .actors
         .iter()
@@ -293,6 +503,110 @@ mod tests {
         assert!(text.contains("/user/a"));
         assert!(text.contains("starved for threads"));
         assert!(text.contains("default          shared"));
+    }
+
+    /// A report of one member hosting `cart`, as the endpoint serves it.
+    fn cluster_report() -> PeriodReport {
+        let member = r#""member":"rally://shop@127.0.0.1:2552""#;
+        let figure = |name: &str, labels: &str, value: f64, rate: Option<f64>| {
+            let rate = rate.map_or("null".to_owned(), |r| r.to_string());
+            format!(
+                r#"{{"name":"{name}","labels":{{{member}{labels}}},"value":{value},"rate":{rate}}}"#
+            )
+        };
+        let cart = r#","kind":"cart""#;
+        let figures = [
+            figure("rally_grain_active", cart, 40.0, None),
+            figure("rally_grain_activations_total", cart, 50.0, Some(2.5)),
+            figure("rally_grain_deactivations_total", cart, 10.0, Some(0.5)),
+            figure("rally_grain_moves_total", cart, 3.0, Some(0.0)),
+            figure("rally_grain_forwarded_total", cart, 7.0, Some(0.0)),
+            figure("rally_cluster_members", r#","status":"up""#, 3.0, None),
+            figure("rally_cluster_members", r#","status":"down""#, 1.0, None),
+            figure("rally_cluster_members_unreachable", "", 0.0, None),
+            figure(
+                "rally_cluster_membership_packets_received_total",
+                "",
+                900.0,
+                Some(4.0),
+            ),
+            figure(
+                "rally_cluster_membership_bytes_received_total",
+                "",
+                90000.0,
+                Some(400.0),
+            ),
+            figure("rally_cluster_downing_decisions_total", "", 1.0, Some(0.0)),
+        ];
+        serde_json::from_str(&format!(
+            r#"{{"seconds":2.0,"actors":[],"dispatchers":[],"figures":[{}]}}"#,
+            figures.join(",")
+        ))
+        .unwrap()
+    }
+
+    #[test]
+    fn the_plain_view_has_a_row_per_kind_and_a_line_per_member() {
+        let text = plain(&cluster_report());
+        let header = text
+            .lines()
+            .find(|l| l.starts_with("kind "))
+            .unwrap_or_else(|| panic!("no kinds header in:\n{text}"));
+        assert!(header.contains("act/s"), "{header}");
+        let cart: Vec<&str> = text
+            .lines()
+            .find(|l| l.starts_with("cart "))
+            .unwrap_or_else(|| panic!("no row for the kind in:\n{text}"))
+            .split_whitespace()
+            .collect();
+        assert_eq!(
+            cart,
+            [
+                "cart",
+                "rally://shop@127.0.0.1:2552",
+                "40",
+                "50",
+                "2.5",
+                "0.5",
+                "3",
+                "7"
+            ]
+        );
+        assert!(
+            text.contains(
+                "rally://shop@127.0.0.1:2552: members up 3, joining 0, leaving 0, down 1, \
+                 unreachable 0; membership in 4.0 packets/s 400 B/s, out 0.0 packets/s 0 B/s; \
+                 downing decisions 1"
+            ),
+            "{text}"
+        );
+    }
+
+    #[test]
+    fn a_report_without_cluster_figures_has_no_cluster_sections() {
+        let text = plain(&PeriodReport::default());
+        assert!(!text.contains("act/s"), "{text}");
+        assert!(!text.contains("members up"), "{text}");
+    }
+
+    #[test]
+    fn the_live_view_shows_the_kinds_and_the_cluster() {
+        let backend = ratatui::backend::TestBackend::new(160, 40);
+        let mut terminal = ratatui::Terminal::new(backend).unwrap();
+        let report = Ok(cluster_report());
+        terminal
+            .draw(|frame| draw(frame, "127.0.0.1:1".parse().unwrap(), &report))
+            .unwrap();
+        let screen: String = terminal
+            .backend()
+            .buffer()
+            .content()
+            .iter()
+            .map(|cell| cell.symbol())
+            .collect();
+        assert!(screen.contains("virtual actors"), "{screen}");
+        assert!(screen.contains("cart"), "{screen}");
+        assert!(screen.contains("members up 3"), "{screen}");
     }
 
     #[test]

@@ -1,9 +1,13 @@
-//! `rally top --once` against a live node's endpoint, and against none.
+//! `rally top --once` against a live node's endpoint, a cluster member's, and none.
 
 use std::process::Command;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
+use rally::cluster::virtual_actors::{Activation, GrainMessages, VirtualActor, VirtualActors};
+use rally::cluster::{Cluster, ClusterConfig, MemberStatus};
+use rally::remote::{RemoteConfig, RemoteMessage, RemoteNode};
 use rally_actor::{Actor, ActorResult, ActorSystem, Context, Handler, Message, Props};
+use serde::{Deserialize, Serialize};
 
 struct Echo;
 impl Actor for Echo {}
@@ -73,4 +77,99 @@ fn top_once_without_a_node_fails_with_the_address() {
         error.contains(&format!("cannot read http://{addr}/report")),
         "{error}"
     );
+}
+
+struct Cart;
+impl Actor for Cart {}
+impl VirtualActor for Cart {
+    const KIND: &'static str = "cart";
+    async fn activate(_: Activation) -> ActorResult<Self> {
+        Ok(Cart)
+    }
+    fn messages(table: &mut GrainMessages<Self>) {
+        table.add::<Touch>();
+    }
+}
+
+#[derive(Serialize, Deserialize)]
+struct Touch;
+impl Message for Touch {
+    type Reply = ();
+}
+impl RemoteMessage for Touch {
+    const MANIFEST: &'static str = "top-test.Touch";
+}
+impl Handler<Touch> for Cart {
+    async fn handle(&mut self, _: Touch, _: &mut Context<Self>) -> ActorResult<()> {
+        Ok(())
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn top_once_shows_a_members_virtual_actors_and_membership() {
+    const T: Duration = Duration::from_secs(60);
+    let system = ActorSystem::new("top");
+    let node = RemoteNode::start(
+        &system,
+        RemoteConfig::new("127.0.0.1", 0).with_secret(b"top secret".to_vec()),
+    )
+    .await
+    .unwrap();
+    let me = node.address().to_string();
+    let config = ClusterConfig::builder()
+        .seed(me.parse().unwrap())
+        .kind("cart")
+        .build()
+        .unwrap();
+    let cluster = Cluster::join(&system, &node, config.clone()).unwrap();
+    let grains = VirtualActors::builder(&cluster, &system)
+        .kind::<Cart>()
+        .membership(&config)
+        .start(&node)
+        .unwrap();
+    let deadline = Instant::now() + T;
+    while cluster.self_member().status != MemberStatus::Up {
+        assert!(Instant::now() < deadline, "the member never came up");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    for i in 0..5 {
+        let cart = grains.get::<Cart>(&format!("cart-{i}")).unwrap();
+        cart.ask(Touch, T).await.unwrap();
+    }
+    let endpoint = rally_metrics::prometheus::serve(
+        &system,
+        "127.0.0.1:0".parse().unwrap(),
+        Duration::from_millis(100),
+    )
+    .await
+    .unwrap();
+    let addr = endpoint.local_addr().to_string();
+    // The first report comes after one period: ask until it is there.
+    let (text, row) = loop {
+        let addr = addr.clone();
+        let output = tokio::task::spawn_blocking(move || top_once(&addr))
+            .await
+            .unwrap();
+        assert!(output.status.success(), "{output:?}");
+        let text = String::from_utf8_lossy(&output.stdout).into_owned();
+        let row: Option<Vec<String>> = text
+            .lines()
+            .find(|l| l.starts_with("cart "))
+            .map(|l| l.split_whitespace().map(str::to_owned).collect());
+        if let Some(row) = row {
+            break (text, row);
+        }
+        assert!(Instant::now() < deadline, "no row for the kind in:\n{text}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    // kind, member, active, activations, act/s, deact/s, moves, forwarded
+    assert_eq!(row[..4], ["cart", me.as_str(), "5", "5"], "{text}");
+    assert_eq!(row[6..], ["0", "0"], "{text}");
+    assert!(
+        text.contains(&format!(
+            "{me}: members up 1, joining 0, leaving 0, down 0, unreachable 0;"
+        )),
+        "{text}"
+    );
+    system.shutdown().await.unwrap();
 }
