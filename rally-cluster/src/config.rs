@@ -36,7 +36,8 @@ pub(crate) const DEFAULT_MAX_PACKET_BYTES: usize = 16 * 1024;
 
 /// Settings of a cluster member.
 ///
-/// In a TOML file every key is optional and kebab-case; in code, start from
+/// In a TOML file every key is optional and kebab-case ([`from_toml`](Self::from_toml); an
+/// unknown key is refused, so a misspelt one is not silently ignored); in code, start from
 /// [`ClusterConfig::default`] or [`ClusterConfig::builder`].
 ///
 /// # Example
@@ -61,7 +62,7 @@ pub(crate) const DEFAULT_MAX_PACKET_BYTES: usize = 16 * 1024;
 /// assert_eq!(from_file.stable_after, Duration::from_secs(2));
 /// ```
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(default, rename_all = "kebab-case")]
+#[serde(default, rename_all = "kebab-case", deny_unknown_fields)]
 #[non_exhaustive]
 pub struct ClusterConfig {
     /// Members to join through (default none: this member founds a cluster). Listing this
@@ -138,7 +139,18 @@ impl Default for ClusterConfig {
     }
 }
 
-/// Why a configuration was refused.
+/// Why a configuration ([`ClusterConfig`], `VirtualActorsConfig`) was refused. Every variant
+/// names the key, as in the TOML file.
+///
+/// # Example
+///
+/// ```
+/// use rally::cluster::{ClusterConfig, ConfigError};
+///
+/// let refused = ClusterConfig::from_toml("max-members = 1").unwrap_err();
+/// assert!(matches!(refused, ConfigError::Invalid { key: "max-members", .. }));
+/// assert_eq!(refused.to_string(), "max-members: must be at least 2");
+/// ```
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[non_exhaustive]
 pub enum ConfigError {
@@ -150,6 +162,74 @@ pub enum ConfigError {
         /// What is wrong.
         reason: &'static str,
     },
+    /// The text is not TOML, has an unknown key, or a value of the wrong type.
+    #[error("{key}: {message}")]
+    Syntax {
+        /// The key, as in the TOML file (a dotted path inside a table), or `?` when the
+        /// parser could not point at one.
+        key: String,
+        /// The parser's explanation.
+        message: String,
+    },
+}
+
+impl ConfigError {
+    /// The key the error is about, as in the TOML file.
+    ///
+    /// # Example
+    ///
+    /// ```
+    /// use rally::cluster::ClusterConfig;
+    ///
+    /// let refused = ClusterConfig::from_toml("stable-after = \"soon\"").unwrap_err();
+    /// assert_eq!(refused.key(), "stable-after");
+    /// ```
+    pub fn key(&self) -> &str {
+        match self {
+            Self::Invalid { key, .. } => key,
+            Self::Syntax { key, .. } => key,
+        }
+    }
+}
+
+/// Deserializes TOML text into `T`, a syntax error naming the key it is about.
+#[cfg(feature = "toml")]
+pub(crate) fn parse_toml<T: serde::de::DeserializeOwned>(text: &str) -> Result<T, ConfigError> {
+    toml::from_str(text).map_err(|error: toml::de::Error| ConfigError::Syntax {
+        key: error
+            .span()
+            .map_or_else(|| "?".to_owned(), |span| key_at(text, span.start)),
+        message: error.message().to_owned(),
+    })
+}
+
+/// The key of the line holding byte `offset` (where the parser points: at the key, or at its
+/// value), prefixed by the `[table]` it is in, if any.
+#[cfg(feature = "toml")]
+fn key_at(text: &str, offset: usize) -> String {
+    let offset = offset.min(text.len());
+    let start = text[..offset].rfind('\n').map_or(0, |i| i + 1);
+    let line = text[start..].lines().next().unwrap_or("");
+    let key = line
+        .split('=')
+        .next()
+        .unwrap_or("")
+        .trim()
+        .trim_matches('"')
+        .to_owned();
+    let table = text[..start]
+        .lines()
+        .rev()
+        .map(str::trim)
+        .find(|l| l.starts_with('['))
+        .map(|l| l.trim_matches(|c| c == '[' || c == ']').trim().to_owned());
+    match table {
+        Some(table) if !key.is_empty() && !line.trim_start().starts_with('[') => {
+            format!("{table}.{key}")
+        }
+        _ if key.is_empty() => "?".to_owned(),
+        _ => key,
+    }
 }
 
 impl ClusterConfig {
@@ -197,6 +277,36 @@ impl ClusterConfig {
     /// ```
     pub fn takeover_margin(&self, cluster_size: usize) -> Duration {
         self.detection_bound(cluster_size) + self.down_all_when_unstable
+    }
+
+    /// Reads the settings from TOML text: every key optional, kebab-case, durations as
+    /// `"250ms"`, `"5s"`, `"2m"`, seeds as `"rally://system@host:port"`; then checks them as
+    /// [`validate`](Self::validate) does.
+    ///
+    /// # Example
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use rally::cluster::ClusterConfig;
+    ///
+    /// let config = ClusterConfig::from_toml(r#"
+    ///     seeds = ["rally://shop@10.0.0.1:2552"]
+    ///     kinds = ["cart"]
+    ///     stable-after = "2s"
+    /// "#).unwrap();
+    /// assert_eq!(config.stable_after, Duration::from_secs(2));
+    /// assert_eq!(ClusterConfig::from_toml("stable-afte = \"2s\"").unwrap_err().key(), "stable-afte");
+    /// ```
+    ///
+    /// # Errors
+    ///
+    /// [`ConfigError::Syntax`] for text that is not TOML, an unknown key or a value of the
+    /// wrong type; [`ConfigError::Invalid`] for a value out of range. Both name the key.
+    #[cfg(feature = "toml")]
+    pub fn from_toml(text: &str) -> Result<Self, ConfigError> {
+        let config: Self = parse_toml(text)?;
+        config.validate()?;
+        Ok(config)
     }
 
     /// Checks that the settings can work together.
@@ -425,6 +535,44 @@ mod tests {
             .unwrap();
         assert_eq!(from_file, built);
         assert_eq!(built.kinds, ["cart", "order"]);
+    }
+
+    #[test]
+    #[cfg(feature = "toml")]
+    fn from_toml_names_the_key_of_a_bad_value() {
+        let cases: [(&str, &str); 6] = [
+            ("stable-after = \"soon\"", "stable-after"),
+            ("seeds = [\"10.0.0.1:2552\"]", "seeds"),
+            ("max-members = 1", "max-members"),
+            ("gossip-fanout = -3", "gossip-fanout"),
+            ("probe-periodd = \"1s\"", "probe-periodd"),
+            (
+                "downing = { static-quorum = { quorum-size = 0 } }",
+                "downing",
+            ),
+        ];
+        for (text, key) in cases {
+            let error = ClusterConfig::from_toml(text).unwrap_err();
+            assert_eq!(error.key(), key, "{text}: {error}");
+            assert!(error.to_string().starts_with(key), "{text}: {error}");
+        }
+        assert_eq!(
+            ClusterConfig::from_toml("stable-after = \"soon\"").unwrap_err(),
+            ConfigError::Syntax {
+                key: "stable-after".into(),
+                message: "\"soon\" is not a duration like \"250ms\", \"5s\" or \"2m\"".into(),
+            }
+        );
+    }
+
+    #[test]
+    #[cfg(feature = "toml")]
+    fn key_at_names_the_table_too() {
+        let text = "a = 1\n[virtual-actors]\nmax-hops = 0\n";
+        let offset = text.find("0\n").unwrap();
+        assert_eq!(key_at(text, offset), "virtual-actors.max-hops");
+        assert_eq!(key_at(text, 0), "a");
+        assert_eq!(key_at("", 0), "?");
     }
 
     #[test]

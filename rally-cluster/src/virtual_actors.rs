@@ -92,7 +92,7 @@ mod placement;
 mod runtime;
 mod transport;
 
-pub use config::VirtualActorsConfig;
+pub use config::{VirtualActorsConfig, VirtualActorsConfigBuilder};
 pub use error::GrainError;
 pub use host::KindStats;
 pub use kind::{Activation, GrainMessages, VirtualActor};

@@ -49,6 +49,9 @@ pub enum StartError {
     /// A virtual-actor runtime already runs for this cluster member.
     #[error("virtual actors are already started on this member")]
     AlreadyStarted,
+    /// The [`VirtualActorsConfig`] is out of range (the error names the key).
+    #[error("invalid virtual actors configuration: {0}")]
+    Config(#[from] crate::config::ConfigError),
 }
 
 /// The virtual actors of one member: the kinds it hosts, and refs to any identity of any kind
@@ -242,6 +245,7 @@ impl VirtualActorsBuilder {
     }
 
     fn build(&mut self, transport: Transport) -> Result<VirtualActors, StartError> {
+        self.config.validate()?;
         let local = self.cluster.self_member().id;
         let mut kinds = HashMap::new();
         for (kind, host) in self.kinds.drain(..) {
