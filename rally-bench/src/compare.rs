@@ -47,6 +47,10 @@ pub(crate) struct CompareArgs {
     /// Pass --quick to every run and run each framework once: a smoke test, not a measurement.
     #[arg(long)]
     quick: bool,
+    /// Scenario flags passed to every framework's run, after `--` (every harness takes the
+    /// same ones), e.g. `compare grain-ping -- --parallelism 32,512 --seconds 5`.
+    #[arg(last = true)]
+    scenario_args: Vec<String>,
 }
 
 /// Runs the comparison described by `args`.
@@ -89,7 +93,7 @@ pub(crate) fn run(args: &CompareArgs) -> anyhow::Result<()> {
                 continue;
             }
             eprintln!("compare: {} run {}/{runs}", framework.name, round + 1);
-            match framework.run(&args.scenario, args.quick) {
+            match framework.run(&args.scenario, args.quick, &args.scenario_args) {
                 Ok(report) => reports[i].push(report),
                 Err(err) => {
                     eprintln!("compare: {} failed: {err:#}", framework.name);
@@ -433,12 +437,13 @@ impl Framework {
         })
     }
 
-    fn run(&self, scenario: &str, quick: bool) -> anyhow::Result<Report> {
+    fn run(&self, scenario: &str, quick: bool, extra: &[String]) -> anyhow::Result<Report> {
         let mut cmd = Command::new(&self.program);
         cmd.args(&self.prefix)
             .arg(scenario)
             .arg("--json")
-            .args(&self.suffix);
+            .args(&self.suffix)
+            .args(extra);
         if quick {
             cmd.arg("--quick");
         }
