@@ -390,3 +390,26 @@ fn answer(system: &ActorSystem, cell: &Mutex<PeriodReport>, path: &str) -> Respo
         .insert(CONTENT_TYPE, HeaderValue::from_static(kind));
     response
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_family_of_source_figures_has_one_help_and_type_and_escaped_labels() {
+        let figures = [
+            Figure::counter("jobs_total", "Jobs done.", 3).label("queue", "mail"),
+            Figure::gauge("queue_length", "Waiting now.", 2.5).label("queue", "a\"b\\c"),
+            Figure::counter("jobs_total", "Jobs done.", 4).label("queue", "print"),
+        ];
+        let mut out = String::new();
+        render_sources(&mut out, &figures);
+        assert_eq!(
+            out,
+            "# HELP jobs_total Jobs done.\n# TYPE jobs_total counter\n\
+             jobs_total{queue=\"mail\"} 3\njobs_total{queue=\"print\"} 4\n\
+             # HELP queue_length Waiting now.\n# TYPE queue_length gauge\n\
+             queue_length{queue=\"a\\\"b\\\\c\"} 2.5\n"
+        );
+    }
+}
