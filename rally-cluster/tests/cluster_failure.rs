@@ -62,10 +62,6 @@ async fn a_killed_member_is_downed_after_stable_after() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "needs rally-remote to deliver to a restarted incarnation at an address whose \
-            previous life left or vanished in this process: today the survivors' sends to the \
-            port never reach the new node (it hears nothing and stays joining). The same \
-            restart is covered on the simulated network (membership_lifecycle.rs)."]
 async fn a_process_restarted_on_the_same_port_rejoins_as_a_new_member() {
     let (mut members, old) = kill_and_down().await;
     let seeds = [members[0].node.address().clone()];

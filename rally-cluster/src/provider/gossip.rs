@@ -4,12 +4,8 @@
 //! [`GossipPacket`] messages, so they use the node's authenticated connections, lanes and
 //! bounds like any other message: no second port, no second secret.
 
-use std::collections::HashMap;
-
-use rally_actor::{Actor, ActorRef, ActorResult, ActorSystem, Context, Handler, Message};
-use rally_remote::{
-    MessageTable, NodeAddress, RemoteActor, RemoteContext, RemoteMessage, RemoteNode,
-};
+use rally_actor::{Actor, ActorResult, ActorSystem, Context, Handler, Message};
+use rally_remote::{MessageTable, RemoteActor, RemoteContext, RemoteMessage, RemoteNode};
 use serde::{Deserialize, Serialize};
 use tokio::sync::mpsc;
 
@@ -79,15 +75,12 @@ impl Provider for GossipProvider {
         )
         .expect("Cluster::join_with validates the configuration before it starts a provider");
         let node = self.node.clone();
-        let max_peers = context.config.max_members;
-        let mut peers: HashMap<NodeAddress, ActorRef<Endpoint>> = HashMap::new();
         let send = move |transmit: crate::Transmit| {
-            if peers.len() > max_peers {
-                peers.clear();
-            }
-            let peer = peers
-                .entry(transmit.to)
-                .or_insert_with_key(|to| node.lookup::<Endpoint>(to, ENDPOINT));
+            // Looked up for every packet, never cached: a ref is bound to the incarnation its
+            // address had when it was looked up, so a cached one would never reach a process
+            // restarted at that address (a new member, which must be admitted at once).
+            // Membership sends a few packets per second; a lookup is a map read.
+            let peer = node.lookup::<Endpoint>(&transmit.to, ENDPOINT);
             // A refused send (queue full, peer gone) is a lost packet: SWIM tolerates loss.
             let _ = peer.tell(GossipPacket(transmit.payload));
         };
