@@ -48,7 +48,7 @@ enum State {
 /// # Example
 ///
 /// ```
-/// use std::time::Instant;
+/// use std::time::{Duration, Instant};
 /// use rally::cluster::{ClusterConfig, MemberEvent, MemberId, SingletonChange, SingletonGate};
 /// use rally::remote::Incarnation;
 ///
@@ -58,11 +58,12 @@ enum State {
 /// assert_eq!(gate.on_event(&MemberEvent::Up(id(1)), now), None);
 /// assert_eq!(gate.on_event(&MemberEvent::Up(id(2)), now), None, "1 is older: it hosts");
 /// assert_eq!(gate.location(), Some(&id(1)));
-/// // 1 is downed: 2 takes over only after the takeover margin.
+/// // 1 is downed: 2 takes over only after the takeover margin (and only once it has been up
+/// // for stable-after, which is shorter).
 /// assert_eq!(gate.on_event(&MemberEvent::Down(id(1)), now), None);
 /// assert_eq!(gate.location(), None, "moving: proxies buffer");
-/// let at = gate.poll_timeout().unwrap();
-/// assert_eq!(at - now, ClusterConfig::default().takeover_margin(2));
+/// let at = now + ClusterConfig::default().takeover_margin(2);
+/// assert_eq!(gate.on_timeout(at - Duration::from_millis(1)), None);
 /// assert_eq!(gate.on_timeout(at), Some(SingletonChange::Start));
 /// assert_eq!(gate.location(), Some(&id(2)));
 /// ```
@@ -75,6 +76,13 @@ pub struct SingletonGate {
     hosting: bool,
     /// This member left or was downed: it never hosts again (a restart is a new member).
     retired: bool,
+    /// When this member came up: it hosts only from `stable-after` later, so that an older
+    /// member it has not heard of yet (members started at once, each joining through another;
+    /// an older member admitted after a younger one) and a younger host it displaces are
+    /// known and stopped first.
+    up_at: Option<Instant>,
+    /// Up for `stable-after` already.
+    settled: bool,
 }
 
 impl SingletonGate {
@@ -87,6 +95,8 @@ impl SingletonGate {
             members: BTreeMap::new(),
             hosting: false,
             retired: false,
+            up_at: None,
+            settled: false,
         }
     }
 
@@ -114,12 +124,15 @@ impl SingletonGate {
     /// Whether to start or stop here, after the events applied so far.
     pub fn decide(&mut self, now: Instant) -> Option<SingletonChange> {
         self.expire(now);
-        self.settle()
+        self.settle(now)
     }
 
     /// Applies a member event seen at `now`, without deciding.
     pub fn apply(&mut self, event: &MemberEvent, now: Instant) {
         let member = event.member();
+        if *member == self.local && matches!(event, MemberEvent::Up(_)) {
+            self.up_at.get_or_insert(now);
+        }
         let eligible = self.role.as_deref().is_none_or(|r| member.has_role(r));
         if *member == self.local
             && matches!(
@@ -161,22 +174,27 @@ impl SingletonGate {
     }
 
     /// When [`on_timeout`](Self::on_timeout) must next run: the end of a downed member's
-    /// takeover margin.
+    /// takeover margin, or `stable-after` after this member came up.
     pub fn poll_timeout(&self) -> Option<Instant> {
         let margin = self.margin();
+        let settles = self
+            .up_at
+            .filter(|_| !self.settled && !self.retired)
+            .map(|at| at + self.config.stable_after);
         self.members
             .values()
             .filter_map(|s| match s {
                 State::Down(at) => Some(*at + margin),
                 _ => None,
             })
+            .chain(settles)
             .min()
     }
 
     /// Runs what is due at `now`.
     pub fn on_timeout(&mut self, now: Instant) -> Option<SingletonChange> {
         self.expire(now);
-        self.settle()
+        self.settle(now)
     }
 
     fn margin(&self) -> Duration {
@@ -193,8 +211,16 @@ impl SingletonGate {
         self.members.iter().next()
     }
 
-    fn settle(&mut self) -> Option<SingletonChange> {
-        let should = !self.retired
+    fn settle(&mut self, now: Instant) -> Option<SingletonChange> {
+        if !self.settled
+            && self
+                .up_at
+                .is_some_and(|at| now >= at + self.config.stable_after)
+        {
+            self.settled = true;
+        }
+        let should = self.settled
+            && !self.retired
             && self
                 .oldest()
                 .is_some_and(|(m, s)| *m == self.local && *s == State::Up);
@@ -648,13 +674,43 @@ mod tests {
         )
     }
 
+    /// A gate that saw `up` come up `stable-after` before `now` (so it may host at `now`).
     fn gate(local: u16, up: &[u16], now: Instant) -> SingletonGate {
         let mut gate = SingletonGate::new(id(local), None, ClusterConfig::default());
+        let before = now - ClusterConfig::default().stable_after;
         for &p in up {
-            gate.on_event(&MemberEvent::Joined(id(p)), now);
-            gate.on_event(&MemberEvent::Up(id(p)), now);
+            gate.on_event(&MemberEvent::Joined(id(p)), before);
+            gate.on_event(&MemberEvent::Up(id(p)), before);
         }
+        gate.decide(now);
         gate
+    }
+
+    #[test]
+    fn a_member_hosts_only_once_up_for_stable_after() {
+        // Members started at once: 2 comes up with 3 and no word of 1 yet; it does not host at
+        // once, and when 1 (older) turns up within stable-after, 2 never hosts at all.
+        let now = Instant::now();
+        let stable = ClusterConfig::default().stable_after;
+        let mut g = SingletonGate::new(id(2), None, ClusterConfig::default());
+        g.on_event(&MemberEvent::Up(id(3)), now);
+        assert_eq!(g.on_event(&MemberEvent::Up(id(2)), now), None);
+        assert_eq!(g.poll_timeout(), Some(now + stable));
+        let soon = now + stable / 2;
+        assert_eq!(g.on_timeout(soon), None);
+        assert_eq!(g.on_event(&MemberEvent::Up(id(1)), soon), None);
+        assert_eq!(g.on_timeout(now + stable), None, "1 is older");
+        assert_eq!(g.poll_timeout(), None);
+        assert!(!g.is_hosting());
+        // Alone, it hosts once up for stable-after.
+        let mut g = SingletonGate::new(id(2), None, ClusterConfig::default());
+        assert_eq!(g.on_event(&MemberEvent::Up(id(2)), now), None);
+        assert_eq!(g.on_timeout(now + stable), Some(SingletonChange::Start));
+        // A younger host stops at once when an older member comes up (which waits).
+        assert_eq!(
+            g.on_event(&MemberEvent::Up(id(1)), now + stable * 2),
+            Some(SingletonChange::Stop)
+        );
     }
 
     #[test]
@@ -722,6 +778,7 @@ mod tests {
         for m in [id(1), id(2), worker(3)] {
             g.on_event(&MemberEvent::Up(m), now);
         }
+        g.on_timeout(now + ClusterConfig::default().stable_after);
         assert!(g.is_hosting(), "1 and 2 are older but not workers");
         assert_eq!(g.location(), Some(&worker(3)));
     }

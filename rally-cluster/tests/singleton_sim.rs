@@ -127,6 +127,8 @@ fn a_leaving_host_hands_over_and_a_killed_host_is_replaced_after_the_margin() {
     let config: ClusterConfig = config();
     let (mut sim, mut members) = converged(3, 4, &config);
     members.sort();
+    // A member hosts once it has been up for stable-after.
+    sim.run_for(config.stable_after);
     let end = sim.elapsed();
     let hosts = assert_never_two(&hosting(&sim, &members, end), end, "converged");
     assert_eq!(hosts, [members[0].clone()], "the oldest hosts");
