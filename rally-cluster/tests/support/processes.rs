@@ -1,0 +1,812 @@
+//! Cluster members as separate OS processes, for the multi-process tests.
+//!
+//! The member process is the test binary itself, re-run with [`MEMBER_ENV`] set: its
+//! `member_process` test then runs [`member_main`] (every other test returns at once in that
+//! mode). A member reports what happens to it on stdout, one line per fact, each stamped with
+//! `CLOCK_MONOTONIC` (one clock for every process on the machine, network namespaces
+//! included), so the test can order facts from several processes:
+//!
+//! ```text
+//! @@ <mono-ns> READY <member> <generation>
+//! @@ <mono-ns> EVENT <Joined|Up|Unreachable|Reachable|Leaving|Down|Removed> <member>
+//! @@ <mono-ns> SINGLETON <START|STOP> <member>
+//! @@ <mono-ns> ACT <START|END> <identity> <owner> <epoch>
+//! @@ <mono-ns> REPLY <identity> <count> <owner> <epoch>
+//! @@ <mono-ns> ASKERR <identity> <error>
+//! @@ <mono-ns> STATS <activations> <forwarded> <active>
+//! @@ <mono-ns> STOPPED <member>
+//! ```
+//!
+//! `<member>` is `rally://<cluster>@<host>:<port>#<incarnation>`. Commands on stdin:
+//! `ask <identity> <n>`, `load <prefix> <count>` (asks `<prefix>-0..count` in a loop until the
+//! process ends), `stats`.
+
+#![allow(dead_code, unreachable_pub)]
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::process::Stdio;
+use std::sync::Arc;
+use std::time::Duration;
+
+use rally::cluster::virtual_actors::{
+    Activation, GrainMessages, VirtualActor, VirtualActors, VirtualActorsConfig,
+};
+use rally::cluster::{Cluster, ClusterConfig, ClusterSingleton, MemberEvent, MemberId};
+use rally::remote::{
+    Incarnation, MessageTable, NodeAddress, RemoteActor, RemoteConfig, RemoteMessage, RemoteNode,
+};
+use rally::state::SqliteStore;
+use rally::{Actor, ActorResult, ActorSystem, Context, Handler, Message};
+use serde::{Deserialize, Serialize};
+use std::io::{BufRead, BufReader, Write};
+use std::process::{Child, ChildStdin, Command};
+
+use tokio::sync::mpsc;
+
+/// Set in a member process: the test binary runs [`member_main`] only.
+pub const MEMBER_ENV: &str = "RALLY_CLUSTER_MEMBER";
+/// Bound on every wait: generous, since several sessions' builds share two cores.
+pub const T: Duration = Duration::from_secs(90);
+/// Every member's system name: the cluster's name.
+pub const CLUSTER: &str = "procs";
+const SECRET: &[u8] = b"multi-process cluster secret";
+/// The virtual-actor kind of the member processes.
+pub const KIND: &str = "counter";
+
+/// The membership settings every member process runs with: the default probing (500 ms,
+/// 200 ms), a 2 s stable-after, and down members forgotten after 2 s so that `Removed` is
+/// seen within the test.
+pub fn membership() -> ClusterConfig {
+    let mut builder = ClusterConfig::builder();
+    builder
+        .stable_after(Duration::from_secs(2))
+        .down_all_when_unstable(Duration::from_secs(2))
+        .remove_down_after(Duration::from_secs(2));
+    builder.build().expect("valid")
+}
+
+/// The virtual-actor settings: a deactivation may take 1 s (it is part of the takeover wait).
+pub fn grains_config() -> VirtualActorsConfig {
+    let mut config = VirtualActorsConfig::default();
+    config.deactivation_timeout = Duration::from_secs(1);
+    config
+}
+
+/// Nanoseconds of `CLOCK_MONOTONIC`: comparable across the processes of one machine.
+pub fn mono_ns() -> u64 {
+    let now = nix::time::clock_gettime(nix::time::ClockId::CLOCK_MONOTONIC).expect("clock");
+    u64::try_from(now.tv_sec()).unwrap() * 1_000_000_000 + u64::try_from(now.tv_nsec()).unwrap()
+}
+
+fn say(line: &str) {
+    println!("@@ {} {line}", mono_ns());
+}
+
+/// What a member process is asked to be.
+#[derive(Debug, Clone, Default)]
+pub struct Spec {
+    /// The address it binds and is reached at (default 127.0.0.1).
+    pub host: String,
+    pub port: u16,
+    /// `host:port` of the seeds.
+    pub seeds: Vec<String>,
+    /// Runs the singleton `beacon`.
+    pub singleton: bool,
+    /// Hosts the virtual-actor kind `counter` (else client-only for virtual actors).
+    pub hosts_grains: bool,
+    /// Starts the virtual-actor runtime on this SQLite file.
+    pub db: Option<PathBuf>,
+    /// After being downed, starts again as a new incarnation on the same port.
+    pub rejoin: bool,
+}
+
+impl Spec {
+    pub fn new(port: u16, seeds: &[u16]) -> Self {
+        Self {
+            host: "127.0.0.1".into(),
+            port,
+            seeds: seeds.iter().map(|p| format!("127.0.0.1:{p}")).collect(),
+            ..Self::default()
+        }
+    }
+
+    fn to_env(&self) -> Vec<(&'static str, String)> {
+        vec![
+            (MEMBER_ENV, "1".into()),
+            ("RCM_HOST", self.host.clone()),
+            ("RCM_PORT", self.port.to_string()),
+            ("RCM_SEEDS", self.seeds.join(",")),
+            ("RCM_SINGLETON", u8::from(self.singleton).to_string()),
+            ("RCM_HOSTS_GRAINS", u8::from(self.hosts_grains).to_string()),
+            (
+                "RCM_DB",
+                self.db
+                    .as_ref()
+                    .map(|p| p.display().to_string())
+                    .unwrap_or_default(),
+            ),
+            ("RCM_REJOIN", u8::from(self.rejoin).to_string()),
+        ]
+    }
+
+    fn from_env() -> Self {
+        let var = |k: &str| std::env::var(k).unwrap_or_default();
+        Self {
+            host: var("RCM_HOST"),
+            port: var("RCM_PORT").parse().expect("RCM_PORT"),
+            seeds: var("RCM_SEEDS")
+                .split(',')
+                .filter(|s| !s.is_empty())
+                .map(str::to_owned)
+                .collect(),
+            singleton: var("RCM_SINGLETON") == "1",
+            hosts_grains: var("RCM_HOSTS_GRAINS") == "1",
+            db: Some(var("RCM_DB"))
+                .filter(|s| !s.is_empty())
+                .map(PathBuf::from),
+            rejoin: var("RCM_REJOIN") == "1",
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------------------
+// The member process.
+
+/// The singleton: logs when it is made and when it is dropped (the widest interval it can
+/// be said to exist in).
+struct Beacon {
+    member: String,
+}
+impl Actor for Beacon {}
+impl RemoteActor for Beacon {
+    fn messages(_: &mut MessageTable<Self>) {}
+}
+impl Drop for Beacon {
+    fn drop(&mut self) {
+        say(&format!("SINGLETON STOP {}", self.member));
+    }
+}
+
+/// The virtual actor: a counter saved on every change (write-through, so that a member
+/// killed without a goodbye leaves its state behind for the next activation).
+pub struct Counter {
+    activation: Activation,
+    count: u64,
+}
+
+impl Actor for Counter {}
+
+impl Drop for Counter {
+    fn drop(&mut self) {
+        say(&format!(
+            "ACT END {} {} {}",
+            self.activation.identity(),
+            self.activation.owner(),
+            self.activation.epoch()
+        ));
+    }
+}
+
+impl VirtualActor for Counter {
+    const KIND: &'static str = KIND;
+
+    async fn activate(activation: Activation) -> ActorResult<Self> {
+        // Logged before the state is read: the activation exists from here on.
+        say(&format!(
+            "ACT START {} {} {}",
+            activation.identity(),
+            activation.owner(),
+            activation.epoch()
+        ));
+        let count = match activation.load().await? {
+            Some(bytes) => u64::from_le_bytes(bytes.as_slice().try_into()?),
+            None => 0,
+        };
+        Ok(Self { activation, count })
+    }
+
+    fn messages(table: &mut GrainMessages<Self>) {
+        table.add::<Add>();
+    }
+}
+
+/// Adds to the counter and saves it; replies with (count, owner, epoch).
+#[derive(Debug, Serialize, Deserialize)]
+pub struct Add(pub u64);
+impl Message for Add {
+    type Reply = (u64, String, u64);
+}
+impl RemoteMessage for Add {
+    const MANIFEST: &'static str = "test.procs.Add";
+}
+impl Handler<Add> for Counter {
+    async fn handle(&mut self, msg: Add, _: &mut Context<Self>) -> ActorResult<(u64, String, u64)> {
+        let count = self.count + msg.0;
+        self.activation.save(&count.to_le_bytes()).await?;
+        self.count = count;
+        Ok((
+            count,
+            self.activation.owner().to_owned(),
+            self.activation.epoch(),
+        ))
+    }
+}
+
+struct Life {
+    system: ActorSystem,
+    node: RemoteNode,
+    cluster: Cluster,
+    singleton: Option<ClusterSingleton<Beacon>>,
+    grains: Option<Arc<VirtualActors>>,
+    me: String,
+}
+
+impl Life {
+    async fn start(spec: &Spec) -> Self {
+        let system = ActorSystem::new(CLUSTER);
+        // A restart in this process may find the port still held for a moment.
+        let node = loop {
+            match RemoteNode::start(
+                &system,
+                RemoteConfig::new(&spec.host, spec.port).with_secret(SECRET.to_vec()),
+            )
+            .await
+            {
+                Ok(node) => break node,
+                Err(e) => {
+                    eprintln!("member: starting the node: {e}; retrying");
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                }
+            }
+        };
+        let mut config = membership();
+        for seed in &spec.seeds {
+            config.seeds.push(
+                format!("rally://{CLUSTER}@{seed}")
+                    .parse()
+                    .expect("seed address"),
+            );
+        }
+        if spec.hosts_grains {
+            config.kinds.push(KIND.into());
+        }
+        let cluster = Cluster::join(&system, &node, config.clone()).expect("joins");
+        let me = cluster.self_member().id;
+        let member = me.to_string();
+        // Events first, so that nothing this member sees goes unreported.
+        let mut events = cluster.events();
+        tokio::spawn(async move {
+            while let Some(event) = events.next().await {
+                let (what, who) = match &event {
+                    MemberEvent::Joined(m) => ("Joined", m),
+                    MemberEvent::Up(m) => ("Up", m),
+                    MemberEvent::Unreachable(m) => ("Unreachable", m),
+                    MemberEvent::Reachable(m) => ("Reachable", m),
+                    MemberEvent::Leaving(m) => ("Leaving", m),
+                    MemberEvent::Down(m) => ("Down", m),
+                    MemberEvent::Removed(m) => ("Removed", m),
+                    _ => ("Other", event.member()),
+                };
+                say(&format!("EVENT {what} {who}"));
+            }
+        });
+        let singleton = spec.singleton.then(|| {
+            let me = member.clone();
+            ClusterSingleton::start(
+                &system,
+                &node,
+                &cluster,
+                config.clone(),
+                "beacon",
+                None,
+                move || {
+                    say(&format!("SINGLETON START {me}"));
+                    Beacon { member: me.clone() }
+                },
+            )
+        });
+        let grains = spec.db.as_ref().map(|db| {
+            let mut builder = VirtualActors::builder(&cluster, &system);
+            builder
+                .store(Arc::new(SqliteStore::open(db).expect("sqlite opens")))
+                .config(grains_config())
+                .membership(&config);
+            if spec.hosts_grains {
+                builder.kind::<Counter>();
+            }
+            Arc::new(builder.start(&node).expect("virtual actors start"))
+        });
+        say(&format!("READY {member} {}", me.generation));
+        Self {
+            system,
+            node,
+            cluster,
+            singleton,
+            grains,
+            me: member,
+        }
+    }
+
+    /// Serves commands until this member stops (downed or left: `true`) or stdin closes
+    /// (`false`).
+    async fn serve(&self, commands: &mut mpsc::UnboundedReceiver<String>) -> bool {
+        let mut events = self.cluster.events();
+        loop {
+            tokio::select! {
+                event = events.next() => if event.is_none() { return true },
+                command = commands.recv() => match command {
+                    None => return false,
+                    Some(command) => self.command(&command),
+                },
+            }
+        }
+    }
+
+    fn command(&self, command: &str) {
+        let words: Vec<&str> = command.split_whitespace().collect();
+        let grains = self.grains.clone();
+        match (words.as_slice(), grains) {
+            (["ask", identity, n], Some(grains)) => {
+                let (identity, n) = ((*identity).to_owned(), n.parse().expect("a number"));
+                tokio::spawn(async move { ask(&grains, &identity, n).await });
+            }
+            (["load", prefix, count], Some(grains)) => {
+                let (prefix, count): (String, u64) =
+                    ((*prefix).to_owned(), count.parse().expect("a number"));
+                tokio::spawn(async move {
+                    loop {
+                        for i in 0..count {
+                            let identity = format!("{prefix}-{i}");
+                            if let Ok(grain) = grains.get::<Counter>(&identity) {
+                                let _ = grain.ask(Add(1), Duration::from_secs(1)).await;
+                            }
+                        }
+                        tokio::time::sleep(Duration::from_millis(20)).await;
+                    }
+                });
+            }
+            (["stats"], Some(grains)) => {
+                let (activations, forwarded, active) =
+                    grains.stats().iter().fold((0, 0, 0), |(a, f, n), s| {
+                        (a + s.activations, f + s.forwarded, n + s.active)
+                    });
+                say(&format!("STATS {activations} {forwarded} {active}"));
+            }
+            _ => eprintln!("member: unknown command {command:?}"),
+        }
+    }
+
+    async fn stop(self) {
+        let hosting = self
+            .singleton
+            .as_ref()
+            .is_some_and(ClusterSingleton::is_hosting);
+        drop(self.singleton);
+        if let Some(grains) = &self.grains {
+            grains.shutdown().await;
+        }
+        drop(self.cluster);
+        self.node.leave(Duration::from_millis(100)).await;
+        drop(self.node);
+        let _ = self.system.shutdown().await;
+        say(&format!("STOPPED {} hosting={hosting}", self.me));
+    }
+}
+
+async fn ask(grains: &VirtualActors, identity: &str, n: u64) {
+    let reply = match grains.get::<Counter>(identity) {
+        Ok(grain) => grain.ask(Add(n), Duration::from_secs(3)).await,
+        Err(e) => Err(e),
+    };
+    match reply {
+        Ok((count, owner, epoch)) => say(&format!("REPLY {identity} {count} {owner} {epoch}")),
+        Err(e) => say(&format!("ASKERR {identity} {e}")),
+    }
+}
+
+/// The member process: runs until stdin closes or it is killed.
+pub fn member_main() {
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .expect("runtime");
+    runtime.block_on(async {
+        let spec = Spec::from_env();
+        let (tx, mut commands) = mpsc::unbounded_channel();
+        // A thread, not a task: tokio's stdin needs a feature the crate does not enable.
+        std::thread::spawn(move || {
+            for line in std::io::stdin().lock().lines() {
+                let Ok(line) = line else { break };
+                if tx.send(line).is_err() {
+                    break;
+                }
+            }
+        });
+        loop {
+            let life = Life::start(&spec).await;
+            let stopped = life.serve(&mut commands).await;
+            life.stop().await;
+            if !(stopped && spec.rejoin) {
+                break;
+            }
+        }
+    });
+}
+
+/// Runs [`member_main`] when this process is a member; returns whether it was.
+pub fn run_if_member() -> bool {
+    if std::env::var(MEMBER_ENV).is_err() {
+        return false;
+    }
+    member_main();
+    true
+}
+
+pub fn in_member_mode() -> bool {
+    std::env::var(MEMBER_ENV).is_ok()
+}
+
+// ---------------------------------------------------------------------------------------
+// The test's side.
+
+/// One reported fact.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Out {
+    /// Which process (its name in the test).
+    pub from: String,
+    /// `CLOCK_MONOTONIC` in the process when it happened.
+    pub at: u64,
+    pub word: String,
+    pub args: Vec<String>,
+}
+
+impl Out {
+    pub fn is(&self, word: &str, args: &[&str]) -> bool {
+        self.word == word && self.args.iter().zip(args).all(|(a, b)| a == b)
+    }
+}
+
+/// A member's identity as it reported it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Ready {
+    /// `rally://…#incarnation`.
+    pub member: String,
+    pub address: NodeAddress,
+    pub incarnation: u64,
+    pub generation: u64,
+    pub at: u64,
+}
+
+impl Ready {
+    /// The member id (with the kind when it hosts one), as the placement sees it.
+    pub fn id(&self, hosts_grains: bool) -> MemberId {
+        let id = MemberId::new(
+            self.address.clone(),
+            Incarnation(self.incarnation),
+            self.generation,
+        );
+        if hosts_grains {
+            id.with_kinds([KIND])
+        } else {
+            id
+        }
+    }
+}
+
+/// A member process started by the test: killed when dropped.
+pub struct MemberProcess {
+    pub name: String,
+    child: Child,
+    stdin: Option<ChildStdin>,
+    lines: mpsc::UnboundedReceiver<Out>,
+    /// Every fact read so far, in order of arrival.
+    pub seen: Vec<Out>,
+    pub ready: Option<Ready>,
+}
+
+/// Port numbers free now (the kernel's choice; they are released before the members bind).
+pub fn free_ports(n: usize) -> Vec<u16> {
+    let listeners: Vec<std::net::TcpListener> = (0..n)
+        .map(|_| std::net::TcpListener::bind("127.0.0.1:0").expect("bind"))
+        .collect();
+    listeners
+        .iter()
+        .map(|l| l.local_addr().unwrap().port())
+        .collect()
+}
+
+impl MemberProcess {
+    /// Starts a member (in network namespace `netns` if given) without waiting for it.
+    pub fn spawn(name: &str, spec: &Spec, netns: Option<&str>) -> Self {
+        let exe = std::env::current_exe().expect("this test binary");
+        let mut command = match netns {
+            Some(ns) => {
+                let mut c = Command::new("ip");
+                c.args(["netns", "exec", ns]).arg(exe);
+                c
+            }
+            None => Command::new(exe),
+        };
+        command
+            .args([
+                "--exact",
+                "member_process",
+                "--nocapture",
+                "--test-threads=1",
+            ])
+            .envs(spec.to_env())
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped());
+        let mut child = command.spawn().expect("the member process starts");
+        let stdout = child.stdout.take().expect("piped");
+        let (tx, lines) = mpsc::unbounded_channel();
+        let from = name.to_owned();
+        std::thread::spawn(move || {
+            for line in BufReader::new(stdout).lines() {
+                let Ok(line) = line else { break };
+                // libtest may print "test member_process ... " before the first line.
+                let Some(at) = line.find("@@ ") else { continue };
+                let mut words = line[at + 3..].split_whitespace();
+                let Some(mono) = words.next().and_then(|w| w.parse().ok()) else {
+                    continue;
+                };
+                let Some(word) = words.next() else { continue };
+                let out = Out {
+                    from: from.clone(),
+                    at: mono,
+                    word: word.to_owned(),
+                    args: words.map(str::to_owned).collect(),
+                };
+                if tx.send(out).is_err() {
+                    break;
+                }
+            }
+        });
+        let stdin = child.stdin.take();
+        Self {
+            name: name.to_owned(),
+            child,
+            stdin,
+            lines,
+            seen: Vec::new(),
+            ready: None,
+        }
+    }
+
+    /// Waits for the next fact matching `wanted` (facts before it are kept in `seen`).
+    pub async fn expect(&mut self, what: &str, wanted: impl Fn(&Out) -> bool) -> Out {
+        let found = tokio::time::timeout(T, async {
+            loop {
+                let out = self.lines.recv().await?;
+                self.seen.push(out.clone());
+                if wanted(&out) {
+                    return Some(out);
+                }
+            }
+        })
+        .await;
+        match found {
+            Ok(Some(out)) => out,
+            Ok(None) => panic!(
+                "{}: exited before {what}; last facts: {:#?}",
+                self.name,
+                self.tail()
+            ),
+            Err(_) => panic!(
+                "{}: no {what} within {T:?}; last facts: {:#?}",
+                self.name,
+                self.tail()
+            ),
+        }
+    }
+
+    /// The first fact matching `wanted`, already read or still to come.
+    pub async fn find(&mut self, what: &str, wanted: impl Fn(&Out) -> bool) -> Out {
+        self.drain();
+        if let Some(out) = self.seen.iter().find(|o| wanted(o)) {
+            return out.clone();
+        }
+        self.expect(what, wanted).await
+    }
+
+    fn tail(&self) -> &[Out] {
+        &self.seen[self.seen.len().saturating_sub(30)..]
+    }
+
+    /// Reads what the process reported so far without waiting.
+    pub fn drain(&mut self) {
+        while let Ok(out) = self.lines.try_recv() {
+            self.seen.push(out);
+        }
+    }
+
+    /// Waits for the next READY line: this process's (next) incarnation.
+    pub async fn wait_ready(&mut self) -> Ready {
+        let out = self.expect("READY", |o| o.word == "READY").await;
+        let member = out.args[0].clone();
+        let (address, incarnation) = member.rsplit_once('#').expect("address#incarnation");
+        let ready = Ready {
+            member: member.clone(),
+            address: address.parse().expect("an address"),
+            incarnation: u64::from_str_radix(incarnation, 16).expect("an incarnation"),
+            generation: out.args[1].parse().expect("a generation"),
+            at: out.at,
+        };
+        self.ready = Some(ready.clone());
+        ready
+    }
+
+    pub fn member(&self) -> &str {
+        &self.ready.as_ref().expect("ready").member
+    }
+
+    /// Waits until this member has seen every one of `members` up.
+    pub async fn wait_up(&mut self, members: &[String]) {
+        for member in members {
+            // An Up already read counts.
+            if self.seen.iter().any(|o| o.is("EVENT", &["Up", member])) {
+                continue;
+            }
+            let m = member.clone();
+            self.expect(&format!("Up of {member}"), move |o| {
+                o.is("EVENT", &["Up", &m])
+            })
+            .await;
+        }
+    }
+
+    pub fn send(&mut self, command: &str) {
+        let stdin = self.stdin.as_mut().expect("stdin open");
+        stdin
+            .write_all(format!("{command}\n").as_bytes())
+            .and_then(|()| stdin.flush())
+            .expect("the member reads commands");
+    }
+
+    pub fn pid(&self) -> nix::unistd::Pid {
+        nix::unistd::Pid::from_raw(i32::try_from(self.child.id()).unwrap())
+    }
+
+    /// SIGKILL; returns the instant (`CLOCK_MONOTONIC`) just before it was sent. Returns once
+    /// the process is reaped.
+    pub async fn kill(&mut self) -> u64 {
+        let at = mono_ns();
+        nix::sys::signal::kill(self.pid(), nix::sys::signal::Signal::SIGKILL).expect("kill");
+        // The kernel reaps a SIGKILLed process at once.
+        self.child.wait().expect("reaped");
+        self.drain();
+        at
+    }
+
+    /// SIGSTOP; returns once the kernel shows the process stopped, with the instant of the
+    /// signal.
+    pub async fn pause(&mut self) -> u64 {
+        let at = mono_ns();
+        nix::sys::signal::kill(self.pid(), nix::sys::signal::Signal::SIGSTOP).expect("stop");
+        let stat = format!("/proc/{}/stat", self.pid());
+        let deadline = tokio::time::Instant::now() + T;
+        loop {
+            let text = std::fs::read_to_string(&stat).expect("stat");
+            if text.rsplit_once(") ").unwrap().1.starts_with('T') {
+                return at;
+            }
+            assert!(tokio::time::Instant::now() < deadline, "never stopped");
+            tokio::time::sleep(Duration::from_millis(1)).await;
+        }
+    }
+
+    /// SIGCONT; returns the instant it was sent.
+    pub fn resume(&mut self) -> u64 {
+        let at = mono_ns();
+        nix::sys::signal::kill(self.pid(), nix::sys::signal::Signal::SIGCONT).expect("cont");
+        at
+    }
+}
+
+/// Starts `specs` at once, waits until each is ready and has seen all of them up; returns the
+/// processes and the instant (mono) the last one saw everyone.
+pub async fn start_cluster(specs: &[(String, Spec, Option<String>)]) -> (Vec<MemberProcess>, u64) {
+    let mut members: Vec<MemberProcess> = specs
+        .iter()
+        .map(|(name, spec, ns)| MemberProcess::spawn(name, spec, ns.as_deref()))
+        .collect();
+    for m in &mut members {
+        m.wait_ready().await;
+    }
+    let all: Vec<String> = members.iter().map(|m| m.member().to_owned()).collect();
+    for m in &mut members {
+        m.wait_up(&all).await;
+    }
+    let converged = members
+        .iter()
+        .flat_map(|m| m.seen.iter())
+        .filter(|o| o.word == "EVENT")
+        .map(|o| o.at)
+        .max()
+        .unwrap_or(0);
+    (members, converged)
+}
+
+/// The singleton's lives from every process's facts: (member, start, stop or None).
+pub fn singleton_lives(facts: &[&Out]) -> Vec<(String, u64, Option<u64>)> {
+    let mut lives: Vec<(String, u64, Option<u64>)> = Vec::new();
+    let mut sorted: Vec<&&Out> = facts.iter().filter(|o| o.word == "SINGLETON").collect();
+    sorted.sort_by_key(|o| o.at);
+    for o in sorted {
+        match o.args[0].as_str() {
+            "START" => lives.push((o.args[1].clone(), o.at, None)),
+            "STOP" => {
+                let life = lives
+                    .iter_mut()
+                    .rev()
+                    .find(|l| l.0 == o.args[1] && l.2.is_none())
+                    .unwrap_or_else(|| panic!("a stop without a start: {o:?}"));
+                life.2 = Some(o.at);
+            }
+            other => panic!("unknown singleton fact {other}"),
+        }
+    }
+    lives
+}
+
+/// Activation lives by identity: (owner, epoch, start, end or None).
+pub type Lives = BTreeMap<String, Vec<(String, u64, u64, Option<u64>)>>;
+
+pub fn activation_lives(facts: &[&Out]) -> Lives {
+    let mut lives: Lives = BTreeMap::new();
+    let mut sorted: Vec<&&Out> = facts.iter().filter(|o| o.word == "ACT").collect();
+    sorted.sort_by_key(|o| o.at);
+    for o in sorted {
+        let (identity, owner) = (o.args[1].clone(), o.args[2].clone());
+        let epoch: u64 = o.args[3].parse().unwrap();
+        let of = lives.entry(identity).or_default();
+        match o.args[0].as_str() {
+            "START" => of.push((owner, epoch, o.at, None)),
+            "END" => {
+                let life = of
+                    .iter_mut()
+                    .rev()
+                    .find(|l| l.0 == owner && l.1 == epoch && l.3.is_none())
+                    .unwrap_or_else(|| panic!("an end without a start: {o:?}"));
+                life.3 = Some(o.at);
+            }
+            other => panic!("unknown activation fact {other}"),
+        }
+    }
+    lives
+}
+
+/// Asserts that no two lives overlap: each ends (`end`, or `ended` for its owner when the
+/// process was killed) before the next starts; returns how many lives were checked.
+pub fn assert_no_overlap<K: std::fmt::Debug>(
+    what: &str,
+    lives: &[(K, u64, Option<u64>)],
+    ended: impl Fn(&K) -> Option<u64>,
+) -> usize {
+    for pair in lives.windows(2) {
+        let (first, second) = (&pair[0], &pair[1]);
+        let end = first.2.or_else(|| ended(&first.0)).unwrap_or_else(|| {
+            panic!("{what}: a life never ended before another started: {pair:?}")
+        });
+        assert!(
+            end <= second.1,
+            "{what}: two at once ({} ms of overlap): {pair:?}",
+            (end - second.1) / 1_000_000
+        );
+    }
+    lives.len()
+}
+
+pub fn ms(ns: u64) -> f64 {
+    ns as f64 / 1e6
+}
+
+impl Drop for MemberProcess {
+    /// Kills the process (also when a test fails), so that no member outlives its test.
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
