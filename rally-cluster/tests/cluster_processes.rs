@@ -229,7 +229,8 @@ async fn sigstop_past_the_bound_then_sigcont_the_member_learns_it_was_downed_and
         return;
     }
     let ports = free_ports(3);
-    let specs = specs(&ports, &ports[..1], |s| {
+    // Every member joins through every port: the paused one starts again through the others.
+    let specs = specs(&ports, &ports, |s| {
         s.singleton = true;
         s.rejoin = true;
     });

@@ -14,12 +14,13 @@
 //! @@ <mono-ns> REPLY <identity> <count> <owner> <epoch>
 //! @@ <mono-ns> ASKERR <identity> <error>
 //! @@ <mono-ns> STATS <activations> <forwarded> <active>
+//! @@ <mono-ns> LOADED <failed asks in the round>
 //! @@ <mono-ns> STOPPED <member>
 //! ```
 //!
 //! `<member>` is `rally://<cluster>@<host>:<port>#<incarnation>`. Commands on stdin:
-//! `ask <identity> <n>`, `load <prefix> <count>` (asks `<prefix>-0..count` in a loop until the
-//! process ends), `stats`.
+//! `ask <identity> <n>`, `load <prefix> <count>` (asks `<prefix>-0..count` in rounds until the
+//! process ends, reporting each round), `stats`.
 
 #![allow(dead_code, unreachable_pub)]
 
@@ -356,12 +357,16 @@ impl Life {
                     ((*prefix).to_owned(), count.parse().expect("a number"));
                 tokio::spawn(async move {
                     loop {
+                        let mut failed = 0;
                         for i in 0..count {
                             let identity = format!("{prefix}-{i}");
-                            if let Ok(grain) = grains.get::<Counter>(&identity) {
-                                let _ = grain.ask(Add(1), Duration::from_secs(1)).await;
-                            }
+                            let reply = match grains.get::<Counter>(&identity) {
+                                Ok(grain) => grain.ask(Add(1), Duration::from_secs(1)).await,
+                                Err(e) => Err(e),
+                            };
+                            failed += u32::from(reply.is_err());
                         }
+                        say(&format!("LOADED {failed}"));
                         tokio::time::sleep(Duration::from_millis(20)).await;
                     }
                 });
