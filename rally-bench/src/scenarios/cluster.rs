@@ -37,9 +37,13 @@ pub(crate) struct ConvergenceArgs {
     /// Member counts in the simulator, comma separated (default 200; --quick 50).
     #[arg(long, value_delimiter = ',')]
     pub(crate) sim_members: Vec<usize>,
-    /// Repetitions of each count, each on a fresh cluster (default 3; --quick 1).
+    /// Repetitions of each count on real sockets, each on a fresh cluster (default 3; --quick 1).
     #[arg(long)]
     pub(crate) reps: Option<usize>,
+    /// Repetitions of each simulated count, seeds 1, 2, … (default 1: 200 simulated members
+    /// take minutes of wall time per repetition).
+    #[arg(long, default_value_t = 1)]
+    pub(crate) sim_reps: usize,
     /// Seconds at rest over which membership traffic is measured (default 10; --quick 1).
     #[arg(long)]
     pub(crate) rest_seconds: Option<f64>,

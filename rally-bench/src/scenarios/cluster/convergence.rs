@@ -44,11 +44,14 @@ struct Expect {
 /// Whether the views agree: each view, without removed members, is exactly `expect` (every
 /// `up` member up and reachable, every `down` member down, no one else), so all views are the
 /// same set with the same statuses.
-fn agreed<'a>(views: impl IntoIterator<Item = &'a [Member]>, expect: &Expect) -> bool {
+///
+/// Views are taken lazily and the check stops at the first that disagrees, so that a check
+/// while the members still disagree costs about one view, not all of them.
+fn agreed<V: AsRef<[Member]>>(views: impl IntoIterator<Item = V>, expect: &Expect) -> bool {
     let want = expect.up.len() + expect.down.len();
     views.into_iter().all(|view| {
         let mut count = 0;
-        for member in view {
+        for member in view.as_ref() {
             let ok = match member.status {
                 MemberStatus::Removed => continue,
                 MemberStatus::Up => member.reachable && expect.up.contains(&member.id),
@@ -191,19 +194,15 @@ fn wait_agreed(
     since: Instant,
     what: &str,
 ) -> anyhow::Result<Duration> {
+    let live = || members.iter().filter(|m| m.cluster.is_some());
     loop {
-        let views: Vec<Vec<Member>> = members
-            .iter()
-            .filter(|m| m.cluster.is_some())
-            .map(LiveMember::view)
-            .collect();
-        if agreed(views.iter().map(Vec::as_slice), expect) {
+        if agreed(live().map(LiveMember::view), expect) {
             return Ok(since.elapsed());
         }
         if since.elapsed() > STEP_LIMIT {
             bail!(
                 "{what}: the members did not agree within {STEP_LIMIT:?}; first view: {:?}",
-                views.first()
+                live().next().map(LiveMember::view)
             );
         }
         std::thread::sleep(POLL);
@@ -319,11 +318,10 @@ fn sim_wait(
             return false;
         }
         next_check = sim.elapsed() + SIM_POLL;
-        let views: Vec<Vec<Member>> = live
+        let views = live
             .iter()
-            .map(|id| sim.core(id).map(|c| c.members()).unwrap_or_default())
-            .collect();
-        agreed(views.iter().map(Vec::as_slice), expect)
+            .map(|id| sim.core(id).map(|c| c.members()).unwrap_or_default());
+        agreed(views, expect)
     });
     if !done {
         bail!(
@@ -472,8 +470,9 @@ pub(crate) fn convergence(args: &ConvergenceArgs) -> anyhow::Result<()> {
         );
     }
     let reps = args.reps.unwrap_or(if quick { 1 } else { 3 });
-    if reps == 0 {
-        bail!("--reps must be at least 1");
+    let sim_reps = args.sim_reps;
+    if reps == 0 || sim_reps == 0 {
+        bail!("--reps and --sim-reps must be at least 1");
     }
     let rest_seconds = args.rest_seconds.unwrap_or(if quick { 1.0 } else { 10.0 });
     if !(rest_seconds > 0.0 && rest_seconds.is_finite()) {
@@ -485,6 +484,7 @@ pub(crate) fn convergence(args: &ConvergenceArgs) -> anyhow::Result<()> {
     let mut report = Report::new("cluster-convergence");
     report
         .param("reps", reps as u64)
+        .param("sim_reps", sim_reps as u64)
         .param("rest_seconds", rest_seconds)
         .param(
             "config",
@@ -518,9 +518,9 @@ pub(crate) fn convergence(args: &ConvergenceArgs) -> anyhow::Result<()> {
     }
     for &n in &simulated {
         let mut done = Vec::new();
-        for rep in 0..reps {
+        for rep in 0..sim_reps {
             eprintln!(
-                "cluster-convergence: {n} simulated members, repetition {}/{reps}...",
+                "cluster-convergence: {n} simulated members, repetition {}/{sim_reps}...",
                 rep + 1
             );
             let wall = Instant::now();
