@@ -1,0 +1,276 @@
+//! A 2|3 partition of five member processes, each in its own network namespace, joined by
+//! veth pairs to a bridge in a sixth; nftables rules in every member's namespace drop all
+//! traffic between the sides, both ways. The side of two downs itself; the side of three
+//! keeps the singleton and takes over the identities the two held; from the start/stop
+//! instants every process logged on `CLOCK_MONOTONIC` (one clock for every namespace): never
+//! two singletons, never two activations of one identity at once, with traffic to the same
+//! identities from both sides throughout.
+//!
+//! Needs root (network namespaces, nftables): `.ci/run` runs it with `-- --ignored`.
+
+#[path = "support/processes.rs"]
+mod processes;
+
+use std::process::Command;
+
+use processes::{
+    MemberProcess, Out, Spec, activation_lives, assert_no_overlap, in_member_mode, mono_ns, ms,
+    run_if_member, singleton_lives, start_cluster,
+};
+
+/// In member mode: the member process.
+#[test]
+fn member_process() {
+    run_if_member();
+}
+
+const PORT: u16 = 2552;
+
+/// Network namespaces made for one test run, deleted (with their veths and bridge) when
+/// dropped, also when the test fails.
+struct Namespaces {
+    hub: String,
+    members: Vec<String>,
+}
+
+fn run(args: &[&str]) {
+    let output = Command::new(args[0])
+        .args(&args[1..])
+        .output()
+        .unwrap_or_else(|e| panic!("{args:?}: {e}"));
+    assert!(
+        output.status.success(),
+        "{args:?}: {}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+}
+
+impl Namespaces {
+    /// `n` member namespaces on one bridge, member `i` at `10.77.0.<i+1>/24`. Names are unique
+    /// to this run (process id and clock), short enough for interface names.
+    fn new(n: usize) -> Self {
+        let tag = format!(
+            "rp{:x}",
+            (u64::from(std::process::id()) << 20) ^ (mono_ns() >> 10)
+        );
+        let tag = &tag[..tag.len().min(9)];
+        let namespaces = Self {
+            hub: format!("{tag}h"),
+            members: (0..n).map(|i| format!("{tag}m{i}")).collect(),
+        };
+        let hub = namespaces.hub.as_str();
+        let bridge = format!("{tag}br");
+        run(&["ip", "netns", "add", hub]);
+        run(&["ip", "-n", hub, "link", "set", "lo", "up"]);
+        run(&["ip", "-n", hub, "link", "add", &bridge, "type", "bridge"]);
+        run(&["ip", "-n", hub, "link", "set", &bridge, "up"]);
+        for (i, ns) in namespaces.members.iter().enumerate() {
+            let (outer, inner) = (format!("{tag}a{i}"), format!("{tag}b{i}"));
+            run(&["ip", "netns", "add", ns]);
+            run(&["ip", "-n", ns, "link", "set", "lo", "up"]);
+            run(&[
+                "ip", "-n", hub, "link", "add", &outer, "type", "veth", "peer", "name", &inner,
+                "netns", ns,
+            ]);
+            run(&["ip", "-n", hub, "link", "set", &outer, "master", &bridge]);
+            run(&["ip", "-n", hub, "link", "set", &outer, "up"]);
+            let address = format!("{}/24", Self::ip(i));
+            run(&["ip", "-n", ns, "addr", "add", &address, "dev", &inner]);
+            run(&["ip", "-n", ns, "link", "set", &inner, "up"]);
+        }
+        namespaces
+    }
+
+    fn ip(i: usize) -> String {
+        format!("10.77.0.{}", i + 1)
+    }
+
+    /// Drops every packet between member `i` and `others`, both ways, in `i`'s namespace.
+    fn cut(&self, i: usize, others: &[usize]) {
+        let ns = &self.members[i];
+        let set = others
+            .iter()
+            .map(|&o| Self::ip(o))
+            .collect::<Vec<_>>()
+            .join(", ");
+        let nft = |rule: &str| run(&["ip", "netns", "exec", ns, "/usr/sbin/nft", rule]);
+        nft("add table inet partition");
+        nft(
+            "add chain inet partition input { type filter hook input priority 0 ; policy accept ; }",
+        );
+        nft(
+            "add chain inet partition output { type filter hook output priority 0 ; policy accept ; }",
+        );
+        nft(&format!(
+            "add rule inet partition input ip saddr {{ {set} }} drop"
+        ));
+        nft(&format!(
+            "add rule inet partition output ip daddr {{ {set} }} drop"
+        ));
+    }
+}
+
+impl Drop for Namespaces {
+    fn drop(&mut self) {
+        for ns in self.members.iter().chain([&self.hub]) {
+            let _ = Command::new("ip").args(["netns", "del", ns]).status();
+        }
+    }
+}
+
+/// Waits for `m`'s next load round with no failed ask.
+async fn clean_round(m: &mut MemberProcess) -> Out {
+    m.expect("a load round with no error", |o| o.is("LOADED", &["0"]))
+        .await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs root and network namespaces; run by .ci/run"]
+async fn a_two_three_partition_downs_the_two_and_never_runs_two_singletons_or_two_activations() {
+    if in_member_mode() {
+        return;
+    }
+    let dir = std::env::temp_dir().join(format!(
+        "rally-partition-{}-{}",
+        std::process::id(),
+        mono_ns()
+    ));
+    std::fs::create_dir_all(&dir).unwrap();
+    let _cleanup = TempDir(dir.clone());
+    let db = dir.join("grains.db");
+    // Members and processes are dropped (killed) before the namespaces: declared after.
+    let namespaces = Namespaces::new(5);
+    let specs: Vec<(String, Spec, Option<String>)> = (0..5)
+        .map(|i| {
+            let mut spec = Spec::new(PORT, &[]);
+            spec.host = Namespaces::ip(i);
+            spec.seeds = vec![format!("{}:{PORT}", Namespaces::ip(0))];
+            spec.singleton = true;
+            spec.hosts_grains = true;
+            spec.db = Some(db.clone());
+            (format!("m{i}"), spec, Some(namespaces.members[i].clone()))
+        })
+        .collect();
+    let (mut members, _) = start_cluster(&specs).await;
+    // The side of three: the three oldest (the singleton's host among them).
+    let mut by_age: Vec<usize> = (0..5).collect();
+    by_age.sort_by_key(|&i| members[i].ready.as_ref().unwrap().id(false));
+    let (three, two) = (by_age[..3].to_vec(), by_age[3..].to_vec());
+    let host = by_age[0];
+    members[host]
+        .find("the singleton on the oldest", |o| {
+            o.is("SINGLETON", &["START"])
+        })
+        .await;
+    // Traffic to the same 40 identities from every member, until the end.
+    for m in &mut members {
+        m.send("load p 40");
+    }
+    for m in &mut members {
+        clean_round(m).await;
+    }
+
+    let cut_at = mono_ns();
+    for &i in &three {
+        namespaces.cut(i, &two);
+    }
+    for &i in &two {
+        namespaces.cut(i, &three);
+    }
+    // The two down themselves and stop.
+    for &i in &two {
+        let me = members[i].member().to_owned();
+        let m = &mut members[i];
+        let down = m
+            .expect("itself down", {
+                let me = me.clone();
+                move |o| o.is("EVENT", &["Down", &me])
+            })
+            .await;
+        let stopped = m.expect("stopped", move |o| o.is("STOPPED", &[&me])).await;
+        eprintln!(
+            "OBSERVED 2|3 partition: {} (side of two) downed itself {:.0} ms after the cut, stopped {:.0} ms after",
+            m.name,
+            ms(down.at - cut_at),
+            ms(stopped.at - cut_at)
+        );
+    }
+    // The three down the two, keep the singleton, and serve every identity again.
+    for &i in &three {
+        for &j in &two {
+            let gone = members[j].member().to_owned();
+            let down = members[i]
+                .find("a member of the two down", move |o| {
+                    o.is("EVENT", &["Down", &gone])
+                })
+                .await;
+            eprintln!(
+                "OBSERVED 2|3 partition: {} saw {} down {:.0} ms after the cut",
+                members[i].name,
+                members[j].name,
+                ms(down.at - cut_at)
+            );
+        }
+    }
+    let mut recovered = 0;
+    for &i in &three {
+        let round = loop {
+            let round = clean_round(&mut members[i]).await;
+            if round.at > cut_at {
+                break round;
+            }
+        };
+        recovered = recovered.max(round.at);
+    }
+    eprintln!(
+        "OBSERVED 2|3 partition: every identity answered again on the side of three {:.0} ms after the cut",
+        ms(recovered - cut_at)
+    );
+
+    for m in &mut members {
+        m.drain();
+    }
+    let facts: Vec<&Out> = members.iter().flat_map(|m| m.seen.iter()).collect();
+    // One singleton life, on the oldest, never stopped.
+    let lives = singleton_lives(&facts);
+    assert_no_overlap("singleton", &lives, |_| None);
+    assert_eq!(lives.len(), 1, "{lives:?}");
+    assert_eq!(lives[0].0, members[host].member());
+    assert!(lives[0].2.is_none(), "the side of three kept it: {lives:?}");
+    // Never two activations of one identity at once; the side of two ended all of its own.
+    let activations = activation_lives(&facts);
+    let two_members: Vec<&str> = two.iter().map(|&i| members[i].member()).collect();
+    let mut checked = 0;
+    let mut moved = 0;
+    for (identity, lives) in &activations {
+        let spans: Vec<(String, u64, Option<u64>)> = lives
+            .iter()
+            .map(|(owner, _, start, end)| (owner.clone(), *start, *end))
+            .collect();
+        checked += assert_no_overlap(identity, &spans, |_| None);
+        for (owner, _, _, end) in lives {
+            if two_members.contains(&owner.as_str()) {
+                assert!(
+                    end.is_some(),
+                    "{identity}: the side of two ended it: {lives:?}"
+                );
+                moved += 1;
+            }
+        }
+    }
+    assert_eq!(activations.len(), 40, "{activations:?}");
+    assert!(moved > 0, "the side of two held some identities");
+    eprintln!(
+        "OBSERVED 2|3 partition: {checked} activation lives checked, {moved} on the side of two"
+    );
+    drop(members);
+    drop(namespaces);
+}
+
+/// A directory removed when the test ends, passing or not.
+struct TempDir(std::path::PathBuf);
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
