@@ -98,3 +98,93 @@ async fn a_client_only_member_reaches_each_identity_on_its_hashed_owner_over_tcp
     assert_eq!(sa.forwarded + sb.forwarded, 0, "one hop");
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// A member that left and was restarted on the same port (a new incarnation) gets the
+/// messages of a member that had sent to its previous life: the sender's way to it is per
+/// life, not per address. (Before: the sender kept the reference bound to the previous life,
+/// and every message to the new one was lost; the ask timed out.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_member_restarted_on_the_same_port_gets_messages_from_those_that_knew_its_previous_life()
+{
+    let dir = std::env::temp_dir().join(format!("rally-virtual-restart-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let db = dir.join("grains.db");
+    let ports = [free_port(), free_port(), free_port()];
+    let a = member(ports[0], ports[0], true, &db).await;
+    let b = member(ports[1], ports[0], true, &db).await;
+    let client = member(ports[2], ports[0], false, &db).await;
+    let all_up = |members: &[&Member], n: usize| {
+        members.iter().all(|m| {
+            let seen = m.cluster.members();
+            seen.len() == n && seen.iter().all(|x| x.status == MemberStatus::Up)
+        })
+    };
+    poll(|| all_up(&[&a, &b, &client], 3)).await;
+    let owned_by = |hosts: &[rally::cluster::MemberId], owner: &rally::cluster::MemberId| {
+        (0..)
+            .map(|i| format!("restart-{i}"))
+            .find(|id| Hashed.place("probe", id, hosts, &hosts[0]) == Some(owner))
+            .unwrap()
+    };
+    let (a_id, b_id) = (a.cluster.self_member().id, b.cluster.self_member().id);
+    let first = owned_by(&[a_id.clone(), b_id.clone()], &b_id);
+    let grain = client.grains.get::<Probe>(&first).unwrap();
+    assert_eq!(grain.ask(Where, T).await.unwrap().0, b_id.to_string());
+
+    // B leaves and its process ends; the same port is bound again by a new life.
+    b.grains.shutdown().await;
+    b.cluster.leave().await.unwrap();
+    b._node.leave(std::time::Duration::from_millis(100)).await;
+    drop(b);
+    // Its listener closes as its tasks end.
+    let deadline = std::time::Instant::now() + T;
+    while std::net::TcpListener::bind(("127.0.0.1", ports[1])).is_err() {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the port is never free"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+    let b2 = member(ports[1], ports[0], true, &db).await;
+    let b2_id = b2.cluster.self_member().id;
+    assert_ne!(b2_id, b_id);
+    wait_up(&[&a, &b2, &client], &b2_id).await;
+
+    let second = owned_by(&[a_id, b2_id.clone()], &b2_id);
+    let grain = client.grains.get::<Probe>(&second).unwrap();
+    let answer = grain.ask(Where, std::time::Duration::from_secs(10)).await;
+    assert_eq!(answer.map(|(owner, _, _)| owner), Ok(b2_id.to_string()));
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// Waits until every one of `members` sees `id` up; says what each saw if that does not come.
+async fn wait_up(members: &[&Member], id: &rally::cluster::MemberId) {
+    let deadline = std::time::Instant::now() + T;
+    loop {
+        let views: Vec<Vec<String>> = members
+            .iter()
+            .map(|m| {
+                m.cluster
+                    .members()
+                    .iter()
+                    .map(|x| format!("{} {:?}", x.id, x.status))
+                    .collect()
+            })
+            .collect();
+        let up = members.iter().all(|m| {
+            m.cluster
+                .members()
+                .iter()
+                .any(|x| x.id == *id && x.status == MemberStatus::Up)
+        });
+        if up {
+            return;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "{id} not up: {views:#?}"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+}

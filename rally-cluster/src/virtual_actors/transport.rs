@@ -6,7 +6,7 @@ use std::sync::{Arc, Mutex, PoisonError, Weak};
 use std::time::{Duration, Instant};
 
 use rally_actor::{Actor, ActorRef, ActorResult, AskError, Context, Handler, Message};
-use rally_remote::{MessageTable, NodeAddress, RemoteActor, RemoteMessage, RemoteNode};
+use rally_remote::{MessageTable, RemoteActor, RemoteMessage, RemoteNode};
 use serde::{Deserialize, Serialize};
 
 use super::error::GrainError;
@@ -108,7 +108,9 @@ pub(crate) enum Transport {
     Memory(GrainNetwork),
     Remote {
         node: RemoteNode,
-        endpoints: Mutex<HashMap<NodeAddress, ActorRef<GrainEndpoint>>>,
+        /// A reference per member life: a remote reference stays bound to the incarnation it
+        /// was made for, so a process restarted at the same address needs a new one.
+        endpoints: Mutex<HashMap<MemberId, ActorRef<GrainEndpoint>>>,
     },
 }
 
@@ -143,12 +145,19 @@ impl Transport {
                 });
             }
             Self::Remote { node, endpoints } => {
-                let endpoint = endpoints
-                    .lock()
-                    .unwrap_or_else(PoisonError::into_inner)
-                    .entry(to.address.clone())
-                    .or_insert_with(|| node.lookup::<GrainEndpoint>(&to.address, ENDPOINT))
-                    .clone();
+                let endpoint = {
+                    let mut endpoints = endpoints.lock().unwrap_or_else(PoisonError::into_inner);
+                    if let Some(endpoint) = endpoints.get(to) {
+                        endpoint.clone()
+                    } else {
+                        // A new life at an address replaces the previous one's reference, so
+                        // the map holds one entry per address at most.
+                        endpoints.retain(|member, _| member.address != to.address);
+                        let endpoint = node.lookup::<GrainEndpoint>(&to.address, ENDPOINT);
+                        endpoints.insert(to.clone(), endpoint.clone());
+                        endpoint
+                    }
+                };
                 match request.wait_ms {
                     None => {
                         if endpoint.tell(request).is_err() {
