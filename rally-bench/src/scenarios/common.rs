@@ -96,6 +96,38 @@ where
         .expect("a thread can be started")
 }
 
+/// Starts `n` member processes (this executable again: `subcommand --db <db>` and `extra`),
+/// the first the seed of the others (`--seed <its address>`); returns them (killed when
+/// dropped) and their addresses, in order.
+#[cfg(feature = "grains")]
+pub(crate) async fn spawn_members(
+    subcommand: &str,
+    n: usize,
+    db: &std::path::Path,
+    extra: &[&std::ffi::OsStr],
+) -> anyhow::Result<(Vec<tokio::process::Child>, Vec<rally::remote::NodeAddress>)> {
+    use anyhow::Context as _;
+    use std::ffi::OsStr;
+
+    let mut children = Vec::with_capacity(n);
+    let mut addresses: Vec<rally::remote::NodeAddress> = Vec::with_capacity(n);
+    for i in 0..n {
+        let mut args: Vec<&OsStr> =
+            vec![OsStr::new(subcommand), OsStr::new("--db"), db.as_os_str()];
+        args.extend_from_slice(extra);
+        let seed = addresses.first().map(ToString::to_string);
+        if let Some(seed) = &seed {
+            args.extend([OsStr::new("--seed"), OsStr::new(seed)]);
+        }
+        let (child, address) = spawn_listening_child(&args)
+            .await
+            .with_context(|| format!("starting member {i}"))?;
+        children.push(child);
+        addresses.push(address.parse().map_err(|e| anyhow::anyhow!("{e:?}"))?);
+    }
+    Ok((children, addresses))
+}
+
 /// Starts this executable again as a child running `args` (an internal server subcommand),
 /// waits at most 20 s for its `LISTENING <where>` line and returns the child (killed when
 /// dropped; it also ends when its stdin closes) and `<where>`.

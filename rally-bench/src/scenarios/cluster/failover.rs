@@ -26,7 +26,7 @@ use tokio::task::JoinSet;
 
 use super::{FailoverArgs, FailoverMemberArgs, FailoverSetting};
 use crate::report::{Report, Row};
-use crate::scenarios::common::{multi_thread_runtime, on_worker, spawn_listening_child};
+use crate::scenarios::common::{multi_thread_runtime, on_worker, spawn_members};
 
 /// The secret the four processes share.
 const SECRET: &[u8] = b"rally-bench failover";
@@ -276,27 +276,14 @@ impl Run {
         let _ = std::fs::remove_dir_all(&dir);
         std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
         let db = dir.join("failover.db");
-        let mut children = Vec::new();
-        let mut addresses: Vec<NodeAddress> = Vec::new();
         let setting_arg = setting_arg(setting);
-        for i in 0..MEMBERS {
-            let mut args: Vec<&OsStr> = vec![
-                OsStr::new("failover-member"),
-                OsStr::new("--db"),
-                db.as_os_str(),
-                OsStr::new("--setting"),
-                OsStr::new(&setting_arg),
-            ];
-            let seed = addresses.first().map(ToString::to_string);
-            if let Some(seed) = &seed {
-                args.extend([OsStr::new("--seed"), OsStr::new(seed)]);
-            }
-            let (child, address) = spawn_listening_child(&args)
-                .await
-                .with_context(|| format!("starting member {i}"))?;
-            children.push(child);
-            addresses.push(address.parse().map_err(|e| anyhow::anyhow!("{e:?}"))?);
-        }
+        let (children, addresses) = spawn_members(
+            "failover-member",
+            MEMBERS,
+            &db,
+            &[OsStr::new("--setting"), OsStr::new(&setting_arg)],
+        )
+        .await?;
         let system = ActorSystem::new(SYSTEM);
         let node = RemoteNode::start(
             &system,

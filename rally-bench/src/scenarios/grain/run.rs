@@ -23,9 +23,7 @@ use tokio::process::Child;
 
 use super::{ActivationArgs, GrainPingArgs, MemberArgs};
 use crate::report::{Report, Row};
-use crate::scenarios::common::{
-    multi_thread_runtime, on_worker, resident_bytes, spawn_listening_child,
-};
+use crate::scenarios::common::{multi_thread_runtime, on_worker, resident_bytes, spawn_members};
 
 /// The secret the three processes share.
 const SECRET: &[u8] = b"rally-bench grains";
@@ -227,26 +225,13 @@ impl GrainCluster {
         std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
         let db = dir.join("grains.db");
         let max_active = max_active.to_string();
-        let mut children = Vec::new();
-        let mut addresses: Vec<NodeAddress> = Vec::new();
-        for i in 0..MEMBERS {
-            let mut args: Vec<&OsStr> = vec![
-                OsStr::new("grain-member"),
-                OsStr::new("--db"),
-                db.as_os_str(),
-                OsStr::new("--max-active"),
-                OsStr::new(&max_active),
-            ];
-            let seed = addresses.first().map(ToString::to_string);
-            if let Some(seed) = &seed {
-                args.extend([OsStr::new("--seed"), OsStr::new(seed)]);
-            }
-            let (child, address) = spawn_listening_child(&args)
-                .await
-                .with_context(|| format!("starting member {i}"))?;
-            children.push(child);
-            addresses.push(address.parse().map_err(|e| anyhow::anyhow!("{e:?}"))?);
-        }
+        let (children, addresses) = spawn_members(
+            "grain-member",
+            MEMBERS,
+            &db,
+            &[OsStr::new("--max-active"), OsStr::new(&max_active)],
+        )
+        .await?;
         let system = ActorSystem::new(SYSTEM);
         let node = RemoteNode::start(
             &system,
