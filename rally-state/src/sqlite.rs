@@ -131,6 +131,20 @@ impl SqliteStore {
         })
     }
 
+    /// Checks the key, then queues `f` with owned copies of it (see [`run`](Self::run)).
+    fn run_keyed<T: Send + 'static>(
+        &self,
+        kind: &str,
+        identity: &str,
+        f: impl FnOnce(&Connection, String, String) -> Result<T, StoreError> + Send + 'static,
+    ) -> BoxFuture<'static, Result<T, StoreError>> {
+        if let Err(e) = check_key(kind, identity) {
+            return Box::pin(async move { Err(e) });
+        }
+        let (kind, identity) = (kind.to_owned(), identity.to_owned());
+        self.run(move |c| f(c, kind, identity))
+    }
+
     fn claim_with(
         &self,
         kind: &str,
@@ -138,11 +152,8 @@ impl SqliteStore {
         owner: &str,
         from: Option<Epoch>,
     ) -> BoxFuture<'static, Result<Claim, StoreError>> {
-        if let Err(e) = check_key(kind, identity) {
-            return Box::pin(async move { Err(e) });
-        }
-        let (kind, identity, owner) = (kind.to_owned(), identity.to_owned(), owner.to_owned());
-        self.run(move |c| {
+        let owner = owner.to_owned();
+        self.run_keyed(kind, identity, move |c, kind, identity| {
             let granted: Option<i64> = match from {
                 None => query_row(c, CLAIM, params![kind, identity, owner]),
                 Some(from) => {
@@ -212,11 +223,7 @@ impl StateStore for SqliteStore {
         identity: &'a str,
         epoch: Epoch,
     ) -> BoxFuture<'a, Result<(), StoreError>> {
-        if let Err(e) = check_key(kind, identity) {
-            return Box::pin(async move { Err(e) });
-        }
-        let (kind, identity) = (kind.to_owned(), identity.to_owned());
-        self.run(move |c| {
+        self.run_keyed(kind, identity, move |c, kind, identity| {
             let changed = execute(c, RELEASE, params![kind, identity, to_sql(epoch)?])?;
             fenced(changed, epoch)
         })
@@ -227,11 +234,7 @@ impl StateStore for SqliteStore {
         kind: &'a str,
         identity: &'a str,
     ) -> BoxFuture<'a, Result<Option<Vec<u8>>, StoreError>> {
-        if let Err(e) = check_key(kind, identity) {
-            return Box::pin(async move { Err(e) });
-        }
-        let (kind, identity) = (kind.to_owned(), identity.to_owned());
-        self.run(move |c| {
+        self.run_keyed(kind, identity, move |c, kind, identity| {
             let state: Option<Option<Vec<u8>>> = query_row(c, LOAD, params![kind, identity])?;
             Ok(state.flatten())
         })
@@ -244,11 +247,8 @@ impl StateStore for SqliteStore {
         epoch: Epoch,
         state: &'a [u8],
     ) -> BoxFuture<'a, Result<(), StoreError>> {
-        if let Err(e) = check_key(kind, identity) {
-            return Box::pin(async move { Err(e) });
-        }
-        let (kind, identity, state) = (kind.to_owned(), identity.to_owned(), state.to_vec());
-        self.run(move |c| {
+        let state = state.to_vec();
+        self.run_keyed(kind, identity, move |c, kind, identity| {
             let changed = execute(c, SAVE, params![kind, identity, to_sql(epoch)?, state])?;
             fenced(changed, epoch)
         })
