@@ -96,36 +96,66 @@ where
         .expect("a thread can be started")
 }
 
-/// Starts `n` member processes (this executable again: `subcommand --db <db>` and `extra`),
-/// the first the seed of the others (`--seed <its address>`); returns them (killed when
-/// dropped) and their addresses, in order.
+/// Member processes sharing a store file in a fresh temporary directory: killed, and the
+/// directory removed, when dropped.
+#[cfg(feature = "grains")]
+pub(crate) struct MemberProcesses {
+    dir: std::path::PathBuf,
+    /// In start order; the first is the seed of the others.
+    pub(crate) children: Vec<tokio::process::Child>,
+    /// Their addresses, in the same order.
+    pub(crate) addresses: Vec<rally::remote::NodeAddress>,
+}
+
+#[cfg(feature = "grains")]
+impl Drop for MemberProcesses {
+    fn drop(&mut self) {
+        for child in &mut self.children {
+            let _ = child.start_kill();
+        }
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+/// Starts `n` member processes (this executable again: `subcommand --db <file>` and `extra`)
+/// sharing a store file in a fresh directory named after `name`, the first the seed of the
+/// others (`--seed <its address>`).
 #[cfg(feature = "grains")]
 pub(crate) async fn spawn_members(
     subcommand: &str,
     n: usize,
-    db: &std::path::Path,
+    name: &str,
     extra: &[&std::ffi::OsStr],
-) -> anyhow::Result<(Vec<tokio::process::Child>, Vec<rally::remote::NodeAddress>)> {
+) -> anyhow::Result<MemberProcesses> {
     use anyhow::Context as _;
     use std::ffi::OsStr;
 
-    let mut children = Vec::with_capacity(n);
-    let mut addresses: Vec<rally::remote::NodeAddress> = Vec::with_capacity(n);
+    let dir = std::env::temp_dir().join(format!("rally-bench-{name}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
+    let db = dir.join("store.db");
+    let mut members = MemberProcesses {
+        dir,
+        children: Vec::with_capacity(n),
+        addresses: Vec::with_capacity(n),
+    };
     for i in 0..n {
         let mut args: Vec<&OsStr> =
             vec![OsStr::new(subcommand), OsStr::new("--db"), db.as_os_str()];
         args.extend_from_slice(extra);
-        let seed = addresses.first().map(ToString::to_string);
+        let seed = members.addresses.first().map(ToString::to_string);
         if let Some(seed) = &seed {
             args.extend([OsStr::new("--seed"), OsStr::new(seed)]);
         }
         let (child, address) = spawn_listening_child(&args)
             .await
             .with_context(|| format!("starting member {i}"))?;
-        children.push(child);
-        addresses.push(address.parse().map_err(|e| anyhow::anyhow!("{e:?}"))?);
+        members.children.push(child);
+        members
+            .addresses
+            .push(address.parse().map_err(|e| anyhow::anyhow!("{e:?}"))?);
     }
-    Ok((children, addresses))
+    Ok(members)
 }
 
 /// Starts this executable again as a child running `args` (an internal server subcommand),

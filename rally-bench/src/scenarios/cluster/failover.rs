@@ -3,7 +3,6 @@
 //! two survivors have downed it and the identity answers again from one of them.
 
 use std::ffi::OsStr;
-use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
@@ -20,13 +19,12 @@ use rally::{Actor, ActorRef, ActorResult, ActorSystem, Context, Handler, Message
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use tokio::io::{AsyncBufReadExt, BufReader};
-use tokio::process::Child;
 use tokio::sync::mpsc;
 use tokio::task::JoinSet;
 
 use super::{FailoverArgs, FailoverMemberArgs, FailoverSetting};
 use crate::report::{Report, Row};
-use crate::scenarios::common::{multi_thread_runtime, on_worker, spawn_members};
+use crate::scenarios::common::{MemberProcesses, multi_thread_runtime, on_worker, spawn_members};
 
 /// The secret the four processes share.
 const SECRET: &[u8] = b"rally-bench failover";
@@ -249,9 +247,7 @@ struct Rep {
 
 /// The four processes of one repetition; dropping it kills the members and removes the store.
 struct Run {
-    dir: PathBuf,
-    children: Vec<Child>,
-    addresses: Vec<NodeAddress>,
+    processes: MemberProcesses,
     stats: Vec<ActorRef<MemberStats>>,
     grains: VirtualActors,
     cluster: Cluster,
@@ -260,27 +256,13 @@ struct Run {
     _system: ActorSystem,
 }
 
-impl Drop for Run {
-    fn drop(&mut self) {
-        for child in &mut self.children {
-            let _ = child.start_kill();
-        }
-        let _ = std::fs::remove_dir_all(&self.dir);
-    }
-}
-
 impl Run {
     async fn start(setting: FailoverSetting, rep: usize) -> anyhow::Result<Self> {
-        let dir =
-            std::env::temp_dir().join(format!("rally-bench-failover-{}-{rep}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&dir);
-        std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
-        let db = dir.join("failover.db");
         let setting_arg = setting_arg(setting);
-        let (children, addresses) = spawn_members(
+        let processes = spawn_members(
             "failover-member",
             MEMBERS,
-            &db,
+            &format!("failover-{rep}"),
             &[OsStr::new("--setting"), OsStr::new(&setting_arg)],
         )
         .await?;
@@ -290,21 +272,20 @@ impl Run {
             RemoteConfig::new("127.0.0.1", 0).with_secret(SECRET.to_vec()),
         )
         .await?;
-        let (config, grains_config) = settings(setting, Some(&addresses[0]), false)?;
+        let (config, grains_config) = settings(setting, Some(&processes.addresses[0]), false)?;
         let cluster = Cluster::join(&system, &node, config.clone())?;
         let client_seen = record_events(&cluster);
         let grains = VirtualActors::builder(&cluster, &system)
             .config(grains_config)
             .membership(&config)
             .start(&node)?;
-        let stats = addresses
+        let stats = processes
+            .addresses
             .iter()
             .map(|address| node.lookup::<MemberStats>(address, STATS))
             .collect();
         let run = Self {
-            dir,
-            children,
-            addresses,
+            processes,
             stats,
             grains,
             cluster,
@@ -364,14 +345,14 @@ impl Run {
     }
 
     async fn measure(&mut self) -> anyhow::Result<Rep> {
-        let victim_address = self.addresses[VICTIM].clone();
+        let victim_address = self.processes.addresses[VICTIM].clone();
         let victim = format!("{victim_address}#");
         let identity = self.victim_identity(&victim).await?;
         let grain = self.grains.get::<WhereGrain>(&identity)?;
 
         let killed_wall = unix_ns();
         let killed = Instant::now();
-        self.children[VICTIM]
+        self.processes.children[VICTIM]
             .start_kill()
             .context("sending SIGKILL to the victim")?;
 

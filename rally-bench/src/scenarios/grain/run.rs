@@ -1,7 +1,6 @@
 //! The grain scenarios themselves (built with the `grains` feature).
 
 use std::ffi::OsStr;
-use std::path::PathBuf;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
@@ -19,11 +18,12 @@ use rally::state::SqliteStore;
 use rally::{Actor, ActorRef, ActorResult, ActorSystem, Context, Handler, Message};
 use serde::{Deserialize, Serialize};
 use tokio::io::{AsyncBufReadExt, BufReader};
-use tokio::process::Child;
 
 use super::{ActivationArgs, GrainPingArgs, MemberArgs};
 use crate::report::{Report, Row};
-use crate::scenarios::common::{multi_thread_runtime, on_worker, resident_bytes, spawn_members};
+use crate::scenarios::common::{
+    MemberProcesses, multi_thread_runtime, on_worker, resident_bytes, spawn_members,
+};
 
 /// The secret the three processes share.
 const SECRET: &[u8] = b"rally-bench grains";
@@ -198,37 +198,23 @@ pub(crate) fn member_main(args: &MemberArgs) -> anyhow::Result<()> {
 /// The client side of a run: this process's client-only member, the member processes and
 /// their stats actors. Dropping it stops the members and removes the store's directory.
 struct GrainCluster {
-    dir: PathBuf,
     members: Vec<ActorRef<MemberStats>>,
-    children: Vec<Child>,
+    _processes: MemberProcesses,
     grains: VirtualActors,
     cluster: Cluster,
     _node: RemoteNode,
     _system: ActorSystem,
 }
 
-impl Drop for GrainCluster {
-    fn drop(&mut self) {
-        for child in &mut self.children {
-            let _ = child.start_kill();
-        }
-        let _ = std::fs::remove_dir_all(&self.dir);
-    }
-}
-
 impl GrainCluster {
     /// Starts the two members (the first is the seed), then this client, and waits until all
     /// three see each other up.
     async fn start(max_active: usize) -> anyhow::Result<Self> {
-        let dir = std::env::temp_dir().join(format!("rally-bench-grains-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&dir);
-        std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
-        let db = dir.join("grains.db");
         let max_active = max_active.to_string();
-        let (children, addresses) = spawn_members(
+        let processes = spawn_members(
             "grain-member",
             MEMBERS,
-            &db,
+            "grains",
             &[OsStr::new("--max-active"), OsStr::new(&max_active)],
         )
         .await?;
@@ -239,22 +225,20 @@ impl GrainCluster {
         )
         .await?;
         let mut builder = ClusterConfig::builder();
-        builder.seed(addresses[0].clone());
+        builder.seed(processes.addresses[0].clone());
         let config = builder.build()?;
-        let cluster = Cluster::join(&system, &node, config.clone())?;
+        let cluster = Cluster::join(&system, &node, config)?;
         // A client-only member hosts nothing, so it never claims an identity: its store is
         // never used and the builder's default stands.
-        let grains = VirtualActors::builder(&cluster, &system)
-            .membership(&config)
-            .start(&node)?;
-        let members = addresses
+        let grains = VirtualActors::builder(&cluster, &system).start(&node)?;
+        let members = processes
+            .addresses
             .iter()
             .map(|address| node.lookup::<MemberStats>(address, STATS))
             .collect();
         let gc = Self {
-            dir,
             members,
-            children,
+            _processes: processes,
             grains,
             cluster,
             _node: node,
