@@ -68,6 +68,33 @@ async fn the_first_message_activates_once_on_the_hashed_owner_in_one_hop() {
     assert!(client.grains.stats().is_empty(), "the client hosts nothing");
 }
 
+/// Members that start together do not see each other at once: a message sent before any
+/// host of its kind is seen waits for one instead of failing with `NoHost`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn messages_sent_before_any_host_is_seen_are_delivered_when_one_joins() {
+    let tc = TestCluster::new("early", VirtualActorsConfig::default());
+    let store: Arc<dyn StateStore> = Arc::new(MemoryStore::new());
+    // The client starts first; its seed (the host, port 1) does not exist yet.
+    let client = tc.join(2, false, Arc::clone(&store));
+    let grain = client.grains.get::<Probe>("early-1").unwrap();
+    grain.tell(Add(3)).unwrap();
+    let asked = tokio::spawn({
+        let grain = grain.clone();
+        async move { grain.ask(Add(2), T).await }
+    });
+    let host = tc.join(1, true, Arc::clone(&store));
+    let reply = asked
+        .await
+        .unwrap()
+        .expect("delivered once the host was seen");
+    assert!(reply == 2 || reply == 5, "{reply}");
+    poll(|| live("early") == 1).await;
+    let (owner, _, count) = grain.ask(Where, T).await.unwrap();
+    assert_eq!(owner, key(&host.id));
+    assert_eq!(count, 5, "the tell waited too");
+    assert_eq!(lives("early").len(), 1, "one activation");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn bad_input_is_a_typed_error_at_the_sender_and_activates_nothing() {
     let tc = TestCluster::new("bad", VirtualActorsConfig::default());
@@ -110,9 +137,10 @@ async fn bad_input_is_a_typed_error_at_the_sender_and_activates_nothing() {
             .grains
             .get::<Probe>("bad-2")
             .unwrap()
-            .ask(Where, T)
+            .ask(Where, Duration::from_millis(300))
             .await,
-        Err(GrainError::NoHost("probe".into()))
+        Err(GrainError::NoHost("probe".into())),
+        "no host seen within the ask's timeout"
     );
 
     // A member that declares the kind but never registered it.

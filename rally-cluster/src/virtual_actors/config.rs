@@ -22,6 +22,9 @@ const DEFAULT_MAX_CONCURRENT_MOVES: usize = 64;
 /// A stale cache and a move each cost one forward; four covers both with room, and stops a
 /// loop between members whose views disagree.
 const DEFAULT_MAX_HOPS: u8 = 4;
+/// Members that start together see each other within a few gossip rounds (well under a
+/// second); ten seconds also covers a member still joining a loaded cluster.
+const DEFAULT_HOST_WAIT: Duration = Duration::from_secs(10);
 
 /// How virtual actors are activated, passivated and moved on one member.
 ///
@@ -74,6 +77,11 @@ pub struct VirtualActorsConfig {
     pub max_hops: u8,
     /// The longest identity, in bytes (default and most: the state stores' limit, 256).
     pub max_identity_bytes: usize,
+    /// How long a `tell` for a kind that no member is yet seen hosting waits for one before
+    /// it is dropped (default 10 s: members that start together see each other within a few
+    /// gossip rounds). An `ask` waits at most its own timeout and then fails with `NoHost`.
+    #[serde(with = "duration")]
+    pub host_wait: Duration,
 }
 
 impl Default for VirtualActorsConfig {
@@ -85,6 +93,7 @@ impl Default for VirtualActorsConfig {
             max_concurrent_moves: DEFAULT_MAX_CONCURRENT_MOVES,
             max_hops: DEFAULT_MAX_HOPS,
             max_identity_bytes: MAX_IDENTITY_BYTES,
+            host_wait: DEFAULT_HOST_WAIT,
         }
     }
 }
@@ -173,6 +182,9 @@ impl VirtualActorsConfig {
                 "must be 1 to 256 (the state stores' limit)",
             );
         }
+        if self.host_wait.is_zero() {
+            return invalid("host-wait", "must be above zero");
+        }
         Ok(())
     }
 }
@@ -226,6 +238,12 @@ impl VirtualActorsConfigBuilder {
     /// Sets `max-identity-bytes`.
     pub fn max_identity_bytes(&mut self, max: usize) -> &mut Self {
         self.config.max_identity_bytes = max;
+        self
+    }
+
+    /// Sets `host-wait`.
+    pub fn host_wait(&mut self, wait: Duration) -> &mut Self {
+        self.config.host_wait = wait;
         self
     }
 
@@ -307,6 +325,7 @@ mod tests {
             max-concurrent-moves = 16
             max-hops = 3
             max-identity-bytes = 64
+            host-wait = "3s"
             "#,
         )
         .unwrap();
@@ -317,6 +336,7 @@ mod tests {
             .max_concurrent_moves(16)
             .max_hops(3)
             .max_identity_bytes(64)
+            .host_wait(Duration::from_secs(3))
             .build()
             .unwrap();
         assert_eq!(from_file, built);
@@ -325,7 +345,7 @@ mod tests {
     /// Each bad input, and the key and kind of error it gets.
     #[test]
     fn bad_values_get_a_typed_error_naming_the_key() {
-        let cases: [(&str, &str, bool); 11] = [
+        let cases: [(&str, &str, bool); 12] = [
             // (text, key named, is a syntax error rather than a range error)
             ("idle-timeout = \"soon\"", "idle-timeout", true),
             ("idle-timeout = 5", "idle-timeout", true),
@@ -341,6 +361,7 @@ mod tests {
             ("max-hops = 0", "max-hops", false),
             ("max-hops = 300", "max-hops", true),
             ("max-identity-bytes = 257", "max-identity-bytes", false),
+            ("host-wait = \"0s\"", "host-wait", false),
             ("idle-timout = \"1m\"", "idle-timout", true),
         ];
         for (text, key, syntax) in cases {

@@ -24,7 +24,8 @@ pub enum GrainError {
     /// The identity is empty or longer than the limit.
     #[error("invalid identity: {0}")]
     InvalidIdentity(String),
-    /// No serving member of the cluster hosts this kind (none declared it, or all are down).
+    /// No serving member of the cluster hosts this kind (none declared it, or all are down),
+    /// and none was seen before the ask's timeout.
     #[error("no member hosts kind {0:?}")]
     NoHost(String),
     /// The member the message reached declares the kind but has not registered it.

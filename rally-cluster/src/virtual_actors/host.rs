@@ -23,6 +23,21 @@ use crate::member::MemberId;
 /// away or a lost race) before its messages fail.
 const CLAIM_ATTEMPTS: u32 = 8;
 
+/// Messages waiting at most on one member for a host of their kind to be seen; past it a
+/// message fails with `NoHost` at once, so a cluster with no host cannot fill memory.
+const MAX_AWAITING_HOST: usize = 10_000;
+
+/// Sends a waiting message again (`true`) or fails it (`false`: `NoHost`, or `Stopped` if
+/// this member's runtime stopped).
+type Resume = Box<dyn FnOnce(&Arc<Inner>, bool) + Send>;
+
+/// A message that found no member hosting its kind, waiting for a membership change.
+struct AwaitingHost {
+    /// When it fails with `NoHost`.
+    until: Instant,
+    resume: Resume,
+}
+
 /// What this member's runtime shares between its handles, its tasks and the transport.
 pub(crate) struct Inner {
     pub(crate) local: MemberId,
@@ -39,6 +54,8 @@ pub(crate) struct Inner {
     /// Wakes the sweeper after a membership change.
     pub(crate) view_changed: Notify,
     view_dirty: AtomicBool,
+    /// Messages sent before any member hosting their kind was seen.
+    awaiting_host: Mutex<Vec<AwaitingHost>>,
 }
 
 /// The figures of one kind on this member.
@@ -98,6 +115,7 @@ impl Inner {
             moves,
             view_changed: Notify::new(),
             view_dirty: AtomicBool::new(false),
+            awaiting_host: Mutex::new(Vec::new()),
         }
     }
 
@@ -168,7 +186,7 @@ impl Inner {
             .route(K::KIND, identity, self.placement.as_ref());
         match route {
             Route::Remote(to) => self.forward(K::KIND, identity, &to, call),
-            Route::NoHost => call.fail(GrainError::NoHost(K::KIND.to_owned())),
+            Route::NoHost => self.await_host(Arc::clone(identity), call),
             Route::Local => call.fail(GrainError::NotHosted {
                 kind: K::KIND.to_owned(),
                 member: self.local.to_string(),
@@ -192,6 +210,69 @@ impl Inner {
             self.transport
                 .send(to, GrainRequest::new(kind, identity, outgoing), reply);
         }
+    }
+
+    /// Holds a message that found no member hosting its kind until a membership change shows
+    /// one, or fails it with `NoHost` at its deadline (a `tell`: after `host-wait`). Members
+    /// that start together do not see each other at the same instant; a message sent in
+    /// that gap is delivered, not refused.
+    fn await_host<K: VirtualActor>(self: &Arc<Self>, identity: Arc<str>, call: Box<dyn Call<K>>) {
+        let until = call
+            .deadline()
+            .unwrap_or_else(|| Instant::now() + self.config.host_wait);
+        let mut awaiting = self.awaiting_host();
+        if self.is_stopped() || awaiting.len() >= MAX_AWAITING_HOST || until <= Instant::now() {
+            drop(awaiting);
+            return call.fail(GrainError::NoHost(K::KIND.to_owned()));
+        }
+        awaiting.push(AwaitingHost {
+            until,
+            resume: Box::new(move |inner, send| {
+                if send {
+                    inner.send::<K>(&identity, call);
+                } else if inner.is_stopped() {
+                    call.fail(GrainError::Stopped);
+                } else {
+                    call.fail(GrainError::NoHost(K::KIND.to_owned()));
+                }
+            }),
+        });
+    }
+
+    fn awaiting_host(&self) -> MutexGuard<'_, Vec<AwaitingHost>> {
+        self.awaiting_host
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// After a membership change, sends again every message that waited for a host (those
+    /// that still find none wait again); at any time, fails those past their deadline.
+    fn resume_awaiting_host(self: &Arc<Self>, view_changed: bool) {
+        let now = Instant::now();
+        let waiting = {
+            let mut awaiting = self.awaiting_host();
+            if view_changed || self.is_stopped() {
+                std::mem::take(&mut *awaiting)
+            } else {
+                let (due, kept) = std::mem::take(&mut *awaiting)
+                    .into_iter()
+                    .partition(|w| w.until <= now);
+                *awaiting = kept;
+                due
+            }
+        };
+        for waiting in waiting {
+            let send = view_changed && waiting.until > now && !self.is_stopped();
+            (waiting.resume)(self, send);
+        }
+    }
+
+    /// Whether no member is seen hosting `kind`: an `ask` that timed out says `NoHost`
+    /// rather than `Timeout` then.
+    pub(crate) fn no_host(&self, kind: &str, identity: &str) -> bool {
+        self.ownership()
+            .route(kind, identity, self.placement.as_ref())
+            == Route::NoHost
     }
 
     /// A request from another member.
@@ -224,6 +305,7 @@ impl Inner {
         } else {
             self.view_dirty.store(true, Ordering::Release);
             self.view_changed.notify_one();
+            self.resume_awaiting_host(true);
         }
     }
 
@@ -238,6 +320,7 @@ impl Inner {
         for host in self.all_kinds() {
             host.deactivate_all(self);
         }
+        self.resume_awaiting_host(false);
         self.view_changed.notify_one();
     }
 
@@ -248,6 +331,7 @@ impl Inner {
         for host in self.all_kinds() {
             host.sweep(self, Instant::now(), moved);
         }
+        self.resume_awaiting_host(false);
     }
 
     pub(crate) fn attach(self: &Arc<Self>) {
@@ -413,7 +497,7 @@ impl<K: VirtualActor> Host<K> {
                     }
                     Route::NoHost => {
                         drop(slots);
-                        call.fail(GrainError::NoHost(K::KIND.to_owned()));
+                        inner.await_host(identity, call);
                     }
                 }
             }

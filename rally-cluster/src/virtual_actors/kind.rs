@@ -278,6 +278,8 @@ pub(crate) trait Call<K: Actor>: Send {
     fn into_request(self: Box<Self>) -> Result<(Outgoing, WireReply), GrainError>;
     /// Forwards taken so far.
     fn hops(&self) -> u8;
+    /// When the caller stops waiting for the reply (`None` for a `tell`).
+    fn deadline(&self) -> Option<Instant>;
 }
 
 /// The message part of a request to another member.
@@ -365,6 +367,10 @@ where
 
     fn hops(&self) -> u8 {
         self.hops
+    }
+
+    fn deadline(&self) -> Option<Instant> {
+        self.deadline
     }
 }
 

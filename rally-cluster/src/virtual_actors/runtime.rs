@@ -334,7 +334,8 @@ impl<K: VirtualActor> GrainRef<K> {
     }
 
     /// Sends a message without waiting for its handling; what becomes of it is not
-    /// reported (use [`ask`](Self::ask) to know).
+    /// reported (use [`ask`](Self::ask) to know). If no member hosting the kind has been
+    /// seen yet, the message waits for one at most `host-wait`.
     ///
     /// # Errors
     ///
@@ -362,7 +363,8 @@ impl<K: VirtualActor> GrainRef<K> {
     ///
     /// # Errors
     ///
-    /// See [`GrainError`]: `InvalidTimeout` (nothing sent), `NoHost`, `NotHosted`,
+    /// See [`GrainError`]: `InvalidTimeout` (nothing sent), `NoHost` (no member hosting the
+    /// kind was seen before the timeout; the message waits for one until then), `NotHosted`,
     /// `UnknownMessage`, `ActivationFailed`, `Failed`, `Timeout`, `TooManyHops`, …
     ///
     /// # Cancel safety
@@ -387,6 +389,9 @@ impl<K: VirtualActor> GrainRef<K> {
         };
         self.inner.send::<K>(&self.identity, Box::new(call));
         match tokio::time::timeout(timeout, rx).await {
+            Err(_) if self.inner.no_host(K::KIND, &self.identity) => {
+                Err(GrainError::NoHost(K::KIND.to_owned()))
+            }
             Err(_) => Err(GrainError::Timeout(timeout)),
             Ok(Err(_)) => Err(GrainError::Undeliverable(
                 "the reply destination was dropped".into(),
