@@ -452,7 +452,7 @@ impl<A: Actor> ActorRef<A> {
                     let reason = mailbox
                         .reason
                         .get()
-                        .cloned()
+                        .map(|reason| crate::TerminationReason::clone(reason))
                         .unwrap_or(crate::TerminationReason::Unknown);
                     watcher.notify(crate::Terminated::new(
                         mailbox.id,

@@ -27,19 +27,7 @@ pub struct Context<A: Actor> {
     system: ActorSystem,
     dispatcher: Dispatcher,
     pub(crate) parent: Arc<dyn ParentControl>,
-    pub(crate) children: HashMap<ActorId, ChildEntry>,
-    pub(crate) watchers: HashMap<ActorId, Arc<dyn TerminationSink>>,
-    timers: HashMap<TimerId, AbortHandle>,
-    next_timer: u64,
-    stash: VecDeque<Envelope<A>>,
-    pub(crate) unstashed: VecDeque<Envelope<A>>,
-    stash_request: Option<Box<dyn Any + Send>>,
     pub(crate) stopping: bool,
-    /// Why the actor is stopping, when not simply asked to.
-    pub(crate) stop_reason: Option<TerminationReason>,
-    receive_timeout: Option<ReceiveTimeout<A>>,
-    /// Futures started with `pipe`/`pipe_to`, aborted when the actor stops.
-    tasks: Vec<AbortHandle>,
     /// The reply destination of the message being handled (a boxed `Option<ReplyTo<R>>`),
     /// until the handler takes it with `reply_later`.
     pub(crate) current_reply: Option<Box<dyn Any + Send>>,
@@ -48,6 +36,42 @@ pub struct Context<A: Actor> {
     reply_slots: Vec<Box<dyn Any + Send>>,
     /// Where the message being handled came from, if a transport said so.
     pub(crate) origin: Option<crate::Origin>,
+    /// What only some actors use, allocated on first use: an idle actor without children,
+    /// watchers, timers or a stash does not carry ~290 bytes of empty collections.
+    extras: Option<Box<Extras<A>>>,
+}
+
+/// The rarely used part of a [`Context`].
+struct Extras<A: Actor> {
+    children: HashMap<ActorId, ChildEntry>,
+    watchers: HashMap<ActorId, Arc<dyn TerminationSink>>,
+    timers: HashMap<TimerId, AbortHandle>,
+    next_timer: u64,
+    stash: VecDeque<Envelope<A>>,
+    unstashed: VecDeque<Envelope<A>>,
+    stash_request: Option<Box<dyn Any + Send>>,
+    /// Why the actor is stopping, when not simply asked to.
+    stop_reason: Option<TerminationReason>,
+    receive_timeout: Option<ReceiveTimeout<A>>,
+    /// Futures started with `pipe`/`pipe_to`, aborted when the actor stops.
+    tasks: Vec<AbortHandle>,
+}
+
+impl<A: Actor> Default for Extras<A> {
+    fn default() -> Self {
+        Self {
+            children: HashMap::new(),
+            watchers: HashMap::new(),
+            timers: HashMap::new(),
+            next_timer: 0,
+            stash: VecDeque::new(),
+            unstashed: VecDeque::new(),
+            stash_request: None,
+            stop_reason: None,
+            receive_timeout: None,
+            tasks: Vec::new(),
+        }
+    }
 }
 
 /// The message an idle actor is sent, and after how long.
@@ -80,21 +104,74 @@ impl<A: Actor> Context<A> {
             system,
             dispatcher,
             parent,
-            children: HashMap::new(),
-            watchers: HashMap::new(),
-            timers: HashMap::new(),
-            next_timer: 0,
-            stash: VecDeque::new(),
-            unstashed: VecDeque::new(),
-            stash_request: None,
             stopping: false,
-            stop_reason: None,
-            receive_timeout: None,
-            tasks: Vec::new(),
             current_reply: None,
             reply_slots: Vec::new(),
             origin: None,
+            extras: None,
         }
+    }
+
+    fn extras(&mut self) -> &mut Extras<A> {
+        self.extras.get_or_insert_with(Box::default)
+    }
+
+    pub(crate) fn add_watcher(&mut self, watcher: Arc<dyn TerminationSink>) {
+        self.extras().watchers.insert(watcher.watcher(), watcher);
+    }
+
+    pub(crate) fn remove_watcher(&mut self, watcher: ActorId) {
+        if let Some(extras) = &mut self.extras {
+            extras.watchers.remove(&watcher);
+        }
+    }
+
+    /// The watchers, taken (when the actor has stopped).
+    pub(crate) fn take_watchers(&mut self) -> HashMap<ActorId, Arc<dyn TerminationSink>> {
+        self.extras
+            .as_mut()
+            .map(|e| std::mem::take(&mut e.watchers))
+            .unwrap_or_default()
+    }
+
+    pub(crate) fn remove_child(&mut self, child: ActorId) {
+        if let Some(extras) = &mut self.extras {
+            extras.children.remove(&child);
+        }
+    }
+
+    pub(crate) fn child_mut(&mut self, child: ActorId) -> Option<&mut ChildEntry> {
+        self.extras.as_mut()?.children.get_mut(&child)
+    }
+
+    pub(crate) fn child_entries(&self) -> impl Iterator<Item = &ChildEntry> {
+        self.extras.iter().flat_map(|e| e.children.values())
+    }
+
+    pub(crate) fn has_children(&self) -> bool {
+        self.extras.as_ref().is_some_and(|e| !e.children.is_empty())
+    }
+
+    /// The next message made the next to handle by `unstash_all` or a restart.
+    pub(crate) fn pop_unstashed(&mut self) -> Option<Envelope<A>> {
+        self.extras.as_mut()?.unstashed.pop_front()
+    }
+
+    pub(crate) fn push_unstashed_front(&mut self, envelope: Envelope<A>) {
+        self.extras().unstashed.push_front(envelope);
+    }
+
+    pub(crate) fn push_unstashed_back(&mut self, envelope: Envelope<A>) {
+        self.extras().unstashed.push_back(envelope);
+    }
+
+    /// Records why the actor stops, unless a reason is already recorded.
+    pub(crate) fn set_stop_reason(&mut self, reason: TerminationReason) {
+        self.extras().stop_reason.get_or_insert(reason);
+    }
+
+    pub(crate) fn take_stop_reason(&mut self) -> Option<TerminationReason> {
+        self.extras.as_mut()?.stop_reason.take()
     }
 
     /// Where the message being handled came from, when a transport delivered it with
@@ -164,11 +241,11 @@ impl<A: Actor> Context<A> {
             .mailbox()
             .expect("a context always belongs to a local actor")
             .clone();
-        let children = &mut self.children;
+        let children = &mut self.extras.get_or_insert_with(Box::default).children;
         self.system.spawn_under(
             props.into(),
             parent as Arc<dyn ParentControl>,
-            &self.myself.path().clone(),
+            self.myself.path(),
             Some(&self.dispatcher),
             |id, control| {
                 children.insert(
@@ -184,7 +261,7 @@ impl<A: Actor> Context<A> {
 
     /// Ids of the live children.
     pub fn children(&self) -> impl Iterator<Item = ActorId> + '_ {
-        self.children.keys().copied()
+        self.extras.iter().flat_map(|e| e.children.keys().copied())
     }
 
     /// Watches another actor: this actor receives [`Terminated`] once when it stops, at once if
@@ -246,19 +323,20 @@ impl<A: Actor> Context<A> {
 
     /// Cancels a timer; a message it already sent stays in the mailbox.
     pub fn cancel_timer(&mut self, id: TimerId) {
-        if let Some(handle) = self.timers.remove(&id) {
+        if let Some(handle) = self.extras.as_mut().and_then(|e| e.timers.remove(&id)) {
             handle.abort();
         }
     }
 
     fn add_timer(&mut self, handle: AbortHandle) -> TimerId {
         // Drop the records of one-shot timers that already fired, so they cannot pile up.
-        if self.timers.len() >= 64 {
-            self.timers.retain(|_, h| !h.is_finished());
+        let extras = self.extras();
+        if extras.timers.len() >= 64 {
+            extras.timers.retain(|_, h| !h.is_finished());
         }
-        self.next_timer += 1;
-        let id = TimerId(self.next_timer);
-        self.timers.insert(id, handle);
+        extras.next_timer += 1;
+        let id = TimerId(extras.next_timer);
+        extras.timers.insert(id, handle);
         id
     }
 
@@ -338,7 +416,7 @@ impl<A: Actor> Context<A> {
         M: Message + Clone,
         A: Handler<M>,
     {
-        self.receive_timeout = Some(ReceiveTimeout {
+        self.extras().receive_timeout = Some(ReceiveTimeout {
             idle,
             make: Box::new(move || Envelope::new(msg.clone(), ReplyTo::ignore())),
         });
@@ -346,15 +424,25 @@ impl<A: Actor> Context<A> {
 
     /// Removes the receive timeout.
     pub fn cancel_receive_timeout(&mut self) {
-        self.receive_timeout = None;
+        if let Some(extras) = &mut self.extras {
+            extras.receive_timeout = None;
+        }
     }
 
     pub(crate) fn receive_timeout(&self) -> Option<Duration> {
-        self.receive_timeout.as_ref().map(|t| t.idle)
+        self.extras
+            .as_ref()?
+            .receive_timeout
+            .as_ref()
+            .map(|t| t.idle)
     }
 
     pub(crate) fn receive_timeout_message(&self) -> Option<Envelope<A>> {
-        self.receive_timeout.as_ref().map(|t| (t.make)())
+        self.extras
+            .as_ref()?
+            .receive_timeout
+            .as_ref()
+            .map(|t| (t.make)())
     }
 
     /// Runs `future` on this actor's dispatcher and sends its output to this actor as a message
@@ -439,14 +527,18 @@ impl<A: Actor> Context<A> {
     }
 
     fn add_task(&mut self, handle: AbortHandle) {
-        if self.tasks.len() >= 64 {
-            self.tasks.retain(|h| !h.is_finished());
+        let tasks = &mut self.extras().tasks;
+        if tasks.len() >= 64 {
+            tasks.retain(|h| !h.is_finished());
         }
-        self.tasks.push(handle);
+        tasks.push(handle);
     }
 
     pub(crate) fn abort_tasks(&mut self) {
-        for handle in self.tasks.drain(..) {
+        let Some(extras) = &mut self.extras else {
+            return;
+        };
+        for handle in extras.tasks.drain(..) {
             handle.abort();
         }
     }
@@ -534,7 +626,10 @@ impl<A: Actor> Context<A> {
     }
 
     pub(crate) fn cancel_all_timers(&mut self) {
-        for (_, handle) in self.timers.drain() {
+        let Some(extras) = &mut self.extras else {
+            return;
+        };
+        for (_, handle) in extras.timers.drain() {
             handle.abort();
         }
     }
@@ -544,31 +639,36 @@ impl<A: Actor> Context<A> {
     /// handler returns for it is ignored, and an `ask` waiting for it gets its reply when the
     /// message is handled again.
     pub fn stash<M: Message>(&mut self, msg: M) {
-        self.stash_request = Some(Box::new(msg));
+        self.extras().stash_request = Some(Box::new(msg));
     }
 
     /// Makes every stashed message the next to be handled, in the order they were stashed.
     pub fn unstash_all(&mut self) {
-        while let Some(envelope) = self.stash.pop_back() {
-            self.unstashed.push_front(envelope);
+        let Some(extras) = &mut self.extras else {
+            return;
+        };
+        while let Some(envelope) = extras.stash.pop_back() {
+            extras.unstashed.push_front(envelope);
         }
     }
 
     /// Messages waiting in the stash.
     pub fn stashed(&self) -> usize {
-        self.stash.len()
+        self.extras.as_ref().map_or(0, |e| e.stash.len())
     }
 
     pub(crate) fn take_stash_request(&mut self) -> Option<Box<dyn Any + Send>> {
-        self.stash_request.take()
+        self.extras.as_mut()?.stash_request.take()
     }
 
     pub(crate) fn push_stashed(&mut self, envelope: Envelope<A>) {
-        self.stash.push_back(envelope);
+        self.extras().stash.push_back(envelope);
     }
 
     pub(crate) fn drain_stash(&mut self) -> impl Iterator<Item = Envelope<A>> + '_ {
-        self.unstashed.drain(..).chain(self.stash.drain(..))
+        self.extras
+            .iter_mut()
+            .flat_map(|e| e.unstashed.drain(..).chain(e.stash.drain(..)))
     }
 }
 

@@ -121,14 +121,21 @@ pub(crate) struct Mailbox<A: Actor> {
     /// actor with an empty queue does not look idle.
     in_batch: AtomicUsize,
     waker: AtomicWaker,
-    /// Only bounded mailboxes count reservations (see `capacity`).
-    bound: Option<Capacity>,
+    /// Only bounded mailboxes count reservations (see `capacity`) and wake senders waiting for
+    /// room; boxed, so that an unbounded mailbox does not carry them.
+    bound: Option<Box<Bound>>,
     pub(crate) overflow: Overflow,
-    space: Notify,
     /// Why the actor stopped, set once just before its mailbox closes.
-    pub(crate) reason: std::sync::OnceLock<crate::TerminationReason>,
+    /// (Boxed: 16 bytes less in every mailbox, and read only after the actor stopped.)
+    pub(crate) reason: std::sync::OnceLock<Box<crate::TerminationReason>>,
     /// Counters, when the actor is monitored.
     pub(crate) monitor: Slot,
+}
+
+/// The reservations of a bounded mailbox and the senders waiting for room.
+struct Bound {
+    capacity: Capacity,
+    space: Notify,
 }
 
 struct Queues<A: Actor> {
@@ -172,9 +179,13 @@ impl<A: Actor> Mailbox<A> {
             system_pending: AtomicBool::new(false),
             in_batch: AtomicUsize::new(0),
             waker: AtomicWaker::new(),
-            bound: config.capacity.map(|limit| Capacity::new(Some(limit))),
+            bound: config.capacity.map(|limit| {
+                Box::new(Bound {
+                    capacity: Capacity::new(Some(limit)),
+                    space: Notify::new(),
+                })
+            }),
             overflow: config.overflow,
-            space: Notify::new(),
             reason: std::sync::OnceLock::new(),
             monitor,
         });
@@ -196,7 +207,7 @@ impl<A: Actor> Mailbox<A> {
     /// Enqueues on the user lane without waiting.
     pub(crate) fn enqueue(&self, envelope: Envelope<A>) -> Result<(), EnqueueError<A>> {
         if let Some(bound) = &self.bound {
-            if !bound.try_reserve() {
+            if !bound.capacity.try_reserve() {
                 return Err(EnqueueError::Full(envelope));
             }
         }
@@ -205,7 +216,7 @@ impl<A: Actor> Mailbox<A> {
             if queues.closed {
                 drop(queues);
                 if let Some(bound) = &self.bound {
-                    bound.release();
+                    bound.capacity.release();
                 }
                 return Err(EnqueueError::Stopped(envelope));
             }
@@ -235,8 +246,12 @@ impl<A: Actor> Mailbox<A> {
         &self,
         mut envelope: Envelope<A>,
     ) -> Result<(), EnqueueError<A>> {
+        let Some(bound) = &self.bound else {
+            // Unbounded: never full.
+            return self.enqueue(envelope);
+        };
         loop {
-            let room = self.space.notified();
+            let room = bound.space.notified();
             match self.enqueue(envelope) {
                 Err(EnqueueError::Full(back)) => {
                     envelope = back;
@@ -282,7 +297,7 @@ impl<A: Actor> Mailbox<A> {
 
     /// The bound, if the mailbox is bounded.
     pub(crate) fn limit(&self) -> Option<usize> {
-        self.bound.as_ref().and_then(Capacity::limit)
+        self.bound.as_ref().and_then(|b| b.capacity.limit())
     }
 
     pub(crate) fn is_closed(&self) -> bool {
@@ -395,9 +410,9 @@ impl<A: Actor> MailboxReceiver<A> {
             .in_batch
             .store(self.batch.len() + 1, Ordering::Relaxed);
         if let Some(bound) = &mailbox.bound {
-            bound.release();
+            bound.capacity.release();
             if mailbox.overflow == Overflow::Backpressure {
-                mailbox.space.notify_one();
+                bound.space.notify_one();
             }
         }
     }
@@ -415,13 +430,13 @@ impl<A: Actor> MailboxReceiver<A> {
         };
         let mut left: Vec<Envelope<A>> = self.batch.drain(..).collect();
         left.extend(user);
+        mailbox.in_batch.store(0, Ordering::Relaxed);
         if let Some(bound) = &mailbox.bound {
             for _ in &left {
-                bound.release();
+                bound.capacity.release();
             }
+            bound.space.notify_waiters();
         }
-        mailbox.in_batch.store(0, Ordering::Relaxed);
-        mailbox.space.notify_waiters();
         (left, system.into())
     }
 }

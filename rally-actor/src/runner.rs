@@ -44,10 +44,9 @@ pub(crate) fn run<A: Actor>(mut cell: Cell<A>) -> impl Future<Output = ()> + Sen
         // A run of handling: from resuming after a wait until the next wait or yield.
         let mut run_start = counters.as_ref().map(|c| c.resume());
         let mut taken = 0u64;
-        let mut failure = guarded(actor.started(ctx)).await.err();
-        let dispatcher = ctx.dispatcher().clone();
-        let throughput = dispatcher.throughput();
-        let deadline = dispatcher.throughput_deadline();
+        // Boxed, and the dispatcher's settings read where used rather than kept in locals:
+        // every byte held across an await is carried by every idle actor's task.
+        let mut failure = guarded(actor.started(ctx)).await.err().map(Box::new);
         let mut handled = 0usize;
         let mut slice_start = Instant::now();
 
@@ -55,12 +54,13 @@ pub(crate) fn run<A: Actor>(mut cell: Cell<A>) -> impl Future<Output = ()> + Sen
             if let Some(failed) = failure.take() {
                 let text = failed.to_string();
                 // Failure handling is rare: boxed, so it does not enlarge every actor's task.
-                let decision = Box::pin(await_decision(ctx, receiver, failed)).await;
+                let decision = Box::pin(await_decision(ctx, receiver, *failed)).await;
                 if matches!(decision, Decision::Stop | Decision::Escalate) {
-                    ctx.stop_reason
-                        .get_or_insert(TerminationReason::Failed(text));
+                    ctx.set_stop_reason(TerminationReason::Failed(text));
                 }
-                failure = Box::pin(apply(decision, &mut actor, source, ctx, receiver)).await;
+                failure = Box::pin(apply(decision, &mut actor, source, ctx, receiver))
+                    .await
+                    .map(Box::new);
                 continue;
             }
             if ctx.stopping {
@@ -68,7 +68,7 @@ pub(crate) fn run<A: Actor>(mut cell: Cell<A>) -> impl Future<Output = ()> + Sen
             }
             let (next, from_mailbox) = if let Some(msg) = receiver.try_system_if_pending() {
                 (Next::System(msg), false)
-            } else if let Some(envelope) = ctx.unstashed.pop_front() {
+            } else if let Some(envelope) = ctx.pop_unstashed() {
                 (Next::User(envelope), false)
             } else if let Some(next) = receiver.try_next() {
                 (next, true)
@@ -97,9 +97,12 @@ pub(crate) fn run<A: Actor>(mut cell: Cell<A>) -> impl Future<Output = ()> + Sen
             };
             match next {
                 Next::System(msg) => {
-                    failure = Box::pin(on_system(msg, &mut actor, source, ctx, receiver)).await
+                    failure = Box::pin(on_system(msg, &mut actor, source, ctx, receiver))
+                        .await
+                        .map(Box::new);
                 }
                 Next::User(envelope) => {
+                    let deadline = ctx.dispatcher().throughput_deadline();
                     if handled == 0 && deadline.is_some() {
                         slice_start = Instant::now();
                     }
@@ -114,17 +117,19 @@ pub(crate) fn run<A: Actor>(mut cell: Cell<A>) -> impl Future<Output = ()> + Sen
                             actor = %mailbox.path,
                             message_type = envelope.type_name()
                         );
-                        guarded(envelope.handle(&mut actor, ctx).instrument(span)).await
+                        // Boxed: the span would enlarge every actor's task.
+                        Box::pin(guarded(envelope.handle(&mut actor, ctx).instrument(span))).await
                     } else {
                         guarded(envelope.handle(&mut actor, ctx)).await
                     }
-                    .err();
+                    .err()
+                    .map(Box::new);
                     if let Some(c) = counted {
                         c.completed();
                     }
                     handled += 1;
                     let out_of_time = deadline.is_some_and(|d| slice_start.elapsed() >= d);
-                    if handled >= throughput || out_of_time {
+                    if handled >= ctx.dispatcher().throughput() || out_of_time {
                         handled = 0;
                         if let Some(c) = &counters {
                             if let Some(start) = run_start.take() {
@@ -132,7 +137,7 @@ pub(crate) fn run<A: Actor>(mut cell: Cell<A>) -> impl Future<Output = ()> + Sen
                             }
                             c.yielding();
                         }
-                        dispatcher.yield_now().await;
+                        ctx.dispatcher().yield_now().await;
                         if let Some(c) = &counters {
                             c.yielded();
                             run_start = Some(c.resume());
@@ -163,16 +168,16 @@ async fn on_system<A: Actor>(
             None
         }
         SystemMsg::Watch(watcher) => {
-            ctx.watchers.insert(watcher.watcher(), watcher);
+            ctx.add_watcher(watcher);
             None
         }
         SystemMsg::Unwatch(watcher) => {
-            ctx.watchers.remove(&watcher);
+            ctx.remove_watcher(watcher);
             None
         }
         SystemMsg::Priority(envelope) => guarded(envelope.handle(actor, ctx)).await.err(),
         SystemMsg::ChildStopped(child) => {
-            ctx.children.remove(&child);
+            ctx.remove_child(child);
             None
         }
         SystemMsg::ChildFailed { child, failure } => supervise_child(actor, ctx, child, failure),
@@ -188,7 +193,7 @@ fn supervise_child<A: Actor>(
     failure: Failure,
 ) -> Option<Failure> {
     let strategy = actor.supervisor_strategy();
-    let entry = ctx.children.get_mut(&child)?;
+    let entry = ctx.child_mut(child)?;
     let decision = strategy.decide(&failure, &mut entry.record, Instant::now());
     tracing::debug!(%child, %failure, ?decision, "supervising a failed child");
     match (&decision, strategy.scope()) {
@@ -200,7 +205,7 @@ fn supervise_child<A: Actor>(
             })
         }
         (Decision::Restart { .. } | Decision::Stop, Scope::AllForOne) => {
-            for sibling in ctx.children.values() {
+            for sibling in ctx.child_entries() {
                 sibling.control.supervise(decision.clone());
             }
             None
@@ -231,18 +236,18 @@ async fn await_decision<A: Actor>(
             SystemMsg::Supervise(decision) => break decision,
             SystemMsg::Stop => break Decision::Stop,
             SystemMsg::Watch(watcher) => {
-                ctx.watchers.insert(watcher.watcher(), watcher);
+                ctx.add_watcher(watcher);
             }
             SystemMsg::Unwatch(watcher) => {
-                ctx.watchers.remove(&watcher);
+                ctx.remove_watcher(watcher);
             }
             SystemMsg::ChildStopped(child) => {
-                ctx.children.remove(&child);
+                ctx.remove_child(child);
             }
             // A suspended actor handles nothing else; these wait until it resumes.
             SystemMsg::Priority(envelope) => deferred.push(envelope),
             SystemMsg::ChildFailed { child, failure } => {
-                if let Some(entry) = ctx.children.get(&child) {
+                if let Some(entry) = ctx.child_mut(child) {
                     // Its parent is itself suspended: the child stops, as its parent would be
                     // restarted or stopped (and its children with it) anyway.
                     tracing::debug!(%child, %failure, "child failed while its parent was suspended");
@@ -252,7 +257,7 @@ async fn await_decision<A: Actor>(
         }
     };
     for envelope in deferred.into_iter().rev() {
-        ctx.unstashed.push_front(envelope);
+        ctx.push_unstashed_front(envelope);
     }
     decision
 }
@@ -283,10 +288,10 @@ async fn apply<A: Actor>(
                                 ctx.stopping = true;
                                 return None;
                             }
-                            SystemMsg::Watch(w) => { ctx.watchers.insert(w.watcher(), w); }
-                            SystemMsg::Unwatch(w) => { ctx.watchers.remove(&w); }
-                            SystemMsg::ChildStopped(child) => { ctx.children.remove(&child); }
-                            SystemMsg::Priority(envelope) => ctx.unstashed.push_back(envelope),
+                            SystemMsg::Watch(w) => ctx.add_watcher(w),
+                            SystemMsg::Unwatch(w) => ctx.remove_watcher(w),
+                            SystemMsg::ChildStopped(child) => { ctx.remove_child(child); }
+                            SystemMsg::Priority(envelope) => ctx.push_unstashed_back(envelope),
                             SystemMsg::ChildFailed { .. } | SystemMsg::Supervise(_) => {}
                         },
                     }
@@ -304,24 +309,24 @@ async fn apply<A: Actor>(
 
 /// Stops every child and waits until each has reported that it stopped.
 async fn stop_children<A: Actor>(ctx: &mut Context<A>, receiver: &mut MailboxReceiver<A>) {
-    for child in ctx.children.values() {
+    for child in ctx.child_entries() {
         child.control.stop();
     }
-    while !ctx.children.is_empty() {
+    while ctx.has_children() {
         match receiver.next_system().await {
             SystemMsg::ChildStopped(child) => {
-                ctx.children.remove(&child);
+                ctx.remove_child(child);
             }
             SystemMsg::Watch(w) => {
-                ctx.watchers.insert(w.watcher(), w);
+                ctx.add_watcher(w);
             }
             SystemMsg::Unwatch(w) => {
-                ctx.watchers.remove(&w);
+                ctx.remove_watcher(w);
             }
             SystemMsg::Stop => ctx.stopping = true,
-            SystemMsg::Priority(envelope) => ctx.unstashed.push_back(envelope),
+            SystemMsg::Priority(envelope) => ctx.push_unstashed_back(envelope),
             SystemMsg::ChildFailed { child, .. } => {
-                if let Some(entry) = ctx.children.get(&child) {
+                if let Some(entry) = ctx.child_mut(child) {
                     entry.control.supervise(Decision::Stop);
                 }
             }
@@ -344,9 +349,9 @@ async fn stop<A: Actor>(
     ctx.abort_tasks();
     drop(actor);
 
-    let reason = ctx.stop_reason.take().unwrap_or(TerminationReason::Stopped);
+    let reason = ctx.take_stop_reason().unwrap_or(TerminationReason::Stopped);
     // Set before the mailbox closes, so a watch arriving after the close can read it.
-    let _ = mailbox.reason.set(reason.clone());
+    let _ = mailbox.reason.set(Box::new(reason.clone()));
     let (queued, system) = receiver.close();
     let dead = ctx.system().dead_letters().clone();
     let path = mailbox.path.clone();
@@ -363,17 +368,17 @@ async fn stop<A: Actor>(
     for msg in system {
         match msg {
             SystemMsg::Watch(watcher) => {
-                ctx.watchers.insert(watcher.watcher(), watcher);
+                ctx.add_watcher(watcher);
             }
             SystemMsg::Unwatch(watcher) => {
-                ctx.watchers.remove(&watcher);
+                ctx.remove_watcher(watcher);
             }
             SystemMsg::Priority(envelope) => bury(envelope),
             _ => {}
         }
     }
     let terminated = Terminated::new(mailbox.id, path.clone(), reason);
-    for watcher in ctx.watchers.values() {
+    for watcher in ctx.take_watchers().values() {
         watcher.notify(terminated.clone());
     }
     if registered {
@@ -417,5 +422,49 @@ async fn guarded<T>(future: impl Future<Output = ActorResult<T>>) -> Result<T, F
 async fn quiet(future: impl Future<Output = ()>) {
     if let Err(panic) = catch(future).await {
         tracing::warn!(%panic, "an actor hook panicked");
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    struct Idle;
+    impl Actor for Idle {}
+
+    /// What an idle actor carries: its task (the `run` future inside tokio's task cell, which
+    /// tokio rounds up to 128 bytes) and its mailbox. Growing either grows every actor; the
+    /// bounds are today's sizes, so a change that enlarges them has to change this test too.
+    #[test]
+    fn an_idle_actor_stays_small() {
+        assert!(std::mem::size_of::<Context<Idle>>() <= 128);
+        assert!(std::mem::size_of::<Mailbox<Idle>>() <= 176);
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .build()
+            .unwrap();
+        runtime.block_on(async {
+            let system = crate::ActorSystem::new("size");
+            let (mailbox, receiver) = Mailbox::<Idle>::new(
+                crate::ActorId(1),
+                "/user/idle".into(),
+                crate::MailboxConfig::default(),
+                crate::monitor::Slot::default(),
+            );
+            let myself = crate::ActorRef::local(mailbox.clone(), system.dead_letters().clone());
+            let dispatcher = system.default_dispatcher().clone();
+            let ctx = Context::new(myself, system, dispatcher, mailbox.clone());
+            let task = run(Cell {
+                source: crate::props::Source::Instance(Some(Idle)),
+                ctx,
+                receiver,
+                mailbox,
+                registered: false,
+            });
+            let size = std::mem::size_of_val(&task);
+            assert!(
+                size <= 480,
+                "the run future of an idle actor is {size} bytes"
+            );
+        });
     }
 }

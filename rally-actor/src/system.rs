@@ -149,7 +149,7 @@ impl ActorSystem {
         let dead_letters = DeadLetters::new(event_stream.clone());
         let guardian = Arc::new(Guardian {
             strategy: config.guardian_strategy.clone(),
-            children: Mutex::new(HashMap::new()),
+            children: Mutex::new(Children::default()),
             live: AtomicUsize::new(0),
             all_stopped: Notify::new(),
             shutting_down: AtomicBool::new(false),
@@ -232,7 +232,7 @@ impl ActorSystem {
         self.spawn_under(
             props.into(),
             guardian.clone(),
-            &Arc::from("/user"),
+            "/user",
             None,
             |id, control| guardian.adopt(id, control),
         )
@@ -278,8 +278,9 @@ impl ActorSystem {
                 .lock()
                 .expect("guardian lock is never poisoned: no user code runs under it");
             children
+                .controls
                 .iter()
-                .map(|(id, c)| (*id, c.control.clone()))
+                .map(|(id, c)| (*id, c.clone()))
                 .collect()
         };
         top.sort_by_key(|(id, _)| std::cmp::Reverse(*id));
@@ -317,7 +318,7 @@ impl ActorSystem {
         &self,
         props: Props<A>,
         parent: Arc<dyn ParentControl>,
-        parent_path: &Arc<str>,
+        parent_path: &str,
         inherited: Option<&Dispatcher>,
         adopt: impl FnOnce(ActorId, Arc<dyn ChildControl>),
     ) -> Result<ActorRef<A>, SpawnError> {
@@ -345,8 +346,8 @@ impl ActorSystem {
             Some(name) if name.is_empty() || name.contains('/') => {
                 return Err(SpawnError::InvalidName(name.clone()));
             }
-            Some(name) => format!("{parent_path}/{name}").into(),
-            None => format!("{parent_path}/${}", id.0).into(),
+            Some(name) => child_path(parent_path, name),
+            None => child_path(parent_path, format_args!("${}", id.0)),
         };
         let mailbox_config = mailbox.unwrap_or(self.inner.config.default_mailbox);
         let monitoring = &self.inner.config.monitoring;
@@ -415,6 +416,19 @@ impl ActorSystem {
     }
 }
 
+/// `parent/name` in one allocation (a `format!` then `into` would copy it into a second).
+fn child_path(parent: &str, name: impl std::fmt::Display) -> Arc<str> {
+    use std::fmt::Write as _;
+    thread_local! {
+        static BUFFER: std::cell::RefCell<String> = const { std::cell::RefCell::new(String::new()) };
+    }
+    BUFFER.with_borrow_mut(|buffer| {
+        buffer.clear();
+        let _ = write!(buffer, "{parent}/{name}");
+        Arc::from(buffer.as_str())
+    })
+}
+
 /// How a parent hears from a child.
 pub(crate) trait ParentControl: Send + Sync + 'static {
     fn child_failed(&self, child: ActorId, failure: Failure);
@@ -458,15 +472,18 @@ impl<A: Actor> ChildControl for Mailbox<A> {
 /// for shutdown.
 struct Guardian {
     strategy: crate::SupervisorStrategy,
-    children: Mutex<HashMap<ActorId, GuardedChild>>,
+    children: Mutex<Children>,
     live: AtomicUsize,
     all_stopped: Notify,
     shutting_down: AtomicBool,
 }
 
-struct GuardedChild {
-    control: Arc<dyn ChildControl>,
-    record: RestartRecord,
+/// The guardian's top-level actors. Restart records live apart, only for the actors that
+/// failed: with a million idle actors the map's slots are most of what the guardian holds.
+#[derive(Default)]
+struct Children {
+    controls: HashMap<ActorId, Arc<dyn ChildControl>>,
+    records: HashMap<ActorId, RestartRecord>,
 }
 
 impl Guardian {
@@ -475,13 +492,7 @@ impl Guardian {
             .children
             .lock()
             .expect("guardian lock is never poisoned: no user code runs under it");
-        children.insert(
-            id,
-            GuardedChild {
-                control,
-                record: RestartRecord::default(),
-            },
-        );
+        children.controls.insert(id, control);
         self.live.fetch_add(1, Ordering::SeqCst);
     }
 }
@@ -492,11 +503,10 @@ impl ParentControl for Guardian {
             .children
             .lock()
             .expect("guardian lock is never poisoned: no user code runs under it");
-        if let Some(entry) = children.get_mut(&child) {
-            let decision = match self
-                .strategy
-                .decide(&failure, &mut entry.record, Instant::now())
-            {
+        let children = &mut *children;
+        if let Some(control) = children.controls.get(&child) {
+            let record = children.records.entry(child).or_default();
+            let decision = match self.strategy.decide(&failure, record, Instant::now()) {
                 // Nobody above the guardian: escalating means stopping.
                 Decision::Escalate => Decision::Stop,
                 other => other,
@@ -507,7 +517,7 @@ impl ParentControl for Guardian {
             } else {
                 tracing::warn!(actor = %child, %failure, ?decision, "top-level actor failed");
             }
-            entry.control.supervise(decision);
+            control.supervise(decision);
         }
     }
 
@@ -516,7 +526,10 @@ impl ParentControl for Guardian {
             .children
             .lock()
             .expect("guardian lock is never poisoned: no user code runs under it");
-        if children.remove(&child).is_some() && self.live.fetch_sub(1, Ordering::SeqCst) == 1 {
+        children.records.remove(&child);
+        if children.controls.remove(&child).is_some()
+            && self.live.fetch_sub(1, Ordering::SeqCst) == 1
+        {
             self.all_stopped.notify_waiters();
         }
     }
