@@ -1,5 +1,6 @@
 //! Local scenarios (defined in `docs/benchmarks.md`): ping-pong, throughput, spawn, and ask latency.
 
+use std::sync::{Arc, Barrier};
 use std::time::{Duration, Instant};
 
 use clap::Args;
@@ -20,6 +21,9 @@ pub(crate) struct PingPongArgs {
     /// Round trips per pair.
     #[arg(long, default_value_t = 2_000_000)]
     round_trips: u64,
+    /// Round trips of the `ask` row (one task awaiting `ask` in a loop), per runtime flavour.
+    #[arg(long, default_value_t = 200_000)]
+    asks: u64,
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -86,7 +90,15 @@ impl Handler<Pong> for Pinger {
     }
 }
 
-async fn run_pairs(pairs: usize, in_flight: u64, round_trips: u64) -> Duration {
+/// Runs `pairs` pairs on one system; with `gate`, waits at it (after spawning, before the
+/// first message) so that pairs on several threads start together. Returns when the last
+/// pinger finished.
+async fn run_pairs(
+    pairs: usize,
+    in_flight: u64,
+    round_trips: u64,
+    gate: Option<Arc<Barrier>>,
+) -> (Instant, Instant) {
     let system = ActorSystem::new("bench");
     let mut waits = Vec::new();
     let mut pingers = Vec::new();
@@ -105,12 +117,51 @@ async fn run_pairs(pairs: usize, in_flight: u64, round_trips: u64) -> Duration {
         pingers.push(pinger);
         waits.push(wait);
     }
+    if let Some(gate) = gate {
+        // Blocks this thread, whose runtime has nothing else to run yet.
+        gate.wait();
+    }
     let start = Instant::now();
     for pinger in &pingers {
         pinger.tell(Start(in_flight)).expect("pinger runs");
     }
     for wait in waits {
         wait.await.expect("pinger finishes");
+    }
+    let end = Instant::now();
+    system.shutdown().await.expect("clean shutdown");
+    (start, end)
+}
+
+/// One OS thread per pair, each with its own current-thread runtime and actor system (how an
+/// application uses every core with single-threaded runtimes, and how the peers' current-thread
+/// flavours and actix run this scenario). Timed from the common start to the last pair's end.
+fn run_pairs_thread_per_pair(pairs: usize, in_flight: u64, round_trips: u64) -> Duration {
+    let gate = Arc::new(Barrier::new(pairs + 1));
+    let threads: Vec<_> = (0..pairs)
+        .map(|_| {
+            let gate = gate.clone();
+            std::thread::spawn(move || {
+                current_thread_runtime().block_on(run_pairs(1, in_flight, round_trips, Some(gate)))
+            })
+        })
+        .collect();
+    gate.wait();
+    let start = Instant::now();
+    let ends: Vec<Instant> = threads
+        .into_iter()
+        .map(|t| t.join().expect("a pair's thread does not panic").1)
+        .collect();
+    ends.into_iter().max().unwrap_or(start) - start
+}
+
+/// One task awaiting `ask` on one actor `asks` times; returns the elapsed time.
+async fn run_asks(asks: u64) -> Duration {
+    let system = ActorSystem::new("bench");
+    let actor = system.spawn(Answer).expect("spawn");
+    let start = Instant::now();
+    for _ in 0..asks {
+        actor.ask(Ping, Duration::from_secs(5)).await.expect("ask");
     }
     let elapsed = start.elapsed();
     system.shutdown().await.expect("clean shutdown");
@@ -119,23 +170,43 @@ async fn run_pairs(pairs: usize, in_flight: u64, round_trips: u64) -> Duration {
 
 /// Runs `local-ping-pong`.
 pub(crate) fn ping_pong(args: &PingPongArgs) -> anyhow::Result<()> {
-    let round_trips = if args.common.quick {
-        50_000
+    let (round_trips, asks) = if args.common.quick {
+        (50_000, 20_000)
     } else {
-        args.round_trips
+        (args.round_trips, args.asks)
     };
     let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
     let mut report = Report::new("local-ping-pong");
     report
         .param("round_trips_per_pair", round_trips)
-        .param("runtime", "tokio multi-thread, one worker per core");
+        .param("round_trips_ask", asks)
+        .param(
+            "runtime",
+            "mt: one tokio multi-thread runtime (one worker per core) for all pairs; ct: one \
+             current-thread runtime and actor system per OS thread, one pair per thread",
+        );
+    // Untimed, as the peers do before their rows: 1 pair at 50 in flight.
+    let warm_up = if args.common.quick { 10_000 } else { 100_000 };
+    report.param(
+        "warm_up",
+        format!("1 pair x {warm_up} round trips at 50 in flight, untimed"),
+    );
     for (flavour, runtime) in [
         ("mt", multi_thread_runtime()),
         ("ct", current_thread_runtime()),
     ] {
+        if flavour == "mt" {
+            on_worker(&runtime, run_pairs(1, 50, warm_up, None));
+        }
         for pairs in [1, cores] {
             for in_flight in [1u64, 50] {
-                let elapsed = on_worker(&runtime, run_pairs(pairs, in_flight, round_trips));
+                let elapsed = if flavour == "ct" {
+                    run_pairs_thread_per_pair(pairs, in_flight, round_trips)
+                } else {
+                    let (start, end) =
+                        on_worker(&runtime, run_pairs(pairs, in_flight, round_trips, None));
+                    end - start
+                };
                 let total = pairs as u64 * round_trips * 2;
                 report.rows.push(
                     Row::new(format!("{pairs} pair(s), {in_flight} in flight, {flavour}"))
@@ -146,6 +217,17 @@ pub(crate) fn ping_pong(args: &PingPongArgs) -> anyhow::Result<()> {
                 );
             }
         }
+        // The peers' `ask` row: one task on the runtime awaits the framework's
+        // request/response in a loop; both directions count.
+        let elapsed = on_worker(&runtime, run_asks(asks));
+        report.rows.push(
+            Row::new(format!("1 pair, ask, {flavour}"))
+                .clients(1)
+                .throughput(asks * 2, elapsed)
+                .with("in_flight", 1)
+                .with("mode", "ask")
+                .with("runtime", flavour),
+        );
     }
     report.print(args.common.json);
     Ok(())
