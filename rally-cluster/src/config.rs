@@ -9,16 +9,21 @@ use crate::downing::DowningStrategy;
 
 /// How often each member probes one other member. A member probes the others one at a time,
 /// so on the two sides of a partition the last suspicion comes up to a round of probes after
-/// the first; half a second keeps that spread (2 s for 5 members) well inside
-/// `stable-after`, for two small packets per member per period.
-pub(crate) const DEFAULT_PROBE_PERIOD: Duration = Duration::from_millis(500);
-/// How long a direct probe may take before others are asked to probe indirectly: far above a
-/// LAN round trip, so a member busy for a moment is not suspected.
-pub(crate) const DEFAULT_PROBE_RTT: Duration = Duration::from_millis(200);
+/// the first; a fifth of a second keeps that spread (0.8 s for 5 members) inside
+/// `stable-after`, and the detection bound, which is part of the failover time, at 1.8 s for
+/// four members, for two small packets per member per period.
+pub(crate) const DEFAULT_PROBE_PERIOD: Duration = Duration::from_millis(200);
+/// How long a direct probe may take before others are asked to probe indirectly: a hundred
+/// times a LAN round trip, so a member busy for a moment is not suspected, and below the
+/// probe period, as the indirect probes must fit in it.
+pub(crate) const DEFAULT_PROBE_RTT: Duration = Duration::from_millis(150);
 /// How long the view must stay the same before a downing decision: long enough to ride out a
-/// probe or two lost to a blip, short enough that failover stays under 10 s (detection ~1-2 s
-/// plus this).
-pub(crate) const DEFAULT_STABLE_AFTER: Duration = Duration::from_secs(5);
+/// lost probe or a member busy for a moment (a suspicion refuted within it changes the view
+/// and restarts the wait), short enough that a killed member's work is served elsewhere
+/// within 10 s: detection, then this, then the takeover wait (`detection_bound(n)` + this +
+/// the virtual actors' `deactivation-timeout`). Pekko's 20 s and Proto.Actor's 20 s heartbeat
+/// expiry buy tolerance of longer pauses at the price of 45 s and 20 s failovers.
+pub(crate) const DEFAULT_STABLE_AFTER: Duration = Duration::from_secs(2);
 /// How often membership updates are pushed to a few members besides the probe traffic; 200 ms
 /// spreads a change through 50 members in about a second for a few hundred bytes per second.
 pub(crate) const DEFAULT_GOSSIP_PERIOD: Duration = Duration::from_millis(200);
@@ -48,7 +53,7 @@ pub(crate) const DEFAULT_MAX_PACKET_BYTES: usize = 16 * 1024;
 ///
 /// let config = ClusterConfig::builder()
 ///     .seed("rally://shop@10.0.0.1:2552".parse().unwrap())
-///     .stable_after(Duration::from_secs(2))
+///     .stable_after(Duration::from_secs(4))
 ///     .downing(DowningStrategy::KeepOldest { down_if_alone: true })
 ///     .build()
 ///     .unwrap();
@@ -56,10 +61,10 @@ pub(crate) const DEFAULT_MAX_PACKET_BYTES: usize = 16 * 1024;
 ///
 /// let from_file: ClusterConfig = toml::from_str(r#"
 ///     seeds = ["rally://shop@10.0.0.1:2552"]
-///     stable-after = "2s"
+///     stable-after = "4s"
 ///     downing = "keep-majority"
 /// "#).unwrap();
-/// assert_eq!(from_file.stable_after, Duration::from_secs(2));
+/// assert_eq!(from_file.stable_after, Duration::from_secs(4));
 /// ```
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(default, rename_all = "kebab-case", deny_unknown_fields)]
@@ -78,20 +83,20 @@ pub struct ClusterConfig {
     pub kinds: Vec<String>,
     /// How a partition is resolved (default keep-majority).
     pub downing: DowningStrategy,
-    /// How long the view must be unchanged before a downing decision (default 5 s).
+    /// How long the view must be unchanged before a downing decision (default 2 s).
     #[serde(with = "duration")]
     pub stable_after: Duration,
     /// If members stay unreachable this long past the earliest decision (`stable-after`, or
     /// the detection bound if longer) without the view ever settling, every member downs
-    /// itself (default: `stable_after`, 5 s): a flapping network
+    /// itself (default: `stable_after`, 2 s): a flapping network
     /// must not keep two sides alive forever, and an honest partition, whose suspicions all
     /// arrive within a round of probes, must settle before it fires.
     #[serde(with = "duration")]
     pub down_all_when_unstable: Duration,
-    /// Probe period of the SWIM failure detector (default 500 ms).
+    /// Probe period of the SWIM failure detector (default 200 ms).
     #[serde(with = "duration")]
     pub probe_period: Duration,
-    /// Wait for a direct probe's answer before probing indirectly (default 200 ms).
+    /// Wait for a direct probe's answer before probing indirectly (default 150 ms).
     #[serde(with = "duration")]
     pub probe_rtt: Duration,
     /// Members asked to probe indirectly (default 3, SWIM's usual figure).
@@ -252,7 +257,7 @@ impl ClusterConfig {
     /// use std::time::Duration;
     /// use rally::cluster::ClusterConfig;
     ///
-    /// assert_eq!(ClusterConfig::default().detection_bound(5), Duration::from_millis(5_500));
+    /// assert_eq!(ClusterConfig::default().detection_bound(5), Duration::from_millis(2_200));
     /// ```
     pub fn detection_bound(&self, cluster_size: usize) -> Duration {
         let periods =
@@ -272,8 +277,8 @@ impl ClusterConfig {
     /// use std::time::Duration;
     /// use rally::cluster::ClusterConfig;
     ///
-    /// // 5.5 s of worst-case detection plus 5 s.
-    /// assert_eq!(ClusterConfig::default().takeover_margin(5), Duration::from_millis(10_500));
+    /// // 2.2 s of worst-case detection plus 2 s.
+    /// assert_eq!(ClusterConfig::default().takeover_margin(5), Duration::from_millis(4_200));
     /// ```
     pub fn takeover_margin(&self, cluster_size: usize) -> Duration {
         self.detection_bound(cluster_size) + self.down_all_when_unstable
@@ -292,9 +297,9 @@ impl ClusterConfig {
     /// let config = ClusterConfig::from_toml(r#"
     ///     seeds = ["rally://shop@10.0.0.1:2552"]
     ///     kinds = ["cart"]
-    ///     stable-after = "2s"
+    ///     stable-after = "4s"
     /// "#).unwrap();
-    /// assert_eq!(config.stable_after, Duration::from_secs(2));
+    /// assert_eq!(config.stable_after, Duration::from_secs(4));
     /// assert_eq!(ClusterConfig::from_toml("stable-afte = \"2s\"").unwrap_err().key(), "stable-afte");
     /// ```
     ///
@@ -513,8 +518,8 @@ mod tests {
         let text = toml::to_string(&config).unwrap();
         let back: ClusterConfig = toml::from_str(&text).unwrap();
         assert_eq!(back, config);
-        assert!(text.contains("stable-after = \"5s\""), "{text}");
-        assert!(text.contains("probe-period = \"500ms\""), "{text}");
+        assert!(text.contains("stable-after = \"2s\""), "{text}");
+        assert!(text.contains("probe-period = \"200ms\""), "{text}");
     }
 
     #[test]

@@ -185,6 +185,43 @@ pub struct Membership {
     stability: Stability,
     stats: MembershipStats,
     stopped: bool,
+    /// Lives seen down or removed. A life never comes back (a restart is a new incarnation),
+    /// so one that shows up again after foca forgot it (`remove-down-after`), as a process
+    /// paused for longer does, is declared down again instead of admitted.
+    buried: Buried,
+}
+
+/// The most recent lives seen down or removed, at most `max-members` of them.
+#[derive(Debug)]
+struct Buried {
+    set: HashSet<MemberId>,
+    order: VecDeque<MemberId>,
+    capacity: usize,
+}
+
+impl Buried {
+    fn new(capacity: usize) -> Self {
+        Self {
+            set: HashSet::new(),
+            order: VecDeque::new(),
+            capacity: capacity.max(1),
+        }
+    }
+
+    fn insert(&mut self, id: MemberId) {
+        if self.set.insert(id.clone()) {
+            self.order.push_back(id);
+            while self.order.len() > self.capacity {
+                if let Some(oldest) = self.order.pop_front() {
+                    self.set.remove(&oldest);
+                }
+            }
+        }
+    }
+
+    fn contains(&self, id: &MemberId) -> bool {
+        self.set.contains(id)
+    }
 }
 
 /// A membership packet on the wire (postcard). SWIM bytes are foca's; `Leaving` is Rally's
@@ -230,6 +267,7 @@ impl Membership {
         );
         let mut events = VecDeque::new();
         events.push_back(MemberEvent::Joined(local.clone()));
+        let config_max_members = config.max_members;
         Ok(Self {
             foca,
             runtime: AccumulatingRuntime::new(),
@@ -250,6 +288,7 @@ impl Membership {
             },
             stats: MembershipStats::default(),
             stopped: false,
+            buried: Buried::new(config_max_members),
         })
     }
 
@@ -614,11 +653,15 @@ impl Membership {
         gone.sort_by(|a, b| a.age_order(b));
         for id in gone {
             self.members.remove(&id);
+            self.buried.insert(id.clone());
             self.events.push_back(MemberEvent::Removed(id));
         }
+        let mut returned = Vec::new();
         for (id, state) in table {
             let Some(member) = self.members.get_mut(&id) else {
-                if state != State::Down {
+                if state != State::Down && self.buried.contains(&id) {
+                    returned.push(id);
+                } else if state != State::Down {
                     let reachable = state == State::Alive;
                     self.members.insert(
                         id.clone(),
@@ -645,16 +688,45 @@ impl Membership {
                 }
                 State::Down if member.status == MemberStatus::Leaving => {
                     self.members.remove(&id);
+                    self.buried.insert(id.clone());
                     self.events.push_back(MemberEvent::Removed(id));
                 }
                 State::Down => {
                     member.status = MemberStatus::Down;
+                    self.buried.insert(id.clone());
                     self.events.push_back(MemberEvent::Down(id));
                 }
                 _ => {}
             }
         }
+        self.bury_again(returned, now);
         self.update_stability(now);
+    }
+
+    /// Declares down again, to foca and through it to everyone, lives that came back after
+    /// foca forgot them; each is counted as an impossible transition. The returned member
+    /// learns it is down from the next member it talks to (`notify_down_members`) and stops.
+    fn bury_again(&mut self, returned: Vec<MemberId>, now: Instant) {
+        if returned.is_empty() {
+            return;
+        }
+        for id in &returned {
+            tracing::warn!(member = %id, "a member seen down or removed came back; declared down again");
+            self.stats.impossible += 1;
+        }
+        let updates: Vec<_> = self
+            .foca
+            .iter_membership_state()
+            .filter(|m| returned.contains(&m.id().0))
+            .map(|m| foca::Member::new(m.id().clone(), m.incarnation(), State::Down))
+            .collect();
+        if let Err(e) = self
+            .foca
+            .apply_many(updates.into_iter(), true, &mut self.runtime)
+        {
+            tracing::debug!(error = %e, "declaring a returned member down");
+        }
+        self.drain_runtime(now);
     }
 
     /// The members a downing decision is taken over: every serving member, this one included.

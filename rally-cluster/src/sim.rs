@@ -87,6 +87,14 @@ pub struct Simulation {
 struct SimMember {
     core: Membership,
     alive: bool,
+    /// Packets that reached it while paused, handed in when it resumes.
+    paused: Option<Vec<Vec<u8>>>,
+}
+
+impl SimMember {
+    fn runs(&self) -> bool {
+        self.alive && self.paused.is_none()
+    }
 }
 
 impl Simulation {
@@ -148,8 +156,14 @@ impl Simulation {
         let mut core = Membership::new(id.clone(), config, self.rng.random(), self.now)
             .expect("simulation configurations are valid");
         core.join(self.now);
-        self.members
-            .insert(address, SimMember { core, alive: true });
+        self.members.insert(
+            address,
+            SimMember {
+                core,
+                alive: true,
+                paused: None,
+            },
+        );
         self.collect();
         id
     }
@@ -188,6 +202,26 @@ impl Simulation {
         if let Some(member) = self.members.get_mut(&id.address) {
             member.alive = false;
         }
+    }
+
+    /// Pauses a member (as SIGSTOP does): its timers do not run and packets sent to it wait,
+    /// as in its socket's buffer, until [`resume`](Self::resume).
+    pub fn pause(&mut self, id: &MemberId) {
+        if let Some(member) = self.members.get_mut(&id.address) {
+            member.paused.get_or_insert_with(Vec::new);
+        }
+    }
+
+    /// Resumes a paused member: it takes in the packets that waited, then runs its overdue
+    /// timers.
+    pub fn resume(&mut self, id: &MemberId) {
+        let now = self.now;
+        if let Some(member) = self.members.get_mut(&id.address) {
+            for payload in member.paused.take().unwrap_or_default() {
+                let _ = member.core.handle_packet(&payload, now);
+            }
+        }
+        self.collect();
     }
 
     /// The member at `id`'s address leaves gracefully.
@@ -277,7 +311,7 @@ impl Simulation {
         let next_timer = self
             .members
             .values()
-            .filter(|m| m.alive)
+            .filter(|m| m.runs())
             .filter_map(|m| m.core.poll_timeout())
             .min();
         let Some(next) = [next_packet, next_timer].into_iter().flatten().min() else {
@@ -308,11 +342,16 @@ impl Simulation {
             let crosses = self.side_of.get(&from) != self.side_of.get(&to);
             if let Some(member) = self.members.get_mut(&to) {
                 if member.alive && !crosses {
-                    let _ = member.core.handle_packet(&payload, now);
+                    match &mut member.paused {
+                        Some(held) => held.push(payload),
+                        None => {
+                            let _ = member.core.handle_packet(&payload, now);
+                        }
+                    }
                 }
             }
         }
-        for member in self.members.values_mut().filter(|m| m.alive) {
+        for member in self.members.values_mut().filter(|m| m.runs()) {
             if member.core.poll_timeout().is_some_and(|at| at <= now) {
                 member.core.handle_timeout(now);
             }

@@ -137,6 +137,59 @@ fn a_killed_member_is_downed_only_after_stable_after() {
     );
 }
 
+/// A member paused (SIGSTOP) until the others have downed it and forgotten it
+/// (`remove-down-after`) must not be admitted again when it resumes: a life that was downed
+/// never comes back. It learns it was downed and stops instead.
+#[test]
+fn a_member_paused_past_its_removal_is_not_admitted_again_and_stops() {
+    let mut config = config();
+    config.remove_down_after = Duration::from_secs(2);
+    for seed in 0..10 {
+        let (mut sim, members) = converged(seed, 3, &config);
+        let victim = members[0].clone();
+        let survivors: Vec<_> = members.iter().filter(|m| **m != victim).collect();
+        sim.pause(&victim);
+        assert!(
+            sim.run_until(Duration::from_secs(60), |sim| survivors.iter().all(|m| sim
+                .status_seen_by(m, &victim)
+                .is_none()
+                && first_seen(sim, m, &MemberEvent::Removed(victim.clone()))
+                    .is_some())),
+            "seed {seed}: the paused member was not downed and removed"
+        );
+        let resumed_at = sim.elapsed();
+        sim.resume(&victim);
+        assert!(
+            sim.run_until(Duration::from_secs(30), |sim| sim
+                .core(&victim)
+                .is_some_and(|c| c.is_stopped())),
+            "seed {seed}: the resumed member did not stop"
+        );
+        sim.run_for(Duration::from_secs(5));
+        for e in sim.log().iter().filter(|e| e.at >= resumed_at) {
+            if e.observer != victim {
+                assert!(
+                    !matches!(&e.event, MemberEvent::Joined(m) | MemberEvent::Up(m) if *m == victim),
+                    "seed {seed}: admitted again after it resumed: {e:?}"
+                );
+            }
+        }
+        for m in &survivors {
+            assert_ne!(
+                sim.status_seen_by(m, &victim),
+                Some(MemberStatus::Up),
+                "seed {seed}: {m} sees the old life up"
+            );
+        }
+        // Its return was counted where it was refused.
+        let refused: u64 = survivors
+            .iter()
+            .map(|m| sim.core(m).unwrap().stats().impossible)
+            .sum();
+        assert!(refused >= 1, "seed {seed}: the return was not counted");
+    }
+}
+
 #[test]
 fn a_restart_on_the_same_address_is_a_new_member_admitted_at_once() {
     let (mut sim, members) = converged(3, 4, &config());

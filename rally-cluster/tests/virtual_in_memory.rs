@@ -277,6 +277,45 @@ async fn past_the_cap_the_least_recently_used_are_deactivated_and_memory_returns
     assert_eq!((epoch, count), (2, 1));
 }
 
+/// A member whose runtime stopped hosting before the others saw it leave: an ask sent to it
+/// in that moment is not failed (it was not handled there) but routed anew once the sender
+/// sees the member leave, and answered by the new owner within its timeout.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_ask_to_a_member_that_stopped_hosting_before_it_left_is_routed_anew_not_failed() {
+    let tc = TestCluster::new("stopfirst", VirtualActorsConfig::default());
+    let store: Arc<dyn StateStore> = Arc::new(MemoryStore::new());
+    let a = tc.join(1, true, Arc::clone(&store));
+    let b = tc.join(2, true, Arc::clone(&store));
+    let client = tc.join(3, false, Arc::clone(&store));
+    let ids = [a.id.clone(), b.id.clone(), client.id.clone()];
+    converged(&[&a, &b, &client], &ids).await;
+    let hosts = [a.id.clone(), b.id.clone()];
+    let identity = (0..)
+        .map(|i| format!("stopfirst-{i}"))
+        .find(|id| owner_of(id, &hosts) == a.id)
+        .unwrap();
+    let grain = client.grains.get::<Probe>(&identity).unwrap();
+    // The client's view routes to A before A stops: its answer comes from A.
+    let (owner, _, _) = grain.ask(Where, T).await.unwrap();
+    assert_eq!(owner, key(&a.id));
+
+    // A stops hosting; the others still see it up.
+    a.grains.shutdown().await;
+    let asked = tokio::spawn({
+        let grain = grain.clone();
+        async move { grain.ask(Add(1), T).await }
+    });
+    a.cluster.leave().await.unwrap();
+    assert_eq!(
+        asked.await.unwrap(),
+        Ok(1),
+        "answered by the next owner (the first count was saved as 0)"
+    );
+    let (owner, _, _) = grain.ask(Where, T).await.unwrap();
+    assert_eq!(owner, key(&b.id));
+    assert_never_two_at_once("stopfirst");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn state_written_on_one_member_is_read_by_the_next_activation_on_another_through_one_sqlite_file()
  {

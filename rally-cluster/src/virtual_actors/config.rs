@@ -14,8 +14,9 @@ use crate::config::{ConfigError, duration};
 const DEFAULT_IDLE_TIMEOUT: Duration = Duration::from_secs(300);
 /// A few hundred bytes of runtime overhead per activation: 100,000 is tens of MB per kind.
 const DEFAULT_MAX_ACTIVE: usize = 100_000;
-/// Room for one state save; part of the takeover wait after a member is downed, so short.
-const DEFAULT_DEACTIVATION_TIMEOUT: Duration = Duration::from_secs(5);
+/// Room for one state save (milliseconds on SQLite or a nearby PostgreSQL); part of the
+/// takeover wait after a member is downed, so short.
+const DEFAULT_DEACTIVATION_TIMEOUT: Duration = Duration::from_secs(2);
 /// A join moves identities this many at a time instead of stopping the world; enough that a
 /// few thousand moves finish in a few rounds of state saves.
 const DEFAULT_MAX_CONCURRENT_MOVES: usize = 64;
@@ -65,7 +66,8 @@ pub struct VirtualActorsConfig {
     pub max_active: usize,
     /// How long a deactivation may take (the messages already queued, then the actor's
     /// `stopped` hook) before the actor is stopped regardless. It is part of the takeover
-    /// wait after a member is downed, so keep it short: 5 s is room for one state save.
+    /// wait after a member is downed, so keep it short: the default 2 s is room for one state
+    /// save.
     #[serde(with = "duration")]
     pub deactivation_timeout: Duration,
     /// Identities this member moves away at once after a membership change, so a join does

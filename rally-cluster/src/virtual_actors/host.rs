@@ -31,6 +31,13 @@ const MAX_AWAITING_HOST: usize = 10_000;
 /// this member's runtime stopped).
 type Resume = Box<dyn FnOnce(&Arc<Inner>, bool) + Send>;
 
+/// Milliseconds from `now` to `deadline`, at least one (a request on its way still waits).
+fn wait_ms(deadline: Instant, now: Instant) -> u64 {
+    u64::try_from(deadline.saturating_duration_since(now).as_millis())
+        .unwrap_or(u64::MAX)
+        .max(1)
+}
+
 /// A message that found no member hosting its kind, waiting for a membership change.
 struct AwaitingHost {
     /// When it fails with `NoHost`.
@@ -196,7 +203,7 @@ impl Inner {
 
     /// Passes a call on to `to`, one more hop.
     fn forward<K: VirtualActor>(
-        &self,
+        self: &Arc<Self>,
         kind: &'static str,
         identity: &str,
         to: &MemberId,
@@ -207,9 +214,79 @@ impl Inner {
             return call.fail(GrainError::TooManyHops(hops));
         }
         if let Ok((outgoing, reply)) = call.into_request() {
-            self.transport
-                .send(to, GrainRequest::new(kind, identity, outgoing), reply);
+            self.send_request(to, GrainRequest::new(kind, identity, outgoing), reply);
         }
+    }
+
+    /// Sends a request to `to`. An ask that finds `to` no longer hosting (its runtime
+    /// stopped: it is leaving or was shut down, and the message was not handled) does not
+    /// fail: it is routed anew once this member's view no longer sends it there, within its
+    /// deadline. So a member that stops hosting a moment before the others see it leave
+    /// costs its callers a wait, not an error.
+    fn send_request(self: &Arc<Self>, to: &MemberId, request: GrainRequest, reply: WireReply) {
+        let Some(deadline) = request.deadline() else {
+            return self.transport.send(to, request, reply);
+        };
+        let again = request.clone();
+        let from = to.clone();
+        let inner = Arc::downgrade(self);
+        let reply: WireReply = Box::new(move |result| match (result, inner.upgrade()) {
+            (Err(GrainError::Stopped), Some(inner)) if Instant::now() < deadline => {
+                inner.reroute(&from, again, deadline, reply);
+            }
+            (result, _) => reply(result),
+        });
+        self.transport.send(to, request, reply);
+    }
+
+    /// Routes a request that `from` refused because it stopped hosting: at once if this
+    /// member's view already routes it elsewhere, otherwise after the next membership change.
+    fn reroute(
+        self: &Arc<Self>,
+        from: &MemberId,
+        mut request: GrainRequest,
+        deadline: Instant,
+        reply: WireReply,
+    ) {
+        let now = Instant::now();
+        if self.is_stopped() || now >= deadline {
+            return reply(Err(GrainError::Stopped));
+        }
+        if request.hops >= self.config.max_hops {
+            return reply(Err(GrainError::TooManyHops(request.hops)));
+        }
+        let route =
+            self.ownership()
+                .route(&request.kind, &request.identity, self.placement.as_ref());
+        let moved_on = match &route {
+            Route::Remote(to) => to != from,
+            Route::Local => true,
+            Route::NoHost => false,
+        };
+        if moved_on {
+            request.hops += 1;
+            request.wait_ms = Some(wait_ms(deadline, now));
+            return match route {
+                Route::Remote(to) => self.send_request(&to, request, reply),
+                _ => self.receive(request, reply),
+            };
+        }
+        let mut awaiting = self.awaiting_host();
+        if awaiting.len() >= MAX_AWAITING_HOST {
+            drop(awaiting);
+            return reply(Err(GrainError::Stopped));
+        }
+        let from = from.clone();
+        awaiting.push(AwaitingHost {
+            until: deadline,
+            resume: Box::new(move |inner, send| {
+                if send {
+                    inner.reroute(&from, request, deadline, reply);
+                } else {
+                    reply(Err(GrainError::Stopped));
+                }
+            }),
+        });
     }
 
     /// Holds a message that found no member hosting its kind until a membership change shows

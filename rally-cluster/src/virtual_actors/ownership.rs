@@ -53,9 +53,9 @@ pub enum Route {
 /// let holder = Ownership::owner_key(&member(2));
 /// assert_eq!(ownership.holder(&holder, t0), Holder::Forward(member(2)));
 /// ownership.apply(&MemberEvent::Down(member(2)), t0);
-/// // One member seen: the membership's margin for one (1.5 s + 5 s) plus 5 s of deactivation.
-/// let at = t0 + Duration::from_millis(11_500);
-/// assert_eq!(ownership.takeover_after(), Duration::from_millis(11_500));
+/// // One member seen: the membership's margin for one (0.6 s + 2 s) plus 5 s of deactivation.
+/// let at = t0 + Duration::from_millis(7_600);
+/// assert_eq!(ownership.takeover_after(), Duration::from_millis(7_600));
 /// assert_eq!(ownership.holder(&holder, t0), Holder::WaitUntil(at));
 /// assert_eq!(ownership.holder(&holder, at), Holder::TakeOver);
 /// ```

@@ -22,7 +22,7 @@ const MEMORY_ATTACH_WAITS: u32 = 20;
 const MEMORY_ATTACH_PAUSE: Duration = Duration::from_millis(10);
 
 /// A message for a virtual actor on its way to another member.
-#[derive(Debug, Serialize, Deserialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub(crate) struct GrainRequest {
     pub(crate) kind: String,
     pub(crate) identity: String,
@@ -80,7 +80,9 @@ impl GrainRequest {
 /// ```
 #[derive(Debug, Clone, Default)]
 pub struct GrainNetwork {
-    members: Arc<Mutex<HashMap<MemberId, Weak<Inner>>>>,
+    /// Each member's runtime; `None` once it stopped (its requests get `Stopped`, as a
+    /// stopped member's endpoint answers over a real connection).
+    members: Arc<Mutex<HashMap<MemberId, Option<Weak<Inner>>>>>,
 }
 
 impl GrainNetwork {
@@ -90,16 +92,17 @@ impl GrainNetwork {
     }
 
     /// One insert, remove or lookup per call: a poisoned lock is still consistent.
-    fn members(&self) -> std::sync::MutexGuard<'_, HashMap<MemberId, Weak<Inner>>> {
+    fn members(&self) -> std::sync::MutexGuard<'_, HashMap<MemberId, Option<Weak<Inner>>>> {
         self.members.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
     pub(crate) fn attach(&self, member: &MemberId, inner: &Arc<Inner>) {
-        self.members().insert(member.clone(), Arc::downgrade(inner));
+        self.members()
+            .insert(member.clone(), Some(Arc::downgrade(inner)));
     }
 
     pub(crate) fn detach(&self, member: &MemberId) {
-        self.members().remove(member);
+        self.members().insert(member.clone(), None);
     }
 }
 
@@ -133,11 +136,15 @@ impl Transport {
                 let to = to.clone();
                 tokio::spawn(async move {
                     for _ in 0..MEMORY_ATTACH_WAITS {
-                        let target = network.members().get(&to).and_then(Weak::upgrade);
-                        if let Some(target) = target {
-                            return target.receive(request, reply);
+                        let target = network.members().get(&to).cloned();
+                        match target {
+                            Some(None) => return reply(Err(GrainError::Stopped)),
+                            Some(Some(weak)) => match weak.upgrade() {
+                                Some(target) => return target.receive(request, reply),
+                                None => return reply(Err(GrainError::Stopped)),
+                            },
+                            None => tokio::time::sleep(MEMORY_ATTACH_PAUSE).await,
                         }
-                        tokio::time::sleep(MEMORY_ATTACH_PAUSE).await;
                     }
                     reply(Err(GrainError::Undeliverable(format!(
                         "member {to} is not reachable"
