@@ -56,7 +56,7 @@ pub(crate) enum FailoverSetting {
     Default,
     /// `stable-after` (and so `down-all-when-unstable`) 1 s; the rest default.
     StableAfter1s,
-    /// `stable-after` 1 s, probe period 200 ms (probe-rtt 100 ms), deactivation timeout 1 s.
+    /// `stable-after` 1 s, probe period 100 ms (probe-rtt 50 ms), deactivation timeout 500 ms.
     Fast,
 }
 

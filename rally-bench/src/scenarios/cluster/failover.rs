@@ -174,8 +174,8 @@ fn settings(
         FailoverSetting::Fast => {
             builder
                 .stable_after(Duration::from_secs(1))
-                .probe(Duration::from_millis(200), Duration::from_millis(100));
-            grains.deactivation_timeout = Duration::from_secs(1);
+                .probe(Duration::from_millis(100), Duration::from_millis(50));
+            grains.deactivation_timeout = Duration::from_millis(500);
         }
     }
     Ok((builder.build()?, grains))
@@ -185,7 +185,7 @@ fn setting_name(setting: FailoverSetting) -> &'static str {
     match setting {
         FailoverSetting::Default => "default",
         FailoverSetting::StableAfter1s => "stable-after 1s",
-        FailoverSetting::Fast => "stable-after 1s, probe 200ms, deactivation 1s",
+        FailoverSetting::Fast => "stable-after 1s, probe 100ms, deactivation 500ms",
     }
 }
 
