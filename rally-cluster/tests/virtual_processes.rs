@@ -212,3 +212,137 @@ async fn across_processes_one_hop_then_a_kill_reactivates_elsewhere_after_the_bo
     }
     assert!(checked >= 20 + owned_by_a.len(), "{lives:?}");
 }
+
+/// A graceful leave under load: the oldest member (the singleton's host, holding some of the
+/// identities a client keeps asking) leaves. The others see it leaving and removed, never
+/// down; the singleton starts on the next oldest only after the leaver's stopped; and not one
+/// of the client's asks fails across the leave (each has a 1 s timeout; an ask that reaches
+/// the leaver after it stopped hosting is routed anew).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_graceful_leave_under_load_hands_over_the_singleton_and_fails_no_ask() {
+    if in_member_mode() {
+        return;
+    }
+    let dir = TempDir(std::env::temp_dir().join(format!(
+        "rally-virtual-leave-{}-{}",
+        std::process::id(),
+        processes::mono_ns()
+    )));
+    std::fs::create_dir_all(&dir.0).unwrap();
+    let db = dir.0.join("grains.db");
+    let ports = free_ports(4);
+    let specs: Vec<(String, Spec, Option<String>)> = ["h0", "h1", "h2", "client"]
+        .iter()
+        .zip(&ports)
+        .map(|(name, port)| {
+            let mut spec = Spec::new(*port, &ports[..1]);
+            spec.hosts_grains = *name != "client";
+            spec.singleton = *name != "client";
+            spec.db = Some(db.clone());
+            ((*name).to_owned(), spec, None)
+        })
+        .collect();
+    let (mut members, _) = start_cluster(&specs).await;
+    let hosts: Vec<usize> = (0..3).collect();
+    let leaver = *hosts
+        .iter()
+        .min_by_key(|&&i| members[i].ready.as_ref().unwrap().id(false))
+        .unwrap();
+    let leaver_id = members[leaver].member().to_owned();
+    members[leaver]
+        .find("the singleton on the oldest", |o| {
+            o.is("SINGLETON", &["START"])
+        })
+        .await;
+    let mut stayers: Vec<usize> = hosts.iter().copied().filter(|&i| i != leaver).collect();
+    stayers.sort_by_key(|&i| members[i].ready.as_ref().unwrap().id(false));
+
+    // Load: 30 identities (about a third held by the leaver), asked in rounds.
+    let client = 3;
+    members[client].send("load lv 30");
+    // Warm-up rounds, until one round has no failure (the first activations).
+    loop {
+        let round = members[client]
+            .expect("a load round", |o| o.word == "LOADED")
+            .await;
+        if round.args[0] == "0" {
+            break;
+        }
+    }
+
+    members[leaver].send("leave");
+    let left_at = processes::mono_ns();
+    let stopped = members[leaver]
+        .expect("the leaver stopped", |o| o.word == "STOPPED")
+        .await;
+    for &i in &stayers {
+        let l = leaver_id.clone();
+        members[i]
+            .expect("the leaver removed", move |o| {
+                o.is("EVENT", &["Removed", &l])
+            })
+            .await;
+    }
+    let next = stayers[0];
+    let started = members[next]
+        .expect("the singleton on the next oldest", |o| {
+            o.is("SINGLETON", &["START"])
+        })
+        .await;
+    // Three more whole rounds after everyone saw the leave.
+    let removed_seen = processes::mono_ns();
+    let mut rounds_after = 0;
+    while rounds_after < 3 {
+        let round = members[client]
+            .expect("a load round", |o| o.word == "LOADED")
+            .await;
+        if round.at > removed_seen {
+            rounds_after += 1;
+        }
+    }
+    let failed: u64 = members[client]
+        .seen
+        .iter()
+        .filter(|o| o.word == "LOADED" && o.at > left_at)
+        .map(|o| o.args[0].parse::<u64>().unwrap())
+        .sum();
+    let rounds = members[client]
+        .seen
+        .iter()
+        .filter(|o| o.word == "LOADED" && o.at > left_at)
+        .count();
+    eprintln!(
+        "OBSERVED graceful leave under load: the leaver stopped {:.0} ms after `leave`, the \
+         singleton started on the next oldest {:.0} ms after; {rounds} rounds of 30 asks since \
+         the leave, {failed} failed",
+        ms(stopped.at - left_at),
+        ms(started.at.saturating_sub(stopped.at))
+    );
+    assert_eq!(failed, 0, "no ask failed across a graceful leave");
+    for &i in &stayers {
+        members[i].drain();
+        let downed: Vec<&Out> = members[i]
+            .seen
+            .iter()
+            .filter(|o| o.is("EVENT", &["Down", &leaver_id]))
+            .collect();
+        assert!(
+            downed.is_empty(),
+            "{}: a leave is not a down: {downed:?}",
+            members[i].name
+        );
+        assert!(
+            members[i]
+                .seen
+                .iter()
+                .any(|o| o.is("EVENT", &["Leaving", &leaver_id])),
+            "{}: saw it leaving",
+            members[i].name
+        );
+    }
+    // The singleton's lives, from every process's facts, never overlap.
+    let facts: Vec<&Out> = members.iter().flat_map(|m| m.seen.iter()).collect();
+    let lives = processes::singleton_lives(&facts);
+    assert_eq!(lives.len(), 2, "one handover: {lives:?}");
+    assert_no_overlap("singleton", &lives, |_| None);
+}

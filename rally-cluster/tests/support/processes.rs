@@ -20,7 +20,8 @@
 //!
 //! `<member>` is `rally://<cluster>@<host>:<port>#<incarnation>`. Commands on stdin:
 //! `ask <identity> <n>`, `load <prefix> <count>` (asks `<prefix>-0..count` in rounds until the
-//! process ends, reporting each round), `stats`.
+//! process ends, reporting each round), `stats`, `leave` (leaves the cluster gracefully; the
+//! process then stops).
 
 #![allow(dead_code, unreachable_pub)]
 
@@ -368,6 +369,14 @@ impl Life {
                         }
                         say(&format!("LOADED {failed}"));
                         tokio::time::sleep(Duration::from_millis(20)).await;
+                    }
+                });
+            }
+            (["leave"], _) => {
+                let cluster = self.cluster.clone();
+                tokio::spawn(async move {
+                    if let Err(e) = cluster.leave().await {
+                        eprintln!("member: leave failed: {e}");
                     }
                 });
             }
