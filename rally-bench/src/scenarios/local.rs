@@ -24,6 +24,15 @@ pub(crate) struct PingPongArgs {
     /// Round trips of the `ask` row (one task awaiting `ask` in a loop), per runtime flavour.
     #[arg(long, default_value_t = 200_000)]
     asks: u64,
+    /// Only this runtime flavour (`mt` or `ct`), e.g. to profile one row.
+    #[arg(long, value_parser = ["mt", "ct"])]
+    runtime: Option<String>,
+    /// Only the rows with this many pairs (the ask row is skipped).
+    #[arg(long)]
+    pairs: Option<usize>,
+    /// Only the rows with this many in flight (the ask row is skipped).
+    #[arg(long)]
+    in_flight: Option<u64>,
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -195,11 +204,20 @@ pub(crate) fn ping_pong(args: &PingPongArgs) -> anyhow::Result<()> {
         ("mt", multi_thread_runtime()),
         ("ct", current_thread_runtime()),
     ] {
+        if args.runtime.as_deref().is_some_and(|only| only != flavour) {
+            continue;
+        }
         if flavour == "mt" {
             on_worker(&runtime, run_pairs(1, 50, warm_up, None));
         }
         for pairs in [1, cores] {
+            if args.pairs.is_some_and(|only| only != pairs) {
+                continue;
+            }
             for in_flight in [1u64, 50] {
+                if args.in_flight.is_some_and(|only| only != in_flight) {
+                    continue;
+                }
                 let elapsed = if flavour == "ct" {
                     run_pairs_thread_per_pair(pairs, in_flight, round_trips)
                 } else {
@@ -216,6 +234,9 @@ pub(crate) fn ping_pong(args: &PingPongArgs) -> anyhow::Result<()> {
                         .with("runtime", flavour),
                 );
             }
+        }
+        if args.pairs.is_some() || args.in_flight.is_some() {
+            continue;
         }
         // The peers' `ask` row: one task on the runtime awaits the framework's
         // request/response in a loop; both directions count.
