@@ -346,11 +346,13 @@ impl<A: Actor> MailboxReceiver<A> {
     }
 
     /// The next message, waiting for one.
+    ///
+    /// Registers first and then looks, under the lock that marks the actor parked: one lock
+    /// per poll. (Looking before registering too cost a third lock per message when the
+    /// mailbox is empty, which is every message at one in flight: callers look with
+    /// [`try_next`](Self::try_next) before they wait.)
     pub(crate) async fn next(&mut self) -> Next<A> {
         std::future::poll_fn(|cx| {
-            if let Some(next) = self.try_next() {
-                return Poll::Ready(next);
-            }
             register(&self.mailbox.waker, cx.waker());
             match self.take_next(true) {
                 Some(next) => Poll::Ready(next),
