@@ -23,7 +23,7 @@ use std::time::{Duration, Instant};
 use foca::{
     AccumulatingRuntime, Foca, NoCustomBroadcast, OwnedNotification, PeriodicParams, State, Timer,
 };
-use rally_remote::{Incarnation, NodeAddress};
+use rally_remote::{Incarnation, NodeAddress, UniqueAddress};
 use rand::SeedableRng;
 use rand::rngs::StdRng;
 use serde::{Deserialize, Serialize};
@@ -189,6 +189,9 @@ pub struct Membership {
     /// so one that shows up again after foca forgot it (`remove-down-after`), as a process
     /// paused for longer does, is declared down again instead of admitted.
     buried: Buried,
+    /// Members the transport's own failure detector (the remoting heartbeats' phi-accrual)
+    /// suspects; unreachable in this view whatever SWIM says.
+    transport_unreachable: HashSet<UniqueAddress>,
 }
 
 /// The most recent lives seen down or removed, at most `max-members` of them.
@@ -289,6 +292,7 @@ impl Membership {
             stats: MembershipStats::default(),
             stopped: false,
             buried: Buried::new(config_max_members),
+            transport_unreachable: HashSet::new(),
         })
     }
 
@@ -498,6 +502,49 @@ impl Membership {
         self.after_interaction(now);
     }
 
+    /// Takes in the transport's own verdict on a peer: the remoting heartbeats' phi-accrual
+    /// detector suspects it (`reachable: false`) or hears it again (`true`). A member is
+    /// reachable in this view only while both SWIM's probes and the transport's heartbeats
+    /// say so, so the two detectors give one reachability view (a connection whose heartbeats
+    /// stop while indirect probes still get through counts as unreachable). A peer that is no
+    /// member of this view is ignored.
+    ///
+    /// # Example
+    ///
+    /// ```
+    /// use std::time::Instant;
+    /// use rally::cluster::{ClusterConfig, Membership, MemberId};
+    /// use rally::remote::{Incarnation, UniqueAddress};
+    ///
+    /// let id = MemberId::new("rally://c@127.0.0.1:1".parse().unwrap(), Incarnation(1), 1);
+    /// let mut core = Membership::new(id, ClusterConfig::default(), 1, Instant::now()).unwrap();
+    /// let stranger = UniqueAddress {
+    ///     address: "rally://c@127.0.0.1:9".parse().unwrap(),
+    ///     incarnation: Incarnation(9),
+    /// };
+    /// core.handle_transport_reachability(&stranger, false, Instant::now());
+    /// assert!(core.members().iter().all(|m| m.reachable), "not a member: ignored");
+    /// ```
+    pub fn handle_transport_reachability(
+        &mut self,
+        peer: &UniqueAddress,
+        reachable: bool,
+        now: Instant,
+    ) {
+        if self.stopped {
+            return;
+        }
+        let changed = if reachable {
+            self.transport_unreachable.remove(peer)
+        } else {
+            let known = self.members.keys().any(|id| unique(id) == *peer);
+            known && self.transport_unreachable.insert(peer.clone())
+        };
+        if changed {
+            self.after_interaction(now);
+        }
+    }
+
     /// This member.
     pub fn local(&self) -> &Member {
         &self.local
@@ -653,6 +700,7 @@ impl Membership {
         gone.sort_by(|a, b| a.age_order(b));
         for id in gone {
             self.members.remove(&id);
+            self.transport_unreachable.remove(&unique(&id));
             self.buried.insert(id.clone());
             self.events.push_back(MemberEvent::Removed(id));
         }
@@ -662,7 +710,8 @@ impl Membership {
                 if state != State::Down && self.buried.contains(&id) {
                     returned.push(id);
                 } else if state != State::Down {
-                    let reachable = state == State::Alive;
+                    let reachable =
+                        state == State::Alive && !self.transport_unreachable.contains(&unique(&id));
                     self.members.insert(
                         id.clone(),
                         Member::new(id.clone(), MemberStatus::Joining, reachable),
@@ -677,14 +726,18 @@ impl Membership {
             if !member.is_serving() {
                 continue;
             }
+            let transport_ok = !self.transport_unreachable.contains(&unique(&id));
             match state {
-                State::Alive if !member.reachable => {
-                    member.reachable = true;
-                    self.events.push_back(MemberEvent::Reachable(id));
-                }
-                State::Suspect if member.reachable => {
-                    member.reachable = false;
-                    self.events.push_back(MemberEvent::Unreachable(id));
+                State::Alive | State::Suspect => {
+                    let reachable = state == State::Alive && transport_ok;
+                    if reachable != member.reachable {
+                        member.reachable = reachable;
+                        self.events.push_back(if reachable {
+                            MemberEvent::Reachable(id)
+                        } else {
+                            MemberEvent::Unreachable(id)
+                        });
+                    }
                 }
                 State::Down if member.status == MemberStatus::Leaving => {
                     self.members.remove(&id);
@@ -696,7 +749,6 @@ impl Membership {
                     self.buried.insert(id.clone());
                     self.events.push_back(MemberEvent::Down(id));
                 }
-                _ => {}
             }
         }
         self.bury_again(returned, now);
@@ -838,6 +890,14 @@ impl Membership {
         self.timers.clear();
         self.next_join = None;
         self.stability.unreachable_since = None;
+    }
+}
+
+/// The transport's name for a member's life.
+fn unique(id: &MemberId) -> UniqueAddress {
+    UniqueAddress {
+        address: id.address.clone(),
+        incarnation: id.incarnation,
     }
 }
 

@@ -20,6 +20,8 @@ use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
 use tokio::sync::{broadcast, mpsc, oneshot};
 
+use rally_remote::{PeerEvent, UniqueAddress};
+
 use crate::member::{Member, MemberEvent, MemberId};
 use crate::membership::{Membership, MembershipStats, Transmit};
 
@@ -262,6 +264,7 @@ pub(crate) async fn drive(
     mut send: impl FnMut(Transmit) + Send,
     mut commands: mpsc::UnboundedReceiver<Command>,
     publisher: ViewPublisher,
+    mut peer_events: Option<broadcast::Receiver<PeerEvent>>,
 ) {
     let now = || tokio::time::Instant::now().into_std();
     core.join(now());
@@ -290,6 +293,12 @@ pub(crate) async fn drive(
                 // Every handle dropped without a leave: stop at once, as a crash would.
                 None => break,
             },
+            verdict = transport_verdict(&mut peer_events) => match verdict {
+                Some((peer, reachable)) => {
+                    core.handle_transport_reachability(&peer, reachable, now());
+                }
+                None => peer_events = None,
+            },
             () = tokio::time::sleep_until(deadline) => core.handle_timeout(now()),
         }
     }
@@ -300,6 +309,30 @@ pub(crate) async fn drive(
     publisher.close();
     if let Some(done) = left {
         let _ = done.send(());
+    }
+}
+
+/// The next verdict of the transport's failure detector on a peer (the remoting heartbeats'
+/// phi-accrual): `false` when it suspects the peer or gave it up, `true` when it hears it
+/// again. `None` once the node's events end; pending for ever without a transport.
+async fn transport_verdict(
+    events: &mut Option<broadcast::Receiver<PeerEvent>>,
+) -> Option<(UniqueAddress, bool)> {
+    let Some(events) = events else {
+        return std::future::pending().await;
+    };
+    loop {
+        match events.recv().await {
+            Ok(PeerEvent::Unreachable(peer) | PeerEvent::Down { peer, .. }) => {
+                return Some((peer, false));
+            }
+            Ok(PeerEvent::Reachable(peer) | PeerEvent::Connected(peer)) => {
+                return Some((peer, true));
+            }
+            // Missed verdicts are not replayed: the next one for a peer corrects its state.
+            Ok(_) | Err(broadcast::error::RecvError::Lagged(_)) => {}
+            Err(broadcast::error::RecvError::Closed) => return None,
+        }
     }
 }
 

@@ -224,6 +224,22 @@ impl Simulation {
         self.collect();
     }
 
+    /// Hands `observer` its transport's verdict on `subject`, as the gossip provider does with
+    /// the remoting heartbeats' failure detector: `false` suspects it, `true` hears it again.
+    pub fn transport_verdict(&mut self, observer: &MemberId, subject: &MemberId, reachable: bool) {
+        let now = self.now;
+        let peer = rally_remote::UniqueAddress {
+            address: subject.address.clone(),
+            incarnation: subject.incarnation,
+        };
+        if let Some(member) = self.members.get_mut(&observer.address) {
+            member
+                .core
+                .handle_transport_reachability(&peer, reachable, now);
+        }
+        self.collect();
+    }
+
     /// The member at `id`'s address leaves gracefully.
     pub fn leave(&mut self, id: &MemberId) {
         if let Some(member) = self.members.get_mut(&id.address) {

@@ -244,3 +244,54 @@ fn the_same_seed_replays_the_same_history() {
     assert_eq!(a, run(11));
     assert_ne!(a, run(12));
 }
+
+/// The transport's failure detector (the remoting heartbeats) and SWIM's probes give one
+/// reachability view: a member whose connection's heartbeats stop is unreachable even while
+/// SWIM (through indirect probes) still hears it, reachable again when the heartbeats come
+/// back before a decision, and downed by the majority if they do not.
+#[test]
+fn the_transport_detector_and_swim_give_one_reachability_view() {
+    let config = config();
+    for seed in 0..5 {
+        let (mut sim, members) = converged(seed, 3, &config);
+        let (a, c) = (members[0].clone(), members[2].clone());
+
+        // Heartbeats from c stop reaching a, then come back within stable-after.
+        sim.transport_verdict(&a, &c, false);
+        assert_eq!(
+            seen(&sim, &a, &c).last(),
+            Some(&&MemberEvent::Unreachable(c.clone())),
+            "seed {seed}"
+        );
+        sim.run_for(config.stable_after / 2);
+        sim.transport_verdict(&a, &c, true);
+        assert_eq!(
+            seen(&sim, &a, &c).last(),
+            Some(&&MemberEvent::Reachable(c.clone())),
+            "seed {seed}"
+        );
+        sim.run_for(config.stable_after * 3);
+        assert!(
+            sim.log()
+                .iter()
+                .all(|e| !matches!(e.event, MemberEvent::Down(_))),
+            "seed {seed}: nobody downed"
+        );
+
+        // They stop for good: a and b, the majority, down c, though SWIM alone hears it.
+        let cut = sim.elapsed();
+        sim.transport_verdict(&a, &c, false);
+        assert!(
+            sim.run_until(Duration::from_secs(30), |sim| members
+                .iter()
+                .filter(|m| **m != c)
+                .all(|m| sim.status_seen_by(m, &c) == Some(MemberStatus::Down))),
+            "seed {seed}: c not downed"
+        );
+        let downed = first_seen(&sim, &a, &MemberEvent::Down(c.clone())).unwrap();
+        assert!(
+            downed >= cut + config.stable_after,
+            "seed {seed}: decided only after stable-after"
+        );
+    }
+}

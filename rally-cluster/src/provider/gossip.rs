@@ -84,9 +84,19 @@ impl Provider for GossipProvider {
             // A refused send (queue full, peer gone) is a lost packet: SWIM tolerates loss.
             let _ = peer.tell(GossipPacket(transmit.payload));
         };
+        // The node's own failure detector joins SWIM's probes in one reachability view.
+        let peer_events = Some(self.node.peer_events());
         let node = self.node;
         Ok(Box::pin(async move {
-            drive(core, inbound, send, context.commands, context.publisher).await;
+            drive(
+                core,
+                inbound,
+                send,
+                context.commands,
+                context.publisher,
+                peer_events,
+            )
+            .await;
             node.unexpose(ENDPOINT);
             endpoint.stop();
         }))

@@ -100,7 +100,15 @@ impl Provider for MemoryProvider {
         };
         let network = self.network;
         Ok(Box::pin(async move {
-            drive(core, inbound, send, context.commands, context.publisher).await;
+            drive(
+                core,
+                inbound,
+                send,
+                context.commands,
+                context.publisher,
+                None,
+            )
+            .await;
             let mut members = network.members();
             // A later life at this address may have registered meanwhile: keep it.
             if members
