@@ -116,6 +116,9 @@ pub(crate) struct Mailbox<A: Actor> {
     pub(crate) path: Arc<str>,
     queues: Mutex<Queues<A>>,
     system_pending: AtomicBool,
+    /// Set with each user message queued, cleared when the actor takes the queue (both under
+    /// the lock): a hint that lets the actor see an empty queue without taking the lock.
+    user_pending: AtomicBool,
     /// User messages the actor has taken from the queue and not finished: those left in its
     /// batch plus the one it is handling (0 once it looks for more and finds none), so a busy
     /// actor with an empty queue does not look idle.
@@ -177,6 +180,7 @@ impl<A: Actor> Mailbox<A> {
                 parked: false,
             }),
             system_pending: AtomicBool::new(false),
+            user_pending: AtomicBool::new(false),
             in_batch: AtomicUsize::new(0),
             waker: AtomicWaker::new(),
             bound: config.capacity.map(|limit| {
@@ -221,6 +225,7 @@ impl<A: Actor> Mailbox<A> {
                 return Err(EnqueueError::Stopped(envelope));
             }
             queues.user.push_back(envelope);
+            self.user_pending.store(true, Ordering::Release);
             if let Some(counters) = self.monitor.counters() {
                 // The in-batch count is read only for sampled messages.
                 counters.arrived(queues.user.len(), || {
@@ -314,7 +319,19 @@ impl<A: Actor> Probe for Mailbox<A> {
 
 impl<A: Actor> MailboxReceiver<A> {
     /// The next message without waiting: system messages first, then the user batch.
+    ///
+    /// With nothing in its batch and neither flag set, it returns `None` without the lock (at
+    /// one message in flight the queue is empty at every look). A message queued just after the
+    /// flags were read is not lost: the actor then waits with [`next`](Self::next), which looks
+    /// under the lock before it parks.
     pub(crate) fn try_next(&mut self) -> Option<Next<A>> {
+        let mailbox = &*self.mailbox;
+        if self.batch.is_empty()
+            && !mailbox.user_pending.load(Ordering::Acquire)
+            && !mailbox.system_pending.load(Ordering::Acquire)
+        {
+            return None;
+        }
         self.take_next(false)
     }
 
@@ -334,6 +351,7 @@ impl<A: Actor> MailboxReceiver<A> {
                 return Some(Next::System(msg));
             }
             std::mem::swap(&mut queues.user, &mut self.batch);
+            mailbox.user_pending.store(false, Ordering::Relaxed);
             if park && self.batch.is_empty() {
                 queues.parked = true;
             }
