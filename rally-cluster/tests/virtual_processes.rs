@@ -33,6 +33,18 @@ impl Drop for TempDir {
     }
 }
 
+/// A fresh directory named after `test`, and the SQLite file the members share in it.
+fn shared_store(test: &str) -> (TempDir, std::path::PathBuf) {
+    let dir = TempDir(std::env::temp_dir().join(format!(
+        "rally-virtual-{test}-{}-{}",
+        std::process::id(),
+        processes::mono_ns()
+    )));
+    std::fs::create_dir_all(&dir.0).unwrap();
+    let db = dir.0.join("grains.db");
+    (dir, db)
+}
+
 /// Asks `identity` from `client` until it answers (each ask is bounded by its own timeout);
 /// returns the reply's (count, owner, epoch) and the errors met before.
 async fn ask_until_answered(
@@ -75,13 +87,7 @@ async fn across_processes_one_hop_then_a_kill_reactivates_elsewhere_after_the_bo
     if in_member_mode() {
         return;
     }
-    let dir = TempDir(std::env::temp_dir().join(format!(
-        "rally-virtual-processes-{}-{}",
-        std::process::id(),
-        processes::mono_ns()
-    )));
-    std::fs::create_dir_all(&dir.0).unwrap();
-    let db = dir.0.join("grains.db");
+    let (_dir, db) = shared_store("processes");
     let ports = free_ports(3);
     let specs: Vec<(String, Spec, Option<String>)> = ["a", "b", "client"]
         .iter()
@@ -223,13 +229,7 @@ async fn a_graceful_leave_under_load_hands_over_the_singleton_and_fails_no_ask()
     if in_member_mode() {
         return;
     }
-    let dir = TempDir(std::env::temp_dir().join(format!(
-        "rally-virtual-leave-{}-{}",
-        std::process::id(),
-        processes::mono_ns()
-    )));
-    std::fs::create_dir_all(&dir.0).unwrap();
-    let db = dir.0.join("grains.db");
+    let (_dir, db) = shared_store("leave");
     let ports = free_ports(4);
     let specs: Vec<(String, Spec, Option<String>)> = ["h0", "h1", "h2", "client"]
         .iter()
