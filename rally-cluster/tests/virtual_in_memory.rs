@@ -301,10 +301,17 @@ async fn an_ask_to_a_member_that_stopped_hosting_before_it_left_is_routed_anew_n
 
     // A stops hosting; the others still see it up.
     a.grains.shutdown().await;
-    let asked = tokio::spawn({
+    let mut asked = tokio::spawn({
         let grain = grain.clone();
         async move { grain.ask(Add(1), T).await }
     });
+    // A refuses it at once (not handled); while the client still sees A up, it waits.
+    assert!(
+        tokio::time::timeout(Duration::from_millis(100), &mut asked)
+            .await
+            .is_err(),
+        "the ask waits while A is still seen up"
+    );
     a.cluster.leave().await.unwrap();
     assert_eq!(
         asked.await.unwrap(),

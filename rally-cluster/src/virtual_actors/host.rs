@@ -23,24 +23,18 @@ use crate::member::MemberId;
 /// away or a lost race) before its messages fail.
 const CLAIM_ATTEMPTS: u32 = 8;
 
-/// Messages waiting at most on one member for a host of their kind to be seen; past it a
-/// message fails with `NoHost` at once, so a cluster with no host cannot fill memory.
-const MAX_AWAITING_HOST: usize = 10_000;
+/// Messages waiting at most on one member for a membership change (a host of their kind to
+/// be seen, or a stopped owner to be seen leaving); past it a message fails at once, so a
+/// cluster with no host cannot fill memory.
+const MAX_WAITING: usize = 10_000;
 
-/// Sends a waiting message again (`true`) or fails it (`false`: `NoHost`, or `Stopped` if
-/// this member's runtime stopped).
+/// Routes a waiting message again (`true`) or fails it (`false`: its wait is over, or this
+/// member's runtime stopped).
 type Resume = Box<dyn FnOnce(&Arc<Inner>, bool) + Send>;
 
-/// Milliseconds from `now` to `deadline`, at least one (a request on its way still waits).
-fn wait_ms(deadline: Instant, now: Instant) -> u64 {
-    u64::try_from(deadline.saturating_duration_since(now).as_millis())
-        .unwrap_or(u64::MAX)
-        .max(1)
-}
-
-/// A message that found no member hosting its kind, waiting for a membership change.
-struct AwaitingHost {
-    /// When it fails with `NoHost`.
+/// A message waiting for a membership change.
+struct Waiting {
+    /// When it fails.
     until: Instant,
     resume: Resume,
 }
@@ -61,8 +55,8 @@ pub(crate) struct Inner {
     /// Wakes the sweeper after a membership change.
     pub(crate) view_changed: Notify,
     view_dirty: AtomicBool,
-    /// Messages sent before any member hosting their kind was seen.
-    awaiting_host: Mutex<Vec<AwaitingHost>>,
+    /// Messages waiting for a membership change.
+    waiting: Mutex<Vec<Waiting>>,
 }
 
 /// The figures of one kind on this member.
@@ -122,7 +116,7 @@ impl Inner {
             moves,
             view_changed: Notify::new(),
             view_dirty: AtomicBool::new(false),
-            awaiting_host: Mutex::new(Vec::new()),
+            waiting: Mutex::new(Vec::new()),
         }
     }
 
@@ -192,7 +186,7 @@ impl Inner {
             .ownership()
             .route(K::KIND, identity, self.placement.as_ref());
         match route {
-            Route::Remote(to) => self.forward(K::KIND, identity, &to, call),
+            Route::Remote(to) => self.forward(identity, &to, call),
             Route::NoHost => self.await_host(Arc::clone(identity), call),
             Route::Local => call.fail(GrainError::NotHosted {
                 kind: K::KIND.to_owned(),
@@ -201,92 +195,73 @@ impl Inner {
         }
     }
 
-    /// Passes a call on to `to`, one more hop.
+    /// Passes a call on to `to`, one more hop. An ask that `to` refuses because its runtime
+    /// stopped (it is leaving or was shut down: the message was not handled) does not fail:
+    /// it is routed anew once this member's view no longer sends it there, within its
+    /// deadline. So a member that stops hosting a moment before the others see it leave
+    /// costs its callers a wait, not an error.
     fn forward<K: VirtualActor>(
         self: &Arc<Self>,
-        kind: &'static str,
-        identity: &str,
+        identity: &Arc<str>,
         to: &MemberId,
-        call: Box<dyn Call<K>>,
+        mut call: Box<dyn Call<K>>,
     ) {
         if call.hops() >= self.config.max_hops {
             let hops = call.hops();
             return call.fail(GrainError::TooManyHops(hops));
         }
-        if let Ok((outgoing, reply)) = call.into_request() {
-            self.send_request(to, GrainRequest::new(kind, identity, outgoing), reply);
-        }
-    }
-
-    /// Sends a request to `to`. An ask that finds `to` no longer hosting (its runtime
-    /// stopped: it is leaving or was shut down, and the message was not handled) does not
-    /// fail: it is routed anew once this member's view no longer sends it there, within its
-    /// deadline. So a member that stops hosting a moment before the others see it leave
-    /// costs its callers a wait, not an error.
-    fn send_request(self: &Arc<Self>, to: &MemberId, request: GrainRequest, reply: WireReply) {
-        let Some(deadline) = request.deadline() else {
-            return self.transport.send(to, request, reply);
+        let outgoing = match call.request() {
+            Ok(outgoing) => outgoing,
+            Err(error) => return call.fail(error),
         };
-        let again = request.clone();
-        let from = to.clone();
-        let inner = Arc::downgrade(self);
-        let reply: WireReply = Box::new(move |result| match (result, inner.upgrade()) {
-            (Err(GrainError::Stopped), Some(inner)) if Instant::now() < deadline => {
-                inner.reroute(&from, again, deadline, reply);
+        let request = GrainRequest::new(K::KIND, identity, outgoing);
+        let reply: WireReply = match call.deadline() {
+            None => Box::new(move |result| call.answer(result)),
+            Some(deadline) => {
+                let inner = Arc::downgrade(self);
+                let (identity, from) = (Arc::clone(identity), to.clone());
+                Box::new(move |result| match (result, inner.upgrade()) {
+                    (Err(GrainError::Stopped), Some(inner)) if Instant::now() < deadline => {
+                        inner.reroute(&from, identity, call);
+                    }
+                    (result, _) => call.answer(result),
+                })
             }
-            (result, _) => reply(result),
-        });
+        };
         self.transport.send(to, request, reply);
     }
 
-    /// Routes a request that `from` refused because it stopped hosting: at once if this
+    /// Routes an ask that `from` refused because it stopped hosting: at once if this
     /// member's view already routes it elsewhere, otherwise after the next membership change.
-    fn reroute(
+    fn reroute<K: VirtualActor>(
         self: &Arc<Self>,
         from: &MemberId,
-        mut request: GrainRequest,
-        deadline: Instant,
-        reply: WireReply,
+        identity: Arc<str>,
+        call: Box<dyn Call<K>>,
     ) {
-        let now = Instant::now();
-        if self.is_stopped() || now >= deadline {
-            return reply(Err(GrainError::Stopped));
-        }
-        if request.hops >= self.config.max_hops {
-            return reply(Err(GrainError::TooManyHops(request.hops)));
-        }
-        let route =
-            self.ownership()
-                .route(&request.kind, &request.identity, self.placement.as_ref());
+        let route = self
+            .ownership()
+            .route(K::KIND, &identity, self.placement.as_ref());
         let moved_on = match &route {
             Route::Remote(to) => to != from,
             Route::Local => true,
             Route::NoHost => false,
         };
-        if moved_on {
-            request.hops += 1;
-            request.wait_ms = Some(wait_ms(deadline, now));
-            return match route {
-                Route::Remote(to) => self.send_request(&to, request, reply),
-                _ => self.receive(request, reply),
-            };
+        if moved_on || self.is_stopped() {
+            return self.send::<K>(&identity, call);
         }
-        let mut awaiting = self.awaiting_host();
-        if awaiting.len() >= MAX_AWAITING_HOST {
-            drop(awaiting);
-            return reply(Err(GrainError::Stopped));
-        }
+        let until = call.deadline().unwrap_or_else(Instant::now);
         let from = from.clone();
-        awaiting.push(AwaitingHost {
-            until: deadline,
-            resume: Box::new(move |inner, send| {
-                if send {
-                    inner.reroute(&from, request, deadline, reply);
+        self.wait_for_view(
+            until,
+            Box::new(move |inner, again| {
+                if again {
+                    inner.reroute(&from, identity, call);
                 } else {
-                    reply(Err(GrainError::Stopped));
+                    call.fail(GrainError::Stopped);
                 }
             }),
-        });
+        );
     }
 
     /// Holds a message that found no member hosting its kind until a membership change shows
@@ -297,15 +272,10 @@ impl Inner {
         let until = call
             .deadline()
             .unwrap_or_else(|| Instant::now() + self.config.host_wait);
-        let mut awaiting = self.awaiting_host();
-        if self.is_stopped() || awaiting.len() >= MAX_AWAITING_HOST || until <= Instant::now() {
-            drop(awaiting);
-            return call.fail(GrainError::NoHost(K::KIND.to_owned()));
-        }
-        awaiting.push(AwaitingHost {
+        self.wait_for_view(
             until,
-            resume: Box::new(move |inner, send| {
-                if send {
+            Box::new(move |inner, again| {
+                if again {
                     inner.send::<K>(&identity, call);
                 } else if inner.is_stopped() {
                     call.fail(GrainError::Stopped);
@@ -313,34 +283,44 @@ impl Inner {
                     call.fail(GrainError::NoHost(K::KIND.to_owned()));
                 }
             }),
-        });
+        );
     }
 
-    fn awaiting_host(&self) -> MutexGuard<'_, Vec<AwaitingHost>> {
-        self.awaiting_host
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
+    /// Keeps `resume` until the next membership change (then `resume(true)`) or `until`
+    /// (`resume(false)`); `resume(false)` at once when this member stopped, `until` has
+    /// passed, or `MAX_WAITING` messages already wait.
+    fn wait_for_view(self: &Arc<Self>, until: Instant, resume: Resume) {
+        let mut waiting = self.waiting();
+        if self.is_stopped() || waiting.len() >= MAX_WAITING || until <= Instant::now() {
+            drop(waiting);
+            return resume(self, false);
+        }
+        waiting.push(Waiting { until, resume });
     }
 
-    /// After a membership change, sends again every message that waited for a host (those
-    /// that still find none wait again); at any time, fails those past their deadline.
-    fn resume_awaiting_host(self: &Arc<Self>, view_changed: bool) {
+    fn waiting(&self) -> MutexGuard<'_, Vec<Waiting>> {
+        self.waiting.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// After a membership change, routes again every message that waited for one (those
+    /// that still cannot go wait again); at any time, fails those past their deadline.
+    fn resume_waiting(self: &Arc<Self>, view_changed: bool) {
         let now = Instant::now();
-        let waiting = {
-            let mut awaiting = self.awaiting_host();
+        let due = {
+            let mut waiting = self.waiting();
             if view_changed || self.is_stopped() {
-                std::mem::take(&mut *awaiting)
+                std::mem::take(&mut *waiting)
             } else {
-                let (due, kept) = std::mem::take(&mut *awaiting)
+                let (due, kept) = std::mem::take(&mut *waiting)
                     .into_iter()
                     .partition(|w| w.until <= now);
-                *awaiting = kept;
+                *waiting = kept;
                 due
             }
         };
-        for waiting in waiting {
-            let send = view_changed && waiting.until > now && !self.is_stopped();
-            (waiting.resume)(self, send);
+        for waiting in due {
+            let again = view_changed && waiting.until > now && !self.is_stopped();
+            (waiting.resume)(self, again);
         }
     }
 
@@ -382,7 +362,7 @@ impl Inner {
         } else {
             self.view_dirty.store(true, Ordering::Release);
             self.view_changed.notify_one();
-            self.resume_awaiting_host(true);
+            self.resume_waiting(true);
         }
     }
 
@@ -397,7 +377,7 @@ impl Inner {
         for host in self.all_kinds() {
             host.deactivate_all(self);
         }
-        self.resume_awaiting_host(false);
+        self.resume_waiting(false);
         self.view_changed.notify_one();
     }
 
@@ -408,7 +388,7 @@ impl Inner {
         for host in self.all_kinds() {
             host.sweep(self, Instant::now(), moved);
         }
-        self.resume_awaiting_host(false);
+        self.resume_waiting(false);
     }
 
     pub(crate) fn attach(self: &Arc<Self>) {
@@ -570,7 +550,7 @@ impl<K: VirtualActor> Host<K> {
                         if call.hops() > 0 {
                             self.counters.forwarded.fetch_add(1, Ordering::Relaxed);
                         }
-                        inner.forward(K::KIND, &identity, &to, call);
+                        inner.forward(&identity, &to, call);
                     }
                     Route::NoHost => {
                         drop(slots);
@@ -711,7 +691,7 @@ impl<K: VirtualActor> Host<K> {
         };
         for call in queue {
             self.counters.forwarded.fetch_add(1, Ordering::Relaxed);
-            inner.forward(K::KIND, identity, to, call);
+            inner.forward(identity, to, call);
         }
     }
 

@@ -274,8 +274,11 @@ pub(crate) trait Call<K: Actor>: Send {
     fn deliver(self: Box<Self>, actor: &ActorRef<K>, done: Box<dyn FnOnce() + Send>);
     /// Fails the call.
     fn fail(self: Box<Self>, error: GrainError);
-    /// The request to send it to another member (one more hop), or the failure.
-    fn into_request(self: Box<Self>) -> Result<(Outgoing, WireReply), GrainError>;
+    /// The message part of a request to another member, one more hop (the call stays, to
+    /// take the reply with [`answer`](Self::answer), or to be routed again).
+    fn request(&mut self) -> Result<Outgoing, GrainError>;
+    /// Takes another member's reply bytes (or why there are none) to this call.
+    fn answer(self: Box<Self>, result: Result<Vec<u8>, GrainError>);
     /// Forwards taken so far.
     fn hops(&self) -> u8;
     /// When the caller stops waiting for the reply (`None` for a `tell`).
@@ -333,36 +336,23 @@ where
         (self.reply)(Err(error));
     }
 
-    fn into_request(self: Box<Self>) -> Result<(Outgoing, WireReply), GrainError> {
-        let TypedCall {
-            msg,
-            reply,
-            hops,
-            deadline,
-        } = *self;
-        let payload = match postcard::to_allocvec(&msg) {
-            Ok(payload) => payload,
-            Err(e) => {
-                let error = GrainError::Undeliverable(format!("encoding {}: {e}", M::MANIFEST));
-                reply(Err(error.clone()));
-                return Err(error);
-            }
-        };
-        let wire: WireReply = Box::new(move |result: Result<Vec<u8>, GrainError>| {
-            reply(result.and_then(|bytes| {
-                postcard::from_bytes::<M::Reply>(&bytes)
-                    .map_err(|e| GrainError::Undeliverable(format!("decoding the reply: {e}")))
-            }));
-        });
-        Ok((
-            Outgoing {
-                manifest: M::MANIFEST,
-                payload,
-                hops: hops.saturating_add(1),
-                deadline,
-            },
-            wire,
-        ))
+    fn request(&mut self) -> Result<Outgoing, GrainError> {
+        let payload = postcard::to_allocvec(&self.msg)
+            .map_err(|e| GrainError::Undeliverable(format!("encoding {}: {e}", M::MANIFEST)))?;
+        self.hops = self.hops.saturating_add(1);
+        Ok(Outgoing {
+            manifest: M::MANIFEST,
+            payload,
+            hops: self.hops,
+            deadline: self.deadline,
+        })
+    }
+
+    fn answer(self: Box<Self>, result: Result<Vec<u8>, GrainError>) {
+        (self.reply)(result.and_then(|bytes| {
+            postcard::from_bytes::<M::Reply>(&bytes)
+                .map_err(|e| GrainError::Undeliverable(format!("decoding the reply: {e}")))
+        }));
     }
 
     fn hops(&self) -> u8 {

@@ -22,7 +22,7 @@ const MEMORY_ATTACH_WAITS: u32 = 20;
 const MEMORY_ATTACH_PAUSE: Duration = Duration::from_millis(10);
 
 /// A message for a virtual actor on its way to another member.
-#[derive(Debug, Clone, Serialize, Deserialize)]
+#[derive(Debug, Serialize, Deserialize)]
 pub(crate) struct GrainRequest {
     pub(crate) kind: String,
     pub(crate) identity: String,
