@@ -15,7 +15,7 @@ use std::time::Duration;
 
 use processes::{
     MemberProcess, Out, Spec, assert_no_overlap, free_ports, in_member_mode, membership, mono_ns,
-    ms, run_if_member, singleton_lives, start_cluster,
+    ms, run_if_member, singleton_lives, singleton_on_oldest, start_cluster,
 };
 
 /// Printing a fact may lag the instant the membership core acted on it by a little: a bound
@@ -54,13 +54,6 @@ fn specs(
             (format!("m{i}"), spec, None)
         })
         .collect()
-}
-
-/// The index of the oldest member (the singleton's host) by the members' own identities.
-fn oldest(members: &[MemberProcess]) -> usize {
-    (0..members.len())
-        .min_by_key(|&i| members[i].ready.as_ref().unwrap().id(false))
-        .unwrap()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -108,15 +101,7 @@ async fn sigkill_downs_after_stable_after_moves_the_singleton_and_a_restart_rejo
     // Started at once, all through the first member (the seed).
     let specs = specs(&ports, &ports[..1], |s| s.singleton = true);
     let (mut members, _) = start_cluster(&specs).await;
-    let host = oldest(&members);
-    let victim = members[host].member().to_owned();
-    members[host]
-        .find("the singleton on the oldest", |o| {
-            o.is("SINGLETON", &["START"])
-        })
-        .await;
-    let mut survivors: Vec<usize> = (0..3).filter(|&i| i != host).collect();
-    survivors.sort_by_key(|&i| members[i].ready.as_ref().unwrap().id(false));
+    let (host, victim, survivors) = singleton_on_oldest(&mut members).await;
     let next = survivors[0];
 
     let killed = members[host].kill().await;
@@ -235,15 +220,7 @@ async fn sigstop_past_the_bound_then_sigcont_the_member_learns_it_was_downed_and
         s.rejoin = true;
     });
     let (mut members, _) = start_cluster(&specs).await;
-    let host = oldest(&members);
-    let victim = members[host].member().to_owned();
-    members[host]
-        .find("the singleton on the oldest", |o| {
-            o.is("SINGLETON", &["START"])
-        })
-        .await;
-    let mut survivors: Vec<usize> = (0..3).filter(|&i| i != host).collect();
-    survivors.sort_by_key(|&i| members[i].ready.as_ref().unwrap().id(false));
+    let (host, victim, survivors) = singleton_on_oldest(&mut members).await;
     let next = survivors[0];
 
     // Paused until the survivors have downed it and moved the singleton: longer than the
@@ -336,12 +313,7 @@ async fn members_started_at_once_through_every_seed_never_run_two_singletons() {
     }
     let ports = free_ports(3);
     let (mut members, _) = start_cluster(&specs(&ports, &ports, |s| s.singleton = true)).await;
-    let host = oldest(&members);
-    members[host]
-        .find("the singleton on the oldest", |o| {
-            o.is("SINGLETON", &["START"])
-        })
-        .await;
+    singleton_on_oldest(&mut members).await;
     for m in &mut members {
         m.drain();
     }

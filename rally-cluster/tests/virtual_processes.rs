@@ -12,7 +12,7 @@ use std::time::Duration;
 
 use processes::{
     KIND, MemberProcess, Out, Spec, activation_lives, assert_no_overlap, free_ports, grains_config,
-    in_member_mode, membership, ms, run_if_member, start_cluster,
+    in_member_mode, membership, ms, run_if_member, singleton_on_oldest, start_cluster,
 };
 use rally::cluster::virtual_actors::{Hashed, Placement};
 
@@ -243,20 +243,7 @@ async fn a_graceful_leave_under_load_hands_over_the_singleton_and_fails_no_ask()
         })
         .collect();
     let (mut members, _) = start_cluster(&specs).await;
-    let hosts: Vec<usize> = (0..3).collect();
-    let leaver = *hosts
-        .iter()
-        .min_by_key(|&&i| members[i].ready.as_ref().unwrap().id(false))
-        .unwrap();
-    let leaver_id = members[leaver].member().to_owned();
-    members[leaver]
-        .find("the singleton on the oldest", |o| {
-            o.is("SINGLETON", &["START"])
-        })
-        .await;
-    let mut stayers: Vec<usize> = hosts.iter().copied().filter(|&i| i != leaver).collect();
-    stayers.sort_by_key(|&i| members[i].ready.as_ref().unwrap().id(false));
-
+    let (leaver, leaver_id, stayers) = singleton_on_oldest(&mut members[..3]).await;
     // Load: 30 identities (about a third held by the leaver), asked in rounds.
     let client = 3;
     members[client].send("load lv 30");

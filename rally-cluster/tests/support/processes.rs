@@ -719,6 +719,23 @@ impl MemberProcess {
     }
 }
 
+/// The index of the oldest of `members` (the singleton's host), its member id, once it
+/// reports the singleton started, and the others' indexes, oldest first.
+pub async fn singleton_on_oldest(members: &mut [MemberProcess]) -> (usize, String, Vec<usize>) {
+    let age = |m: &MemberProcess| m.ready.as_ref().expect("ready").id(false);
+    let host = (0..members.len())
+        .min_by_key(|&i| age(&members[i]))
+        .expect("members");
+    members[host]
+        .find("the singleton on the oldest", |o| {
+            o.is("SINGLETON", &["START"])
+        })
+        .await;
+    let mut others: Vec<usize> = (0..members.len()).filter(|&i| i != host).collect();
+    others.sort_by_key(|&i| age(&members[i]));
+    (host, members[host].member().to_owned(), others)
+}
+
 /// Starts `specs` at once, waits until each is ready and has seen all of them up; returns the
 /// processes and the instant (mono) the last one saw everyone.
 pub async fn start_cluster(specs: &[(String, Spec, Option<String>)]) -> (Vec<MemberProcess>, u64) {
