@@ -1,9 +1,9 @@
 //! A store in one SQLite file, shared by the members on one machine.
 
 use std::path::Path;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
-use rusqlite::{Connection, OptionalExtension, params};
+use rusqlite::{Connection, ErrorCode, OptionalExtension, params};
 use tokio::sync::{mpsc, oneshot};
 
 use crate::store::{BoxFuture, Claim, Epoch, StateStore, StoreError, check_key, from_sql, to_sql};
@@ -11,6 +11,30 @@ use crate::store::{BoxFuture, Claim, Epoch, StateStore, StoreError, check_key, f
 /// How long a statement waits for another process's write lock before failing: far above a
 /// single-row write, short enough that a wedged process is reported rather than waited on.
 const BUSY_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// Turns on WAL and creates the table. WAL lets readers in other processes go on during a
+/// write; NORMAL syncs at checkpoints, which keeps every committed epoch across a process
+/// crash. Processes that open a new file at the same moment race to change its journal
+/// mode, and SQLite refuses the losers with "database is locked" without waiting on the busy
+/// handler: the setup is tried again, for at most `BUSY_TIMEOUT`.
+fn set_up(connection: &Connection) -> Result<(), StoreError> {
+    let deadline = Instant::now() + BUSY_TIMEOUT;
+    loop {
+        let attempt = connection
+            .pragma_update(None, "journal_mode", "WAL")
+            .and_then(|()| connection.pragma_update(None, "synchronous", "NORMAL"))
+            .and_then(|()| connection.execute_batch(SCHEMA));
+        match attempt {
+            Err(rusqlite::Error::SqliteFailure(e, _))
+                if matches!(e.code, ErrorCode::DatabaseBusy | ErrorCode::DatabaseLocked)
+                    && Instant::now() < deadline =>
+            {
+                std::thread::sleep(Duration::from_millis(5));
+            }
+            other => return other.map_err(backend),
+        }
+    }
+}
 
 const SCHEMA: &str = "
 CREATE TABLE IF NOT EXISTS rally_grains (
@@ -90,15 +114,7 @@ impl SqliteStore {
     pub fn open(path: impl AsRef<Path>) -> Result<Self, StoreError> {
         let connection = Connection::open(path).map_err(backend)?;
         connection.busy_timeout(BUSY_TIMEOUT).map_err(backend)?;
-        // WAL lets readers in other processes go on during a write; NORMAL syncs at
-        // checkpoints, which keeps every committed epoch across a process crash.
-        connection
-            .pragma_update(None, "journal_mode", "WAL")
-            .map_err(backend)?;
-        connection
-            .pragma_update(None, "synchronous", "NORMAL")
-            .map_err(backend)?;
-        connection.execute_batch(SCHEMA).map_err(backend)?;
+        set_up(&connection)?;
         let (jobs, queue) = mpsc::unbounded_channel();
         std::thread::Builder::new()
             .name("rally-sqlite".into())

@@ -150,3 +150,32 @@ fn an_unopenable_path_is_a_backend_error() {
         Err(StoreError::Backend(_))
     ));
 }
+
+/// Members on one machine start at once and open the same new file together: every open
+/// succeeds (turning on WAL and creating the table race with each other).
+#[test]
+fn many_opens_of_one_new_file_at_once_all_succeed() {
+    for round in 0..20 {
+        let dir =
+            std::env::temp_dir().join(format!("rally-sqlite-opens-{}-{round}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("grains.db");
+        let barrier = Arc::new(std::sync::Barrier::new(8));
+        let opens: Vec<_> = (0..8)
+            .map(|_| {
+                let (path, barrier) = (path.clone(), Arc::clone(&barrier));
+                std::thread::spawn(move || {
+                    barrier.wait();
+                    SqliteStore::open(&path).map(drop)
+                })
+            })
+            .collect();
+        for open in opens {
+            open.join()
+                .unwrap()
+                .unwrap_or_else(|e| panic!("round {round}: {e}"));
+        }
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+}
