@@ -52,6 +52,8 @@ enum Scenario {
     GrainPing(grain::GrainPingArgs),
     /// Virtual actors: N fresh identities activated by 64 workers; rate and bytes per actor.
     Activation(grain::ActivationArgs),
+    /// Virtual actors: grain-ping load at P = 128 through a member join, a leave and a kill.
+    GrainChurn(grain::GrainChurnArgs),
     /// Cluster: time for members to agree after a join, a kill and a leave; traffic at rest.
     ClusterConvergence(cluster::ConvergenceArgs),
     /// Cluster: SIGKILL of 1 of 3 member processes until its virtual actor answers elsewhere.
@@ -88,6 +90,7 @@ fn main() -> anyhow::Result<()> {
         Scenario::RawEcho(args) => raw_echo::raw_echo(&args),
         Scenario::GrainPing(args) => grain::grain_ping(&args),
         Scenario::Activation(args) => grain::activation(&args),
+        Scenario::GrainChurn(args) => grain::grain_churn(&args),
         Scenario::ClusterConvergence(args) => cluster::convergence(&args),
         Scenario::Failover(args) => cluster::failover(&args),
         Scenario::Compare(args) => compare::run(&args),

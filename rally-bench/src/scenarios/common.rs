@@ -108,6 +108,14 @@ pub(crate) struct MemberProcesses {
 }
 
 #[cfg(feature = "grains")]
+impl MemberProcesses {
+    /// The store file the members share (a member started later joins with it too).
+    pub(crate) fn store_file(&self) -> std::path::PathBuf {
+        self.dir.join("store.db")
+    }
+}
+
+#[cfg(feature = "grains")]
 impl Drop for MemberProcesses {
     fn drop(&mut self) {
         for child in &mut self.children {
@@ -133,12 +141,12 @@ pub(crate) async fn spawn_members(
     let dir = std::env::temp_dir().join(format!("rally-bench-{name}-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
-    let db = dir.join("store.db");
     let mut members = MemberProcesses {
         dir,
         children: Vec::with_capacity(n),
         addresses: Vec::with_capacity(n),
     };
+    let db = members.store_file();
     for i in 0..n {
         let mut args: Vec<&OsStr> =
             vec![OsStr::new(subcommand), OsStr::new("--db"), db.as_os_str()];

@@ -1,5 +1,7 @@
 //! Virtual-actor scenarios (defined in `docs/benchmarks.md`): `grain-ping`, the messaging test,
-//! and `activation`, the activation test.
+//! `activation`, the activation test (with the first message to a cold identity against the
+//! second, warm one), and `grain-churn`, grain-ping load through a member join, a graceful
+//! leave and a kill.
 //!
 //! Three processes on loopback TCP: this one is a client-only cluster member (it hosts no kind)
 //! and starts two member processes (this executable again, `grain-member`) that host the kind
@@ -9,6 +11,8 @@
 //! and view of the cluster.
 
 #[cfg(feature = "grains")]
+mod churn;
+#[cfg(feature = "grains")]
 mod run;
 
 use std::path::PathBuf;
@@ -17,6 +21,8 @@ use clap::Args;
 
 use super::common::CommonArgs;
 
+#[cfg(feature = "grains")]
+pub(crate) use churn::grain_churn;
 #[cfg(feature = "grains")]
 pub(crate) use run::{activation, grain_ping, member_main};
 
@@ -44,6 +50,27 @@ pub(crate) struct ActivationArgs {
     /// Parallel workers.
     #[arg(long, default_value_t = 64)]
     pub(crate) workers: usize,
+    /// Activations of the one-worker row, run first, on the fresh cluster (default 2000;
+    /// --quick 200; 0 leaves the row out).
+    #[arg(long)]
+    pub(crate) one_worker_activations: Option<u64>,
+}
+
+/// `grain-churn` flags.
+#[derive(Debug, Args)]
+pub(crate) struct GrainChurnArgs {
+    #[command(flatten)]
+    pub(crate) common: CommonArgs,
+    /// Request loops, each owning one grain.
+    #[arg(long, default_value_t = 128)]
+    pub(crate) parallelism: usize,
+    /// Seconds between the start of the load, the join, the leave and the kill (default 5;
+    /// --quick 1).
+    #[arg(long)]
+    pub(crate) phase_seconds: Option<f64>,
+    /// Seconds of load after the kill (default 20; --quick 2).
+    #[arg(long)]
+    pub(crate) after_kill_seconds: Option<f64>,
 }
 
 /// `grain-member` flags (internal).
@@ -79,6 +106,12 @@ pub(crate) fn grain_ping(_: &GrainPingArgs) -> anyhow::Result<()> {
 /// Runs `activation` (needs the `grains` feature).
 #[cfg(not(feature = "grains"))]
 pub(crate) fn activation(_: &ActivationArgs) -> anyhow::Result<()> {
+    Err(without_feature())
+}
+
+/// Runs `grain-churn` (needs the `grains` feature).
+#[cfg(not(feature = "grains"))]
+pub(crate) fn grain_churn(_: &GrainChurnArgs) -> anyhow::Result<()> {
     Err(without_feature())
 }
 

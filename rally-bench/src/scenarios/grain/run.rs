@@ -34,15 +34,17 @@ const STATS: &str = "member-stats";
 /// Member processes hosting the kind.
 const MEMBERS: usize = 2;
 /// Every request's time limit, forwarding included (the definition's 5 s).
-const REQUEST_TIMEOUT: Duration = Duration::from_secs(5);
+pub(super) const REQUEST_TIMEOUT: Duration = Duration::from_secs(5);
 /// How long the client waits for all three processes to see each other up.
 const FORM_LIMIT: Duration = Duration::from_secs(60);
+/// How long a leaving member waits for its cluster to stop.
+const LEAVE_LIMIT: Duration = Duration::from_secs(30);
 /// Longer than any run, so no grain is passivated for idleness during one (the definition
 /// forbids passivation during a run).
 const IDLE_TIMEOUT: Duration = Duration::from_secs(3600);
 
 /// The benchmark's virtual actor: replies `"Hello " + text`.
-pub(crate) struct PingGrain;
+pub(super) struct PingGrain;
 
 impl Actor for PingGrain {}
 
@@ -60,8 +62,8 @@ impl VirtualActor for PingGrain {
 
 /// `Ping{text}`; the reply is the pong's text.
 #[derive(Debug, Clone, Serialize, Deserialize)]
-pub(crate) struct GrainPing {
-    text: String,
+pub(super) struct GrainPing {
+    pub(super) text: String,
 }
 
 impl Message for GrainPing {
@@ -93,7 +95,7 @@ struct MemberQuery;
 
 /// A member's figures at one moment.
 #[derive(Debug, Clone, Copy, Serialize, Deserialize)]
-struct MemberReply {
+pub(super) struct MemberReply {
     /// CPU time of the whole process (user + system), in nanoseconds.
     cpu_ns: u64,
     /// Resident set size from `/proc/self/statm`.
@@ -102,6 +104,11 @@ struct MemberReply {
     active_grains: u64,
     /// Members this member sees up.
     members_up: u64,
+    /// Since the member started: activations of the kind, those that ended because their
+    /// identity moved to another member, and messages passed on to another member.
+    pub(super) activations: u64,
+    pub(super) moves: u64,
+    pub(super) forwarded: u64,
 }
 
 impl Message for MemberQuery {
@@ -120,13 +127,18 @@ impl Handler<MemberQuery> for MemberStats {
         _: MemberQuery,
         _ctx: &mut Context<Self>,
     ) -> ActorResult<MemberReply> {
-        let active = self
+        let (mut active, mut activations, mut moves, mut forwarded) = (0, 0, 0, 0);
+        for s in self
             .grains
             .stats()
             .iter()
             .filter(|s| s.kind == PingGrain::KIND)
-            .map(|s| s.active as u64)
-            .sum();
+        {
+            active += s.active as u64;
+            activations += s.activations;
+            moves += s.moves;
+            forwarded += s.forwarded;
+        }
         let up = self
             .cluster
             .members()
@@ -138,6 +150,9 @@ impl Handler<MemberQuery> for MemberStats {
             resident_bytes: resident_bytes().unwrap_or(0),
             active_grains: active,
             members_up: up as u64,
+            activations,
+            moves,
+            forwarded,
         })
     }
 }
@@ -154,8 +169,9 @@ fn process_cpu() -> Duration {
     clock_gettime(ClockId::CLOCK_PROCESS_CPUTIME_ID).map_or(Duration::ZERO, Duration::from)
 }
 
-/// `grain-member`: a member hosting the kind `ping` until stdin closes; prints
-/// `LISTENING <address>` once it serves.
+/// `grain-member`: a member hosting the kind `ping` until stdin closes or the line `leave`
+/// arrives on it; prints `LISTENING <address>` once it serves (and nothing after: the parent
+/// stops reading).
 pub(crate) fn member_main(args: &MemberArgs) -> anyhow::Result<()> {
     let runtime = multi_thread_runtime();
     runtime.block_on(async {
@@ -188,20 +204,40 @@ pub(crate) fn member_main(args: &MemberArgs) -> anyhow::Result<()> {
         })?;
         node.expose(STATS, &stats)?;
         println!("LISTENING {}", node.address());
-        // Serve until the parent closes our stdin (or dies).
+        // Serve until the parent closes our stdin (or dies), or asks us to leave.
         let mut lines = BufReader::new(tokio::io::stdin()).lines();
-        while lines.next_line().await?.is_some() {}
+        while let Some(line) = lines.next_line().await? {
+            if line.trim() == "leave" {
+                return leave(&cluster, &grains, &node).await;
+            }
+        }
         Ok(())
     })
 }
 
+/// A graceful leave: the others are told this member is leaving, then gone (they see
+/// `Leaving`, then `Removed`); once this member's cluster has stopped (its event stream ends,
+/// at most [`LEAVE_LIMIT`]), the virtual actors are shut down and the node says goodbye.
+async fn leave(cluster: &Cluster, grains: &VirtualActors, node: &RemoteNode) -> anyhow::Result<()> {
+    let mut events = cluster.events();
+    cluster.leave().await?;
+    tokio::time::timeout(LEAVE_LIMIT, async {
+        while events.next().await.is_some() {}
+    })
+    .await
+    .context("the cluster did not stop after the leave")?;
+    grains.shutdown().await;
+    node.leave(Duration::from_millis(100)).await;
+    Ok(())
+}
+
 /// The client side of a run: this process's client-only member, the member processes and
 /// their stats actors. Dropping it stops the members and removes the store's directory.
-struct GrainCluster {
+pub(super) struct GrainCluster {
     members: Vec<ActorRef<MemberStats>>,
-    _processes: MemberProcesses,
-    grains: VirtualActors,
-    cluster: Cluster,
+    pub(super) processes: MemberProcesses,
+    pub(super) grains: VirtualActors,
+    pub(super) cluster: Cluster,
     _node: RemoteNode,
     _system: ActorSystem,
 }
@@ -209,7 +245,7 @@ struct GrainCluster {
 impl GrainCluster {
     /// Starts the two members (the first is the seed), then this client, and waits until all
     /// three see each other up.
-    async fn start(max_active: usize) -> anyhow::Result<Self> {
+    pub(super) async fn start(max_active: usize) -> anyhow::Result<Self> {
         let max_active = max_active.to_string();
         let processes = spawn_members(
             "grain-member",
@@ -238,7 +274,7 @@ impl GrainCluster {
             .collect();
         let gc = Self {
             members,
-            _processes: processes,
+            processes,
             grains,
             cluster,
             _node: node,
@@ -279,21 +315,25 @@ impl GrainCluster {
     }
 
     /// Every member's figures, in member order.
-    async fn member_stats(&self) -> anyhow::Result<Vec<MemberReply>> {
+    pub(super) async fn member_stats(&self) -> anyhow::Result<Vec<MemberReply>> {
         let mut out = Vec::with_capacity(self.members.len());
-        for (i, member) in self.members.iter().enumerate() {
-            let reply = member
-                .ask(MemberQuery, Duration::from_secs(10))
-                .await
-                .with_context(|| format!("asking member {i} for its figures"))?;
-            out.push(reply);
+        for i in 0..self.members.len() {
+            out.push(self.member_stat(i).await?);
         }
         Ok(out)
+    }
+
+    /// Member `i`'s figures.
+    pub(super) async fn member_stat(&self, i: usize) -> anyhow::Result<MemberReply> {
+        self.members[i]
+            .ask(MemberQuery, Duration::from_secs(10))
+            .await
+            .with_context(|| format!("asking member {i} for its figures"))
     }
 }
 
 /// One request, its reply checked.
-async fn ping(grain: &GrainRef<PingGrain>, text: &str) -> anyhow::Result<()> {
+pub(super) async fn ping(grain: &GrainRef<PingGrain>, text: &str) -> anyhow::Result<()> {
     let reply = grain
         .ask(
             GrainPing {
@@ -309,12 +349,12 @@ async fn ping(grain: &GrainRef<PingGrain>, text: &str) -> anyhow::Result<()> {
 }
 
 /// A fresh random 32-hex-character string.
-fn random_text() -> String {
+pub(super) fn random_text() -> String {
     format!("{:032x}", rand::random::<u128>())
 }
 
 /// A latency histogram in microseconds, 3 significant digits, up to 60 s.
-fn histogram() -> Histogram<u64> {
+pub(super) fn histogram() -> Histogram<u64> {
     Histogram::new_with_bounds(1, 60_000_000, 3).expect("the bounds are valid")
 }
 
@@ -351,7 +391,7 @@ fn cpu_ms(after: u64, before: u64) -> f64 {
     after.saturating_sub(before) as f64 / 1e6
 }
 
-fn grain_report(scenario: &str, max_active: usize) -> Report {
+pub(super) fn grain_report(scenario: &str, max_active: usize) -> Report {
     let mut report = Report::new(scenario);
     report
         .param(
@@ -466,34 +506,46 @@ async fn grain_ping_row(gc: &GrainCluster, p: usize, duration: Duration) -> anyh
 }
 
 /// Runs `activation`: N fresh identities taken in order by the workers, one request each,
-/// which activates the grain.
+/// which activates the grain (cold); then a second request to each of them (warm).
 pub(crate) fn activation(args: &ActivationArgs) -> anyhow::Result<()> {
     let quick = args.common.quick;
-    let rows = match (args.activations.is_empty(), quick) {
+    let counts = match (args.activations.is_empty(), quick) {
         (false, _) => args.activations.clone(),
         (true, true) => vec![10_000],
         (true, false) => vec![100_000, 1_000_000],
     };
-    if rows.contains(&0) {
+    if counts.contains(&0) {
         bail!("--activations: every value must be at least 1");
     }
     if args.workers == 0 {
         bail!("--workers must be at least 1");
     }
     let workers = args.workers;
+    let one_worker = args
+        .one_worker_activations
+        .unwrap_or(if quick { 200 } else { 2_000 });
+    // (N, workers) per row: the one-worker row first, on the fresh cluster.
+    let mut rows: Vec<(u64, usize)> = Vec::new();
+    if one_worker > 0 {
+        rows.push((one_worker, 1));
+    }
+    rows.extend(counts.iter().map(|&n| (n, workers)));
     // Every identity of the run stays active: the cap is above all of them on one member.
-    let max_active = usize::try_from(rows.iter().sum::<u64>())?.saturating_add(1);
+    let max_active = usize::try_from(rows.iter().map(|&(n, _)| n).sum::<u64>())?.saturating_add(1);
     let mut report = grain_report("activation", max_active);
-    report.param("workers", workers as u64).param(
-        "warm_up",
-        "none: every identity is new, the first request activates it",
-    );
+    report
+        .param("workers", workers as u64)
+        .param("one_worker_activations", one_worker)
+        .param(
+            "warm_up",
+            "none: every identity is new, the first request activates it (cold); the row's second pass sends each a second request (warm)",
+        );
     let runtime = multi_thread_runtime();
     report.rows = on_worker(&runtime, async move {
         eprintln!("activation: starting 2 members and joining...");
         let gc = Arc::new(GrainCluster::start(max_active).await?);
         let mut out = Vec::new();
-        for (index, &n) in rows.iter().enumerate() {
+        for (index, &(n, workers)) in rows.iter().enumerate() {
             eprintln!("activation: N={n}, {workers} workers...");
             let row =
                 tokio::time::timeout(row_limit(quick), activation_row(&gc, index, n, workers))
@@ -507,20 +559,22 @@ pub(crate) fn activation(args: &ActivationArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
-async fn activation_row(
+/// One request to each of the identities `{prefix}{k}`, k from 0 to n − 1, taken in order from
+/// a shared counter by `workers` loops: the latencies of those that succeeded, the errors, and
+/// the elapsed time.
+async fn pass(
     gc: &Arc<GrainCluster>,
-    index: usize,
+    prefix: &str,
     n: u64,
     workers: usize,
-) -> anyhow::Result<Row> {
-    let before = gc.member_stats().await?;
-    let client_before = process_cpu();
+) -> anyhow::Result<(Histogram<u64>, u64, Duration)> {
     let next = Arc::new(AtomicU64::new(0));
     let start = Instant::now();
     let tasks: Vec<_> = (0..workers)
         .map(|_| {
             let gc = Arc::clone(gc);
             let next = Arc::clone(&next);
+            let prefix = prefix.to_owned();
             tokio::spawn(async move {
                 let mut hist = histogram();
                 let mut errors = 0u64;
@@ -530,7 +584,7 @@ async fn activation_row(
                         break;
                     }
                     let t0 = Instant::now();
-                    let sent = match gc.grains.get::<PingGrain>(&format!("act-{index}-{k}")) {
+                    let sent = match gc.grains.get::<PingGrain>(&format!("{prefix}{k}")) {
                         Ok(grain) => ping(&grain, "").await,
                         Err(e) => Err(e.into()),
                     };
@@ -544,13 +598,44 @@ async fn activation_row(
         })
         .collect();
     let (total, errors) = merge(tasks).await?;
-    let elapsed = start.elapsed();
+    Ok((total, errors, start.elapsed()))
+}
+
+/// `cold ÷ warm`, or 0 when there is no warm figure.
+fn over(cold: u64, warm: u64) -> f64 {
+    if warm == 0 {
+        0.0
+    } else {
+        cold as f64 / warm as f64
+    }
+}
+
+async fn activation_row(
+    gc: &Arc<GrainCluster>,
+    index: usize,
+    n: u64,
+    workers: usize,
+) -> anyhow::Result<Row> {
+    let prefix = format!("act-{index}-");
+    let before = gc.member_stats().await?;
+    let client_before = process_cpu();
+    let (total, errors, elapsed) = pass(gc, &prefix, n, workers).await?;
     let client_cpu = process_cpu().saturating_sub(client_before);
     let after = gc.member_stats().await?;
+    // The second request to every identity, now active: the warm figures (after the resident
+    // sizes are read, so they do not count towards them).
+    let (warm, warm_errors, warm_elapsed) = pass(gc, &prefix, n, workers).await?;
     let ok = total.len();
-    let mut row = Row::new(format!("N={n}")).throughput(ok, elapsed);
-    row.p50_us = Some(total.value_at_quantile(0.5) as f64);
-    row.p99_us = Some(total.value_at_quantile(0.99) as f64);
+    let label = if workers == 1 {
+        format!("N={n}, 1 worker")
+    } else {
+        format!("N={n}")
+    };
+    let mut row = Row::new(label).throughput(ok, elapsed);
+    let (cold_p50, cold_p99) = (total.value_at_quantile(0.5), total.value_at_quantile(0.99));
+    let (warm_p50, warm_p99) = (warm.value_at_quantile(0.5), warm.value_at_quantile(0.99));
+    row.p50_us = Some(cold_p50 as f64);
+    row.p99_us = Some(cold_p99 as f64);
     let rate = row.msgs_per_sec.unwrap_or(0.0);
     let mut active = Vec::new();
     let mut per_member = Vec::new();
@@ -570,7 +655,13 @@ async fn activation_row(
         .zip(&before)
         .map(|(a, b)| cpu_ms(a.cpu_ns, b.cpu_ns))
         .collect();
+    let warm_rate = if warm_elapsed.is_zero() {
+        0.0
+    } else {
+        warm.len() as f64 / warm_elapsed.as_secs_f64()
+    };
     Ok(row
+        .with("workers", workers as u64)
         .with("activations", ok)
         .with("errors", errors)
         .with("activations_per_sec", rate)
@@ -579,7 +670,15 @@ async fn activation_row(
         .with("bytes_per_actor_per_member", per_member)
         .with("bytes_per_actor", mean)
         .with("client_cpu_ms", ms(client_cpu))
-        .with("member_cpu_ms", member_cpu))
+        .with("member_cpu_ms", member_cpu)
+        .with("warm_requests", warm.len())
+        .with("warm_errors", warm_errors)
+        .with("warm_per_sec", warm_rate)
+        .with("warm_p50_us", warm_p50)
+        .with("warm_p99_us", warm_p99)
+        .with("warm_mean_us", warm.mean())
+        .with("cold_over_warm_p50", over(cold_p50, warm_p50))
+        .with("cold_over_warm_p99", over(cold_p99, warm_p99)))
 }
 
 #[cfg(test)]
