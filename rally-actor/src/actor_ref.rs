@@ -277,7 +277,7 @@ impl<A: Actor> ActorRef<A> {
         if timeout.is_zero() {
             return Err(AskError::InvalidTimeout);
         }
-        let (reply, rx) = ReplyTo::ask();
+        let (reply, rx) = ReplyTo::channel();
         if let Err(error) = self.deliver_waiting(Envelope::new(msg, reply)).await {
             return Err(match error.reason {
                 Undelivered::Stopped => AskError::Stopped,

@@ -408,7 +408,20 @@ impl<R: Send + 'static> ReplyTo<R> {
         Self(ReplyInner::Callback(Box::new(f)))
     }
 
-    pub(crate) fn ask() -> (Self, oneshot::Receiver<Result<R, ReplyError>>) {
+    /// The reply arrives on the returned receiver: what [`ActorRef::ask`](crate::ActorRef::ask)
+    /// waits on, for code that sends with [`ActorRef::send_with`](crate::ActorRef::send_with)
+    /// at once (so messages leave in the order they were sent) and waits for the reply
+    /// elsewhere. Dropping the receiver marks the reply [abandoned](Self::is_abandoned), so a
+    /// transport frees what it kept for it.
+    ///
+    /// # Example
+    ///
+    /// ```
+    /// let (reply, answer) = rally::ReplyTo::<u32>::channel();
+    /// reply.send(Ok(7));
+    /// assert_eq!(answer.blocking_recv(), Ok(Ok(7)));
+    /// ```
+    pub fn channel() -> (Self, oneshot::Receiver<Result<R, ReplyError>>) {
         let (tx, rx) = oneshot::channel();
         (Self(ReplyInner::Ask(tx)), rx)
     }

@@ -505,7 +505,7 @@ impl<A: Actor> BalancingPool<A> {
         if timeout.is_zero() {
             return Err(AskError::InvalidTimeout);
         }
-        let (reply, rx) = ReplyTo::ask();
+        let (reply, rx) = ReplyTo::channel();
         self.submit(msg, reply);
         match tokio::time::timeout(timeout, rx).await {
             Err(_) => Err(AskError::Timeout(timeout)),

@@ -12,8 +12,8 @@ use rally::cluster::virtual_actors::{GrainError, Hashed, Placement, VirtualActor
 use rally::cluster::{MemberEvent, MemberId};
 use rally::state::{Claim, MemoryStore, SqliteStore, StateStore};
 use virtual_support::{
-    Add, Probe, T, TestCluster, Unlisted, Where, assert_never_two_at_once, converged, live, lives,
-    poll,
+    Add, Next, Probe, T, TestCluster, Unlisted, Where, assert_never_two_at_once, converged,
+    disorder, live, lives, poll,
 };
 
 fn key(member: &MemberId) -> String {
@@ -321,6 +321,116 @@ async fn an_ask_to_a_member_that_stopped_hosting_before_it_left_is_routed_anew_n
     let (owner, _, _) = grain.ask(Where, T).await.unwrap();
     assert_eq!(owner, key(&b.id));
     assert_never_two_at_once("stopfirst");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_tell_that_reaches_a_member_after_it_stopped_hosting_is_passed_on_not_lost() {
+    let tc = TestCluster::new("telllate", VirtualActorsConfig::default());
+    let store: Arc<dyn StateStore> = Arc::new(MemoryStore::new());
+    let a = tc.join(1, true, Arc::clone(&store));
+    let b = tc.join(2, true, Arc::clone(&store));
+    let client = tc.join(3, false, Arc::clone(&store));
+    let ids = [a.id.clone(), b.id.clone(), client.id.clone()];
+    converged(&[&a, &b, &client], &ids).await;
+    let hosts = [a.id.clone(), b.id.clone()];
+    let identity = (0..)
+        .map(|i| format!("telllate-{i}"))
+        .find(|id| owner_of(id, &hosts) == a.id)
+        .unwrap();
+    let grain = client.grains.get::<Probe>(&identity).unwrap();
+
+    // A stops hosting; the client still routes to A, which can no longer answer a tell.
+    a.grains.shutdown().await;
+    grain.tell(Next(1)).unwrap();
+    // A passes it to B; B still sees A up, so it holds it until A leaves.
+    poll(|| b.grains.stats()[0].forwarded + a.grains.stats()[0].forwarded > 0).await;
+    a.cluster.leave().await.unwrap();
+    poll(|| b.grains.stats()[0].activations == 1).await;
+    let (owner, _, count) = grain.ask(Where, T).await.unwrap();
+    assert_eq!(owner, key(&b.id));
+    assert_eq!(
+        count, 1,
+        "the tell was handled, not dropped by the stopped member"
+    );
+    assert!(disorder("telllate").is_empty());
+    assert_never_two_at_once("telllate");
+}
+
+/// A client-only member pipelines tells (each identity's numbers in sequence, never waiting
+/// for one to be handled) while a member joins, and then leaves gracefully: the identities that
+/// move, move twice under load. Every identity gets every number, in the order sent.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tells_pipelined_across_a_join_and_a_graceful_leave_all_arrive_in_the_order_sent() {
+    let tc = TestCluster::new("order", VirtualActorsConfig::default());
+    let store: Arc<dyn StateStore> = Arc::new(MemoryStore::new());
+    let a = tc.join(1, true, Arc::clone(&store));
+    let b = tc.join(2, true, Arc::clone(&store));
+    let client = tc.join(3, false, Arc::clone(&store));
+    let ids = [a.id.clone(), b.id.clone(), client.id.clone()];
+    converged(&[&a, &b, &client], &ids).await;
+
+    let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let mut senders = Vec::new();
+    for i in 0..24 {
+        let grain = client.grains.get::<Probe>(&format!("order-{i}")).unwrap();
+        let stop = Arc::clone(&stop);
+        senders.push(tokio::spawn(async move {
+            let mut sent = 0u64;
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                sent += 1;
+                grain.tell(Next(sent)).expect("the client takes it");
+                if sent % 4 == 0 {
+                    tokio::time::sleep(Duration::from_millis(1)).await;
+                }
+            }
+            (grain, sent)
+        }));
+    }
+    let activations = |members: &[&virtual_support::TestMember]| {
+        members
+            .iter()
+            .map(|m| m.grains.stats()[0].activations)
+            .sum::<u64>()
+    };
+    poll(|| activations(&[&a, &b]) == 24).await;
+
+    let c = tc.join(4, true, Arc::clone(&store));
+    let all = [a.id.clone(), b.id.clone(), client.id.clone(), c.id.clone()];
+    converged(&[&a, &b, &client, &c], &all).await;
+    poll(|| c.grains.stats()[0].active > 0).await;
+    let moved_in = |c: &virtual_support::TestMember| c.grains.stats()[0].activations;
+    poll(|| a.grains.stats()[0].moves + b.grains.stats()[0].moves == moved_in(&c)).await;
+
+    c.cluster.leave().await.unwrap();
+    poll(|| c.grains.stats()[0].active == 0).await;
+    // The numbers keep flowing a while after the moves back.
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+
+    let deadline = Instant::now() + T;
+    for sender in senders {
+        let (grain, sent) = sender.await.unwrap();
+        loop {
+            let (_, _, count) = grain.ask(Where, T).await.unwrap();
+            if count == sent {
+                break;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "{}: {count} of {sent} handled",
+                grain.identity()
+            );
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+    assert_eq!(disorder("order"), Vec::new(), "out of order or lost");
+    let left = &c.grains.stats()[0];
+    assert!(left.activations > 0);
+    assert_eq!(
+        left.deactivations, left.activations,
+        "C handed back all it held"
+    );
+    assert_never_two_at_once("order");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

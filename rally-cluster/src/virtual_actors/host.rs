@@ -16,12 +16,18 @@ use super::error::GrainError;
 use super::kind::{Activation, Call, Envelope, GrainMessages, VirtualActor, WireReply};
 use super::ownership::{Holder, Ownership, Route};
 use super::placement::Placement;
-use super::transport::{GrainRequest, Transport};
+use super::transport::{GrainRequest, Handover, Transport};
 use crate::member::MemberId;
 
 /// How many times an activation retries its claim (each retry follows a holder that went
 /// away or a lost race) before its messages fail.
 const CLAIM_ATTEMPTS: u32 = 8;
+
+/// How often, at first, a member that now owns an identity asks the store again whether the
+/// previous owner, still serving, has handed it over; doubled after each ask up to
+/// [`HANDOVER_POLL_MAX`].
+const HANDOVER_POLL: Duration = Duration::from_millis(10);
+const HANDOVER_POLL_MAX: Duration = Duration::from_millis(100);
 
 /// Messages waiting at most on one member for a membership change (a host of their kind to
 /// be seen, or a stopped owner to be seen leaving); past it a message fails at once, so a
@@ -55,6 +61,8 @@ pub(crate) struct Inner {
     /// Wakes the sweeper after a membership change.
     pub(crate) view_changed: Notify,
     view_dirty: AtomicBool,
+    /// Membership changes taken in so far.
+    view_generation: AtomicU64,
     /// Messages waiting for a membership change.
     waiting: Mutex<Vec<Waiting>>,
 }
@@ -116,6 +124,7 @@ impl Inner {
             moves,
             view_changed: Notify::new(),
             view_dirty: AtomicBool::new(false),
+            view_generation: AtomicU64::new(0),
             waiting: Mutex::new(Vec::new()),
         }
     }
@@ -204,7 +213,18 @@ impl Inner {
         self: &Arc<Self>,
         identity: &Arc<str>,
         to: &MemberId,
+        call: Box<dyn Call<K>>,
+    ) {
+        self.forward_as(identity, to, call, Handover::No);
+    }
+
+    /// [`forward`](Self::forward), marked as a handed-over call or not.
+    fn forward_as<K: VirtualActor>(
+        self: &Arc<Self>,
+        identity: &Arc<str>,
+        to: &MemberId,
         mut call: Box<dyn Call<K>>,
+        handover: Handover,
     ) {
         if call.hops() >= self.config.max_hops {
             let hops = call.hops();
@@ -214,7 +234,8 @@ impl Inner {
             Ok(outgoing) => outgoing,
             Err(error) => return call.fail(error),
         };
-        let request = GrainRequest::new(K::KIND, identity, outgoing);
+        let mut request = GrainRequest::new(K::KIND, identity, outgoing);
+        request.handover = handover;
         let reply: WireReply = match call.deadline() {
             None => Box::new(move |result| call.answer(result)),
             Some(deadline) => {
@@ -229,6 +250,19 @@ impl Inner {
             }
         };
         self.transport.send(to, request, reply);
+    }
+
+    /// Passes on a call that reached this member after it stopped hosting, to the member its
+    /// view now routes the identity to; fails it with `Stopped` if there is none (an ask's
+    /// sender then routes it anew).
+    fn pass_on<K: VirtualActor>(self: &Arc<Self>, identity: &Arc<str>, call: Box<dyn Call<K>>) {
+        let route = self
+            .ownership()
+            .route_elsewhere(K::KIND, identity, self.placement.as_ref());
+        match route {
+            Route::Remote(to) => self.forward_as(identity, &to, call, Handover::Call),
+            Route::Local | Route::NoHost => call.fail(GrainError::Stopped),
+        }
     }
 
     /// Routes an ask that `from` refused because it stopped hosting: at once if this
@@ -334,8 +368,13 @@ impl Inner {
 
     /// A request from another member.
     pub(crate) fn receive(self: &Arc<Self>, request: GrainRequest, reply: WireReply) {
+        if request.handover == Handover::Done {
+            // The calls handed over before it arrived first, and are queued: arrival is the
+            // answer.
+            return reply(Ok(Vec::new()));
+        }
         if self.is_stopped() {
-            return reply(Err(GrainError::Stopped));
+            return self.refuse(request, reply);
         }
         if let Err(e) = self.check_identity(&request.identity) {
             return reply(Err(e));
@@ -346,6 +385,39 @@ impl Inner {
                 member: self.local.to_string(),
             })),
             Some(host) => host.receive(self, request, reply),
+        }
+    }
+
+    /// A request that reached this member after it stopped hosting. An ask is refused with
+    /// `Stopped` (not handled: its sender routes it anew). A tell has no way back to its
+    /// sender: it is passed on to the member this one's view now routes it to, and only
+    /// dropped (with a warning) when there is none or it has taken too many hops.
+    fn refuse(self: &Arc<Self>, mut request: GrainRequest, reply: WireReply) {
+        if request.wait_ms.is_some() {
+            return reply(Err(GrainError::Stopped));
+        }
+        let route = self.ownership().route_elsewhere(
+            &request.kind,
+            &request.identity,
+            self.placement.as_ref(),
+        );
+        match route {
+            Route::Remote(to) if request.hops < self.config.max_hops => {
+                if let Some(host) = self.kind(&request.kind) {
+                    host.count_forwarded();
+                }
+                request.hops += 1;
+                // It reached the identity's previous owner, as a call handed over does.
+                request.handover = Handover::Call;
+                self.transport.send(&to, request, reply);
+            }
+            _ => tracing::warn!(
+                kind = %request.kind,
+                identity = %request.identity,
+                hops = request.hops,
+                "a tell reached a member that stopped hosting, and no other member hosts its \
+                 kind (or it took too many hops): dropped"
+            ),
         }
     }
 
@@ -360,8 +432,12 @@ impl Inner {
         if stopped {
             self.stop();
         } else {
+            self.view_generation.fetch_add(1, Ordering::AcqRel);
             self.view_dirty.store(true, Ordering::Release);
             self.view_changed.notify_one();
+            for host in self.all_kinds() {
+                host.unpark(self, true);
+            }
             self.resume_waiting(true);
         }
     }
@@ -370,9 +446,6 @@ impl Inner {
     pub(crate) fn stop(self: &Arc<Self>) {
         if self.stopped.swap(true, Ordering::AcqRel) {
             return;
-        }
-        if let Transport::Memory(network) = &self.transport {
-            network.detach(&self.local);
         }
         for host in self.all_kinds() {
             host.deactivate_all(self);
@@ -387,6 +460,7 @@ impl Inner {
         let moved = self.view_dirty.swap(false, Ordering::AcqRel);
         for host in self.all_kinds() {
             host.sweep(self, Instant::now(), moved);
+            host.unpark(self, false);
         }
         self.resume_waiting(false);
     }
@@ -413,9 +487,11 @@ impl Inner {
 pub(crate) trait KindHost: Send + Sync + 'static {
     fn receive(&self, inner: &Arc<Inner>, request: GrainRequest, reply: WireReply);
     fn sweep(&self, inner: &Arc<Inner>, now: Instant, moved: bool);
+    fn unpark(&self, inner: &Arc<Inner>, view_changed: bool);
     fn deactivate_all(&self, inner: &Arc<Inner>);
     fn stats(&self) -> KindStats;
     fn slot_count(&self) -> usize;
+    fn count_forwarded(&self);
     fn as_any(self: Arc<Self>) -> Arc<dyn Any + Send + Sync>;
 }
 
@@ -424,6 +500,8 @@ pub(crate) struct Host<K: VirtualActor> {
     me: std::sync::Weak<Host<K>>,
     table: GrainMessages<K>,
     slots: Mutex<HashMap<Arc<str>, Slot<K>>>,
+    /// Parked slots, so a membership change looks for them only when there are some.
+    parked: AtomicUsize,
     counters: Counters,
 }
 
@@ -443,6 +521,10 @@ enum Slot<K: VirtualActor> {
     Active(ActiveSlot<K>),
     /// Draining, stopping and releasing; messages wait in order, then are routed anew.
     Deactivating(Vec<Box<dyn Call<K>>>),
+    /// Handed over by a member whose view makes this one the identity's next owner, while
+    /// this member's view does not yet: messages wait in order until this member's view
+    /// agrees (then they activate here) or until the instant (then they are routed anew).
+    Parked(Vec<Box<dyn Call<K>>>, Instant),
 }
 
 struct ActiveSlot<K: VirtualActor> {
@@ -502,6 +584,7 @@ impl<K: VirtualActor> Host<K> {
             me: me.clone(),
             table: GrainMessages::of(),
             slots: Mutex::new(HashMap::new()),
+            parked: AtomicUsize::new(0),
             counters: Counters::default(),
         })
     }
@@ -519,6 +602,18 @@ impl<K: VirtualActor> Host<K> {
 
     /// Delivers, queues, activates or forwards one call.
     pub(crate) fn dispatch(&self, inner: &Arc<Inner>, identity: Arc<str>, call: Box<dyn Call<K>>) {
+        self.dispatch_once(inner, identity, call, true);
+    }
+
+    /// [`dispatch`](Self::dispatch); a handed-over call that this member's view does not
+    /// route here waits for the next membership change if `may_wait`.
+    fn dispatch_once(
+        &self,
+        inner: &Arc<Inner>,
+        identity: Arc<str>,
+        call: Box<dyn Call<K>>,
+        may_wait: bool,
+    ) {
         if inner.is_stopped() {
             return call.fail(GrainError::Stopped);
         }
@@ -532,7 +627,18 @@ impl<K: VirtualActor> Host<K> {
                 drop(slots);
                 call.deliver(&actor, Box::new(move || in_flight.end()));
             }
-            Some(Slot::Activating(queue) | Slot::Deactivating(queue)) => queue.push(call),
+            Some(Slot::Activating(queue) | Slot::Deactivating(queue) | Slot::Parked(queue, _)) => {
+                // A handed-over call reached the previous owner before anything here did.
+                let at = if call.handed_over() {
+                    queue
+                        .iter()
+                        .take_while(|queued| queued.handed_over())
+                        .count()
+                } else {
+                    queue.len()
+                };
+                queue.insert(at, call);
+            }
             None => {
                 let route = inner
                     .ownership()
@@ -544,6 +650,15 @@ impl<K: VirtualActor> Host<K> {
                         let host = self.this();
                         let inner = Arc::clone(inner);
                         tokio::spawn(async move { host.activate(inner, identity).await });
+                    }
+                    // The member that handed it over sees this one as the identity's next
+                    // owner: this member's view is behind (sending it back would bounce it
+                    // between the two). It is parked until the next membership change, and
+                    // what comes for the identity meanwhile queues behind it.
+                    Route::Remote(_) if may_wait && call.handed_over() => {
+                        let until = Instant::now() + 2 * inner.config.deactivation_timeout;
+                        slots.insert(identity, Slot::Parked(vec![call], until));
+                        self.parked.fetch_add(1, Ordering::Relaxed);
                     }
                     Route::Remote(to) => {
                         drop(slots);
@@ -561,8 +676,60 @@ impl<K: VirtualActor> Host<K> {
         }
     }
 
+    /// Routes parked identities anew: after a membership change, those this member now owns
+    /// (they activate with their queue as it is); at any time, those parked past their instant
+    /// (their messages go where this member's view sends them).
+    fn unpark(&self, inner: &Arc<Inner>, view_changed: bool) {
+        if self.parked.load(Ordering::Relaxed) == 0 {
+            return;
+        }
+        let now = Instant::now();
+        let mut activate = Vec::new();
+        let mut expired = Vec::new();
+        {
+            let mut slots = self.slots();
+            let ownership = inner.ownership();
+            let parked: Vec<Arc<str>> = slots
+                .iter()
+                .filter(|(_, slot)| matches!(slot, Slot::Parked(..)))
+                .map(|(identity, _)| Arc::clone(identity))
+                .collect();
+            for identity in parked {
+                let ours = view_changed
+                    && ownership.route(K::KIND, &identity, inner.placement.as_ref())
+                        == Route::Local;
+                let Some(Slot::Parked(queue, until)) = slots.get_mut(&identity) else {
+                    continue;
+                };
+                if ours {
+                    let queue = std::mem::take(queue);
+                    slots.insert(Arc::clone(&identity), Slot::Activating(queue));
+                    activate.push(identity);
+                } else if *until <= now {
+                    let queue = std::mem::take(queue);
+                    slots.remove(&identity);
+                    expired.push((identity, queue));
+                } else {
+                    continue;
+                }
+                self.parked.fetch_sub(1, Ordering::Relaxed);
+            }
+        }
+        for identity in activate {
+            let host = self.this();
+            let inner = Arc::clone(inner);
+            tokio::spawn(async move { host.activate(inner, identity).await });
+        }
+        for (identity, queue) in expired {
+            for call in queue {
+                self.dispatch_once(inner, Arc::clone(&identity), call, false);
+            }
+        }
+    }
+
     /// Claims the identity, runs the activation hook, and delivers what waited.
     async fn activate(self: Arc<Self>, inner: Arc<Inner>, identity: Arc<str>) {
+        let generation = inner.view_generation.load(Ordering::Acquire);
         let epoch = match self.claim(&inner, &identity).await {
             Ok(Some(epoch)) => epoch,
             Ok(None) => return, // handed to the holder
@@ -624,6 +791,18 @@ impl<K: VirtualActor> Host<K> {
             self.deactivate_later(&inner, identity, Reason::Stopping);
             return;
         }
+        // A membership change taken in while it activated, which the sweep after it did not
+        // see (it moves only what is active), may have given the identity to another member.
+        if inner.view_generation.load(Ordering::Acquire) != generation
+            && inner.placement.moves_on_change()
+            && inner
+                .ownership()
+                .route(K::KIND, &identity, inner.placement.as_ref())
+                != Route::Local
+        {
+            self.deactivate_later(&inner, identity, Reason::Moved);
+            return;
+        }
         self.enforce_cap(&inner);
     }
 
@@ -640,20 +819,48 @@ impl<K: VirtualActor> Host<K> {
             .await
             .map_err(store_error)?;
         let mut attempts = 0;
+        let handover_wait = Instant::now() + 2 * inner.config.deactivation_timeout;
+        let mut poll = HANDOVER_POLL;
         while attempts < CLAIM_ATTEMPTS {
             let (holder, held_epoch) = match claim {
                 Claim::Granted(epoch) => return Ok(Some(epoch)),
                 Claim::Held { owner, epoch } => (owner, epoch),
                 other => return Err(GrainError::Store(format!("unexpected claim {other:?}"))),
             };
-            let decision = inner.ownership().holder(&holder, Instant::now());
-            attempts += 1;
+            let now = Instant::now();
+            let (decision, still_ours) = {
+                let mut ownership = inner.ownership();
+                let decision = ownership.holder(&holder, now);
+                let route = ownership.route(K::KIND, identity, inner.placement.as_ref());
+                (decision, route == Route::Local)
+            };
             claim = match decision {
+                // The previous owner still serves it: with a placement that moves identities,
+                // it is about to hand it over (it sees the change a moment later). Wait for
+                // that rather than send it messages that would then overtake, or trail,
+                // those it hands over; past the wait, it keeps the identity.
+                Holder::Forward(_)
+                    if still_ours
+                        && inner.placement.moves_on_change()
+                        && now + poll < handover_wait =>
+                {
+                    tokio::time::sleep(poll).await;
+                    poll = (poll * 2).min(HANDOVER_POLL_MAX);
+                    if inner.is_stopped() {
+                        return Err(GrainError::Stopped);
+                    }
+                    inner
+                        .store
+                        .claim(K::KIND, identity, &inner.owner_key)
+                        .await
+                        .map_err(store_error)?
+                }
                 Holder::Forward(to) => {
                     self.hand_to(inner, identity, &to);
                     return Ok(None);
                 }
                 Holder::WaitUntil(at) => {
+                    attempts += 1;
                     tokio::time::sleep_until(at.into()).await;
                     if inner.is_stopped() {
                         return Err(GrainError::Stopped);
@@ -666,11 +873,14 @@ impl<K: VirtualActor> Host<K> {
                 }
                 // Gone long enough that it has stopped; or this member's own hold, left by an
                 // activation that ended without its release reaching the store.
-                Holder::TakeOver | Holder::Local => inner
-                    .store
-                    .take_over(K::KIND, identity, &inner.owner_key, held_epoch)
-                    .await
-                    .map_err(store_error)?,
+                Holder::TakeOver | Holder::Local => {
+                    attempts += 1;
+                    inner
+                        .store
+                        .take_over(K::KIND, identity, &inner.owner_key, held_epoch)
+                        .await
+                        .map_err(store_error)?
+                }
             };
         }
         Err(GrainError::Store(format!(
@@ -739,6 +949,17 @@ impl<K: VirtualActor> Host<K> {
         active.actor.watch_with(sink);
         active.actor.stop();
         let _ = tokio::time::timeout_at(deadline, stopped).await;
+        let next = {
+            let ownership = inner.ownership();
+            if inner.is_stopped() {
+                ownership.route_elsewhere(K::KIND, &identity, inner.placement.as_ref())
+            } else {
+                ownership.route(K::KIND, &identity, inner.placement.as_ref())
+            }
+        };
+        if let Route::Remote(next) = next {
+            self.hand_over(&inner, &identity, &next).await;
+        }
         let _ = inner.store.release(K::KIND, &identity, active.epoch).await;
         self.counters.active.fetch_sub(1, Ordering::Relaxed);
         self.counters.deactivations.fetch_add(1, Ordering::Relaxed);
@@ -750,8 +971,53 @@ impl<K: VirtualActor> Host<K> {
             _ => Vec::new(),
         };
         for call in queue {
-            self.dispatch(&inner, Arc::clone(&identity), call);
+            if inner.is_stopped() {
+                inner.pass_on(&identity, call);
+            } else {
+                self.dispatch(&inner, Arc::clone(&identity), call);
+            }
         }
+    }
+
+    /// Hands what reached this member during a deactivation to `next`, the identity's next
+    /// owner, while this member still holds the identity: in the order it came, marked to go
+    /// before what reached `next` directly, then the end of the handover, whose answer says
+    /// all of it is queued there. Only then is the identity released, so `next` cannot
+    /// activate before it has them. Per sender, what reached the previous owner was sent
+    /// before what reached the next one (a sender's view moves from one to the other once).
+    async fn hand_over(&self, inner: &Arc<Inner>, identity: &Arc<str>, next: &MemberId) {
+        let handed = self.hand_queued(inner, identity, next);
+        if handed == 0 {
+            return;
+        }
+        let (done, answered) = oneshot::channel();
+        let wait = inner.config.deactivation_timeout;
+        inner.transport.send(
+            next,
+            GrainRequest::handover_done(K::KIND, identity, wait),
+            Box::new(move |result| {
+                let _ = done.send(result);
+            }),
+        );
+        // Unanswered (`next` is gone or slow): released anyway; what was handed over is
+        // then `next`'s to route (or its senders' to retry).
+        let _ = tokio::time::timeout(wait, answered).await;
+        // What came while the end of the handover was on its way.
+        self.hand_queued(inner, identity, next);
+    }
+
+    /// Forwards the calls queued on a deactivating identity to `next`, marked handed over.
+    fn hand_queued(&self, inner: &Arc<Inner>, identity: &Arc<str>, next: &MemberId) -> usize {
+        let queue = match self.slots().get_mut(identity) {
+            Some(Slot::Deactivating(queue)) => std::mem::take(queue),
+            _ => Vec::new(),
+        };
+        let handed = queue.len();
+        for call in queue {
+            self.counters.forwarded.fetch_add(1, Ordering::Relaxed);
+            inner.forward_as(identity, next, call, Handover::Call);
+        }
+        handed
     }
 
     /// Over the cap: deactivate the least recently used idle activations, a batch at a time
@@ -791,6 +1057,7 @@ impl<K: VirtualActor> KindHost for Host<K> {
             reply,
             hops: request.hops,
             deadline: request.deadline(),
+            handed_over: request.handover == Handover::Call,
         };
         match self
             .table
@@ -833,22 +1100,23 @@ impl<K: VirtualActor> KindHost for Host<K> {
         let mut waiting = Vec::new();
         let identities: Vec<Arc<str>> = {
             let mut slots = self.slots();
-            // Calls still waiting for an activation fail: this member hosts nothing more.
-            slots.retain(|_, slot| match slot {
-                Slot::Activating(queue) => {
-                    waiting.append(queue);
-                    true
+            // Calls still waiting for an activation go to whoever hosts the identity now:
+            // this member hosts nothing more.
+            for (identity, slot) in slots.iter_mut() {
+                if let Slot::Activating(queue) | Slot::Parked(queue, _) = slot {
+                    waiting.extend(queue.drain(..).map(|call| (Arc::clone(identity), call)));
                 }
-                _ => true,
-            });
+            }
+            slots.retain(|_, slot| !matches!(slot, Slot::Parked(..)));
+            self.parked.store(0, Ordering::Relaxed);
             slots
                 .iter()
                 .filter(|(_, slot)| matches!(slot, Slot::Active(_)))
                 .map(|(id, _)| Arc::clone(id))
                 .collect()
         };
-        for call in waiting {
-            call.fail(GrainError::Stopped);
+        for (identity, call) in waiting {
+            inner.pass_on(&identity, call);
         }
         for identity in identities {
             self.deactivate_later(inner, identity, Reason::Stopping);
@@ -870,6 +1138,14 @@ impl<K: VirtualActor> KindHost for Host<K> {
 
     fn slot_count(&self) -> usize {
         self.slots().len()
+    }
+
+    fn unpark(&self, inner: &Arc<Inner>, view_changed: bool) {
+        Host::unpark(self, inner, view_changed);
+    }
+
+    fn count_forwarded(&self) {
+        self.counters.forwarded.fetch_add(1, Ordering::Relaxed);
     }
 
     fn as_any(self: Arc<Self>) -> Arc<dyn Any + Send + Sync> {

@@ -186,6 +186,8 @@ pub(crate) struct Envelope {
     pub(crate) reply: WireReply,
     pub(crate) hops: u8,
     pub(crate) deadline: Option<Instant>,
+    /// Handed over by the identity's previous owner (see [`Call::handed_over`]).
+    pub(crate) handed_over: bool,
 }
 
 impl<K: VirtualActor> GrainMessages<K> {
@@ -265,6 +267,7 @@ where
         }),
         hops: envelope.hops,
         deadline: envelope.deadline,
+        handed_over: envelope.handed_over,
     }))
 }
 
@@ -283,6 +286,10 @@ pub(crate) trait Call<K: Actor>: Send {
     fn hops(&self) -> u8;
     /// When the caller stops waiting for the reply (`None` for a `tell`).
     fn deadline(&self) -> Option<Instant>;
+    /// Whether the identity's previous owner handed this call over at the end of a move: it
+    /// reached the previous owner before anything that reached this member directly, so it
+    /// goes first.
+    fn handed_over(&self) -> bool;
 }
 
 /// The message part of a request to another member.
@@ -302,6 +309,7 @@ pub(crate) struct TypedCall<M: Message> {
     pub(crate) reply: TypedReply<M::Reply>,
     pub(crate) hops: u8,
     pub(crate) deadline: Option<Instant>,
+    pub(crate) handed_over: bool,
 }
 
 impl<K, M> Call<K> for TypedCall<M>
@@ -361,6 +369,10 @@ where
 
     fn deadline(&self) -> Option<Instant> {
         self.deadline
+    }
+
+    fn handed_over(&self) -> bool {
+        self.handed_over
     }
 }
 

@@ -195,7 +195,43 @@ impl Ownership {
 
     /// Where a message for `identity` of `kind` goes.
     pub fn route(&self, kind: &str, identity: &str, placement: &dyn Placement) -> Route {
-        let hosts = self.hosts(kind);
+        self.place(kind, identity, placement, self.hosts(kind))
+    }
+
+    /// Where a message for `identity` of `kind` goes from a member that no longer hosts
+    /// anything (it stopped): never [`Route::Local`].
+    ///
+    /// # Example
+    ///
+    /// ```
+    /// use std::time::{Duration, Instant};
+    /// use rally::cluster::virtual_actors::{Hashed, Ownership, Route};
+    /// use rally::cluster::{ClusterConfig, MemberEvent, MemberId};
+    /// use rally::remote::Incarnation;
+    ///
+    /// let member = |port: u16| {
+    ///     let address = format!("rally://shop@127.0.0.1:{port}").parse().unwrap();
+    ///     MemberId::new(address, Incarnation(1), u64::from(port)).with_kinds(["cart"])
+    /// };
+    /// let mut view = Ownership::new(member(1), &ClusterConfig::default(), Duration::ZERO);
+    /// assert_eq!(view.route("cart", "c-1", &Hashed), Route::Local);
+    /// assert_eq!(view.route_elsewhere("cart", "c-1", &Hashed), Route::NoHost);
+    /// view.apply(&MemberEvent::Up(member(2)), Instant::now());
+    /// assert_eq!(view.route_elsewhere("cart", "c-1", &Hashed), Route::Remote(member(2)));
+    /// ```
+    pub fn route_elsewhere(&self, kind: &str, identity: &str, placement: &dyn Placement) -> Route {
+        let mut hosts = self.hosts(kind);
+        hosts.retain(|host| *host != self.local);
+        self.place(kind, identity, placement, hosts)
+    }
+
+    fn place(
+        &self,
+        kind: &str,
+        identity: &str,
+        placement: &dyn Placement,
+        hosts: Vec<MemberId>,
+    ) -> Route {
         match placement.place(kind, identity, &hosts, &self.local) {
             None => Route::NoHost,
             Some(owner) if *owner == self.local => Route::Local,

@@ -353,6 +353,7 @@ impl<K: VirtualActor> GrainRef<K> {
             reply: Box::new(|_| {}),
             hops: 0,
             deadline: None,
+            handed_over: false,
         };
         self.inner.send::<K>(&self.identity, Box::new(call));
         Ok(())
@@ -386,6 +387,7 @@ impl<K: VirtualActor> GrainRef<K> {
             }),
             hops: 0,
             deadline: Some(Instant::now() + timeout),
+            handed_over: false,
         };
         self.inner.send::<K>(&self.identity, Box::new(call));
         match tokio::time::timeout(timeout, rx).await {

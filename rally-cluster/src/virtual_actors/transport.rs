@@ -5,9 +5,10 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex, PoisonError, Weak};
 use std::time::{Duration, Instant};
 
-use rally_actor::{Actor, ActorRef, ActorResult, AskError, Context, Handler, Message};
+use rally_actor::{Actor, ActorRef, ActorResult, Context, Handler, Message, ReplyError, ReplyTo};
 use rally_remote::{MessageTable, RemoteActor, RemoteMessage, RemoteNode};
 use serde::{Deserialize, Serialize};
+use tokio::sync::mpsc;
 
 use super::error::GrainError;
 use super::host::Inner;
@@ -31,6 +32,20 @@ pub(crate) struct GrainRequest {
     pub(crate) hops: u8,
     /// Milliseconds the sender still waits for a reply; none for a tell.
     pub(crate) wait_ms: Option<u64>,
+    pub(crate) handover: Handover,
+}
+
+/// A request's part in a move: the previous owner of an identity hands what reached it during
+/// the move to the next owner, then says it is done, then releases the identity.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub(crate) enum Handover {
+    /// An ordinary request.
+    No,
+    /// A call handed over: it goes before the calls that reached the next owner directly.
+    Call,
+    /// Every call handed over was sent before this one (requests between two members arrive
+    /// in order). Answered on arrival; the previous owner releases the identity after it.
+    Done,
 }
 
 impl Message for GrainRequest {
@@ -49,15 +64,21 @@ impl GrainRequest {
             manifest: outgoing.manifest.to_owned(),
             payload: outgoing.payload,
             hops: outgoing.hops,
-            wait_ms: outgoing.deadline.map(|deadline| {
-                u64::try_from(
-                    deadline
-                        .saturating_duration_since(Instant::now())
-                        .as_millis(),
-                )
-                .unwrap_or(u64::MAX)
-                .max(1)
-            }),
+            wait_ms: outgoing.deadline.map(wait_ms),
+            handover: Handover::No,
+        }
+    }
+
+    /// The end of a handover of `identity`, answered by the next owner within `wait`.
+    pub(crate) fn handover_done(kind: &str, identity: &str, wait: Duration) -> Self {
+        Self {
+            kind: kind.to_owned(),
+            identity: identity.to_owned(),
+            manifest: String::new(),
+            payload: Vec::new(),
+            hops: 1,
+            wait_ms: Some(wait_ms(Instant::now() + wait)),
+            handover: Handover::Done,
         }
     }
 
@@ -66,6 +87,19 @@ impl GrainRequest {
             .map(|ms| Instant::now() + Duration::from_millis(ms))
     }
 }
+
+fn wait_ms(deadline: Instant) -> u64 {
+    u64::try_from(
+        deadline
+            .saturating_duration_since(Instant::now())
+            .as_millis(),
+    )
+    .unwrap_or(u64::MAX)
+    .max(1)
+}
+
+/// What waits to reach one member of an in-process network, in the order it was sent.
+type MemoryQueue = mpsc::UnboundedSender<(GrainRequest, WireReply)>;
 
 /// The in-process network that members started with
 /// [`VirtualActorsBuilder::start_in_memory`](super::VirtualActorsBuilder::start_in_memory) share.
@@ -80,9 +114,11 @@ impl GrainRequest {
 /// ```
 #[derive(Debug, Clone, Default)]
 pub struct GrainNetwork {
-    /// Each member's runtime; `None` once it stopped (its requests get `Stopped`, as a
-    /// stopped member's endpoint answers over a real connection).
-    members: Arc<Mutex<HashMap<MemberId, Option<Weak<Inner>>>>>,
+    /// Each member's runtime (requests to one that is gone get `Stopped`).
+    members: Arc<Mutex<HashMap<MemberId, Weak<Inner>>>>,
+    /// One queue per destination, drained by one task: requests between two members arrive
+    /// in the order they were sent, as over a connection.
+    queues: Arc<Mutex<HashMap<MemberId, MemoryQueue>>>,
 }
 
 impl GrainNetwork {
@@ -91,18 +127,60 @@ impl GrainNetwork {
         Self::default()
     }
 
-    /// One insert, remove or lookup per call: a poisoned lock is still consistent.
-    fn members(&self) -> std::sync::MutexGuard<'_, HashMap<MemberId, Option<Weak<Inner>>>> {
+    /// One insert or lookup per call: a poisoned lock is still consistent.
+    fn members(&self) -> std::sync::MutexGuard<'_, HashMap<MemberId, Weak<Inner>>> {
         self.members.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
     pub(crate) fn attach(&self, member: &MemberId, inner: &Arc<Inner>) {
-        self.members()
-            .insert(member.clone(), Some(Arc::downgrade(inner)));
+        self.members().insert(member.clone(), Arc::downgrade(inner));
     }
 
-    pub(crate) fn detach(&self, member: &MemberId) {
-        self.members().insert(member.clone(), None);
+    /// Queues `request` for `to`; a task of its own delivers it, as a network would (the
+    /// sender's locks are not held).
+    fn send(&self, to: &MemberId, request: GrainRequest, reply: WireReply) {
+        let mut queues = self.queues.lock().unwrap_or_else(PoisonError::into_inner);
+        let mut item = (request, reply);
+        loop {
+            let queue = queues
+                .entry(to.clone())
+                .or_insert_with(|| self.deliverer(to.clone()));
+            match queue.send(item) {
+                Ok(()) => return,
+                // Its task ended with the runtime that ran it: a new one on this runtime.
+                Err(mpsc::error::SendError(returned)) => {
+                    queues.remove(to);
+                    item = returned;
+                }
+            }
+        }
+    }
+
+    fn deliverer(&self, to: MemberId) -> MemoryQueue {
+        let (queue, mut requests) = mpsc::unbounded_channel::<(GrainRequest, WireReply)>();
+        let network = self.clone();
+        tokio::spawn(async move {
+            while let Some((request, reply)) = requests.recv().await {
+                network.deliver(&to, request, reply).await;
+            }
+        });
+        queue
+    }
+
+    /// A member seen up may not have attached its runtime yet (it joins, then starts it), as
+    /// a connection takes a moment to establish: a bounded wait.
+    async fn deliver(&self, to: &MemberId, request: GrainRequest, reply: WireReply) {
+        for _ in 0..MEMORY_ATTACH_WAITS {
+            let target = self.members().get(to).cloned();
+            match target.map(|weak| weak.upgrade()) {
+                Some(Some(target)) => return target.receive(request, reply),
+                Some(None) => return reply(Err(GrainError::Stopped)),
+                None => tokio::time::sleep(MEMORY_ATTACH_PAUSE).await,
+            }
+        }
+        reply(Err(GrainError::Undeliverable(format!(
+            "member {to} is not reachable"
+        ))));
     }
 }
 
@@ -128,29 +206,7 @@ impl Transport {
     /// Sends `request` to `to`; `reply` gets the reply bytes or why there is none.
     pub(crate) fn send(&self, to: &MemberId, request: GrainRequest, reply: WireReply) {
         match self {
-            // A task of its own, as a network would: the sender's locks are not held. A
-            // member seen up may not have attached its runtime yet (it joins, then starts
-            // it), as a connection takes a moment to establish: a bounded wait.
-            Self::Memory(network) => {
-                let network = network.clone();
-                let to = to.clone();
-                tokio::spawn(async move {
-                    for _ in 0..MEMORY_ATTACH_WAITS {
-                        let target = network.members().get(&to).cloned();
-                        match target {
-                            Some(None) => return reply(Err(GrainError::Stopped)),
-                            Some(Some(weak)) => match weak.upgrade() {
-                                Some(target) => return target.receive(request, reply),
-                                None => return reply(Err(GrainError::Stopped)),
-                            },
-                            None => tokio::time::sleep(MEMORY_ATTACH_PAUSE).await,
-                        }
-                    }
-                    reply(Err(GrainError::Undeliverable(format!(
-                        "member {to} is not reachable"
-                    ))));
-                });
-            }
+            Self::Memory(network) => network.send(to, request, reply),
             Self::Remote { node, endpoints } => {
                 let endpoint = {
                     let mut endpoints = endpoints.lock().unwrap_or_else(PoisonError::into_inner);
@@ -175,17 +231,31 @@ impl Transport {
                     }
                     Some(ms) => {
                         let wait = Duration::from_millis(ms);
+                        // Sent here, not from the task that waits: requests leave in the
+                        // order they were made, asks and tells alike.
+                        let (reply_to, answer) = ReplyTo::channel();
+                        if endpoint.send_with(request, reply_to).is_err() {
+                            return reply(Err(GrainError::Undeliverable(format!(
+                                "member {to} did not take the message"
+                            ))));
+                        }
                         tokio::spawn(async move {
-                            let result = match endpoint.ask(request, wait).await {
-                                Ok(result) => result,
-                                Err(AskError::Timeout(t)) => Err(GrainError::Timeout(t)),
-                                Err(AskError::OutcomeUnknown(why)) => {
+                            reply(match tokio::time::timeout(wait, answer).await {
+                                Err(_) => Err(GrainError::Timeout(wait)),
+                                Ok(Err(_)) => Err(GrainError::Failed(
+                                    "the reply destination was dropped unanswered".into(),
+                                )),
+                                Ok(Ok(Ok(result))) => result,
+                                Ok(Ok(Err(ReplyError::Failed(why)))) => {
+                                    Err(GrainError::Failed(why))
+                                }
+                                Ok(Ok(Err(ReplyError::OutcomeUnknown(why)))) => {
                                     Err(GrainError::OutcomeUnknown(why))
                                 }
-                                Err(AskError::Failed(why)) => Err(GrainError::Failed(why)),
-                                Err(other) => Err(GrainError::Undeliverable(other.to_string())),
-                            };
-                            reply(result);
+                                Ok(Ok(Err(other))) => {
+                                    Err(GrainError::Undeliverable(other.to_string()))
+                                }
+                            });
                         });
                     }
                 }

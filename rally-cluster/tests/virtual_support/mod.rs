@@ -36,6 +36,20 @@ static FAILED_ONCE: LazyLock<Mutex<HashSet<String>>> = LazyLock::new(|| Mutex::n
 /// Probe instances alive (built and not dropped), by identity prefix (before the first '-').
 static LIVE: LazyLock<Mutex<HashMap<String, usize>>> = LazyLock::new(|| Mutex::new(HashMap::new()));
 pub static STARTS: AtomicUsize = AtomicUsize::new(0);
+/// Every [`Next`] that did not follow the one before it: (identity, count before, number).
+static DISORDER: LazyLock<Mutex<Vec<(String, u64, u64)>>> =
+    LazyLock::new(|| Mutex::new(Vec::new()));
+
+/// The [`Next`]s of identities starting with `prefix-` that came out of order or after a gap.
+pub fn disorder(prefix_: &str) -> Vec<(String, u64, u64)> {
+    DISORDER
+        .lock()
+        .unwrap()
+        .iter()
+        .filter(|(identity, _, _)| prefix(identity) == prefix_)
+        .cloned()
+        .collect()
+}
 
 fn prefix(identity: &str) -> String {
     identity.split('-').next().unwrap_or("").to_owned()
@@ -146,7 +160,7 @@ impl VirtualActor for Probe {
     }
 
     fn messages(table: &mut GrainMessages<Self>) {
-        table.add::<Add>().add::<Where>();
+        table.add::<Add>().add::<Where>().add::<Next>();
     }
 }
 
@@ -162,6 +176,30 @@ impl RemoteMessage for Add {
 impl Handler<Add> for Probe {
     async fn handle(&mut self, msg: Add, _: &mut Context<Self>) -> ActorResult<u64> {
         self.count += msg.0;
+        Ok(self.count)
+    }
+}
+
+/// The sender's next number: the count becomes it. One that is not the count plus one (out of
+/// order, or after a lost one) is logged (see [`disorder`]).
+#[derive(Debug, Serialize, Deserialize)]
+pub struct Next(pub u64);
+impl Message for Next {
+    type Reply = u64;
+}
+impl RemoteMessage for Next {
+    const MANIFEST: &'static str = "test.probe.Next";
+}
+impl Handler<Next> for Probe {
+    async fn handle(&mut self, msg: Next, _: &mut Context<Self>) -> ActorResult<u64> {
+        if msg.0 != self.count + 1 {
+            DISORDER.lock().unwrap().push((
+                self.activation.identity().to_owned(),
+                self.count,
+                msg.0,
+            ));
+        }
+        self.count = msg.0;
         Ok(self.count)
     }
 }
