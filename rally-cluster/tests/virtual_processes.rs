@@ -244,9 +244,11 @@ async fn a_graceful_leave_under_load_hands_over_the_singleton_and_fails_no_ask()
         .collect();
     let (mut members, _) = start_cluster(&specs).await;
     let (leaver, leaver_id, stayers) = singleton_on_oldest(&mut members[..3]).await;
-    // Load: 30 identities (about a third held by the leaver), asked in rounds.
+    // Load: 30 identities (about a third held by the leaver), asked in rounds; and 30 others
+    // sent numbered tells, pipelined.
     let client = 3;
     members[client].send("load lv 30");
+    members[client].send("tell tl 30");
     // Warm-up rounds, until one round has no failure (the first activations).
     loop {
         let round = members[client]
@@ -308,6 +310,41 @@ async fn a_graceful_leave_under_load_hands_over_the_singleton_and_fails_no_ask()
         ms(started.at.saturating_sub(stopped.at))
     );
     assert_eq!(failed, 0, "no ask failed across a graceful leave");
+    // The tells: an ask from the same sender after the last of them is handled after all of
+    // them, so each count is the last number if none was lost.
+    members[client].send("untell");
+    let told = members[client]
+        .expect("the tells stopped", |o| o.word == "TOLD")
+        .await;
+    let told: u64 = told.args[0].parse().unwrap();
+    for i in 0..30 {
+        members[client].send(&format!("ask tl-{i} 0"));
+    }
+    for i in 0..30 {
+        let identity = format!("tl-{i}");
+        let reply = members[client]
+            .find("a count", |o| {
+                (o.word == "REPLY" || o.word == "ASKERR") && o.args[0] == identity
+            })
+            .await;
+        assert_eq!(
+            reply.args,
+            [identity, told.to_string()]
+                .into_iter()
+                .chain(reply.args[2..].iter().cloned())
+                .collect::<Vec<_>>(),
+            "every number handled"
+        );
+    }
+    for member in members.iter_mut() {
+        member.drain();
+        let disorder: Vec<&Out> = member
+            .seen
+            .iter()
+            .filter(|o| o.word == "DISORDER")
+            .collect();
+        assert!(disorder.is_empty(), "{}: {disorder:?}", member.name);
+    }
     for &i in &stayers {
         members[i].drain();
         let downed: Vec<&Out> = members[i]

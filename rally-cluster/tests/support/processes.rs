@@ -15,13 +15,18 @@
 //! @@ <mono-ns> ASKERR <identity> <error>
 //! @@ <mono-ns> STATS <activations> <forwarded> <active>
 //! @@ <mono-ns> LOADED <failed asks in the round>
+//! @@ <mono-ns> TOLD <numbers sent to each identity>
+//! @@ <mono-ns> DISORDER <identity> <count> <number>
 //! @@ <mono-ns> STOPPED <member>
 //! ```
 //!
 //! `<member>` is `rally://<cluster>@<host>:<port>#<incarnation>`. Commands on stdin:
 //! `ask <identity> <n>`, `load <prefix> <count>` (asks `<prefix>-0..count` in rounds until the
-//! process ends, reporting each round), `stats`, `leave` (leaves the cluster gracefully; the
-//! process then stops).
+//! process ends, reporting each round), `tell <prefix> <count>` (sends each of
+//! `<prefix>-0..count` the numbers 1, 2, 3, … as tells, never waiting for one to be handled,
+//! until `untell`, then reports how many; an identity handling a number that is not its count
+//! plus one reports `DISORDER`), `stats`, `leave` (leaves the cluster gracefully; the process
+//! then stops).
 
 #![allow(dead_code, unreachable_pub)]
 
@@ -209,7 +214,7 @@ impl VirtualActor for Counter {
     }
 
     fn messages(table: &mut GrainMessages<Self>) {
-        table.add::<Add>();
+        table.add::<Add>().add::<Next>();
     }
 }
 
@@ -235,6 +240,32 @@ impl Handler<Add> for Counter {
     }
 }
 
+/// The sender's next number: the count becomes it (and is saved). One that is not the count
+/// plus one (out of order, or after a lost one) is reported as `DISORDER`.
+#[derive(Debug, Serialize, Deserialize)]
+pub struct Next(pub u64);
+impl Message for Next {
+    type Reply = ();
+}
+impl RemoteMessage for Next {
+    const MANIFEST: &'static str = "test.procs.Next";
+}
+impl Handler<Next> for Counter {
+    async fn handle(&mut self, msg: Next, _: &mut Context<Self>) -> ActorResult<()> {
+        if msg.0 != self.count + 1 {
+            say(&format!(
+                "DISORDER {} {} {}",
+                self.activation.identity(),
+                self.count,
+                msg.0
+            ));
+        }
+        self.activation.save(&msg.0.to_le_bytes()).await?;
+        self.count = msg.0;
+        Ok(())
+    }
+}
+
 struct Life {
     system: ActorSystem,
     node: RemoteNode,
@@ -242,6 +273,8 @@ struct Life {
     singleton: Option<ClusterSingleton<Beacon>>,
     grains: Option<Arc<VirtualActors>>,
     me: String,
+    /// Set by `untell`: the `tell` task stops.
+    untell: Arc<std::sync::atomic::AtomicBool>,
 }
 
 impl Life {
@@ -327,6 +360,7 @@ impl Life {
             singleton,
             grains,
             me: member,
+            untell: Arc::default(),
         }
     }
 
@@ -372,6 +406,32 @@ impl Life {
                     }
                 });
             }
+            (["tell", prefix, count], Some(grains)) => {
+                let (prefix, count): (String, u64) =
+                    ((*prefix).to_owned(), count.parse().expect("a number"));
+                let untell = Arc::clone(&self.untell);
+                tokio::spawn(async move {
+                    let grains: Vec<_> = (0..count)
+                        .map(|i| {
+                            grains
+                                .get::<Counter>(&format!("{prefix}-{i}"))
+                                .expect("valid")
+                        })
+                        .collect();
+                    let mut sent = 0;
+                    while !untell.load(std::sync::atomic::Ordering::Relaxed) {
+                        sent += 1;
+                        for grain in &grains {
+                            grain.tell(Next(sent)).expect("the member takes it");
+                        }
+                        tokio::time::sleep(Duration::from_millis(2)).await;
+                    }
+                    say(&format!("TOLD {sent}"));
+                });
+            }
+            (["untell"], _) => self
+                .untell
+                .store(true, std::sync::atomic::Ordering::Relaxed),
             (["leave"], _) => {
                 let cluster = self.cluster.clone();
                 tokio::spawn(async move {
