@@ -54,7 +54,7 @@ pub(crate) const DEFAULT_MAX_PACKET_BYTES: usize = 16 * 1024;
 /// let config = ClusterConfig::builder()
 ///     .seed("rally://shop@10.0.0.1:2552".parse().unwrap())
 ///     .stable_after(Duration::from_secs(4))
-///     .downing(DowningStrategy::KeepOldest { down_if_alone: true })
+///     .downing(DowningStrategy::KeepOldest { down_if_alone: true, role: None })
 ///     .build()
 ///     .unwrap();
 /// assert_eq!(config.seeds.len(), 1);

@@ -26,7 +26,7 @@ use crate::member::MemberId;
 /// ).unwrap()["s"].clone().try_into().unwrap();
 /// assert_eq!(strategy, DowningStrategy::StaticQuorum { quorum_size: 3 });
 /// ```
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case", rename_all_fields = "kebab-case")]
 #[non_exhaustive]
 pub enum DowningStrategy {
@@ -44,10 +44,28 @@ pub enum DowningStrategy {
     },
     /// The side with the oldest member survives (where a singleton lives). With
     /// `down_if_alone`, an oldest member cut off alone from a side of two or more downs
-    /// itself, so one crashed-looking node cannot take the whole cluster down.
+    /// itself, so one crashed-looking node cannot take the whole cluster down. With `role`,
+    /// only members with that role count (the oldest of the role, where a singleton of that
+    /// role lives; "alone" among the members of the role); with no member of the role in the
+    /// view, every member counts.
+    ///
+    /// ```
+    /// use rally::cluster::DowningStrategy;
+    ///
+    /// let strategy: DowningStrategy = toml::from_str::<toml::Table>(
+    ///     "s = { keep-oldest = { down-if-alone = true, role = \"backend\" } }",
+    /// ).unwrap()["s"].clone().try_into().unwrap();
+    /// assert_eq!(
+    ///     strategy,
+    ///     DowningStrategy::KeepOldest { down_if_alone: true, role: Some("backend".into()) },
+    /// );
+    /// ```
     KeepOldest {
         /// Whether the oldest member alone on its side gives way.
         down_if_alone: bool,
+        /// Only members with this role count (none: every member).
+        #[serde(default)]
+        role: Option<String>,
     },
     /// Any partition downs every member: safe when a restart is cheaper than any risk.
     DownAll,
@@ -81,7 +99,7 @@ pub struct ViewMember {
 /// };
 /// // Three of five reachable: this side keeps the cluster and downs the other two.
 /// let view = [member(1, true), member(2, true), member(3, true), member(4, false), member(5, false)];
-/// match decide(DowningStrategy::KeepMajority, &view) {
+/// match decide(&DowningStrategy::KeepMajority, &view) {
 ///     Decision::DownUnreachable(down) => assert_eq!(down.len(), 2),
 ///     other => panic!("{other:?}"),
 /// }
@@ -117,9 +135,9 @@ pub enum Decision {
 /// };
 /// // Two of four, and the lowest address (port 1) is on the other side: this side loses.
 /// let view = [member(1, false), member(2, false), member(3, true), member(4, true)];
-/// assert_eq!(decide(DowningStrategy::KeepMajority, &view), Decision::DownSelf);
+/// assert_eq!(decide(&DowningStrategy::KeepMajority, &view), Decision::DownSelf);
 /// ```
-pub fn decide(strategy: DowningStrategy, view: &[ViewMember]) -> Decision {
+pub fn decide(strategy: &DowningStrategy, view: &[ViewMember]) -> Decision {
     let unreachable: Vec<MemberId> = view
         .iter()
         .filter(|m| !m.reachable)
@@ -143,16 +161,27 @@ pub fn decide(strategy: DowningStrategy, view: &[ViewMember]) -> Decision {
             if total > (2 * quorum_size).saturating_sub(1) {
                 return Decision::DownAll;
             }
-            reachable >= quorum_size
+            reachable >= *quorum_size
         }
-        DowningStrategy::KeepOldest { down_if_alone } => {
-            let Some(oldest) = view.iter().min_by(|a, b| a.id.age_order(&b.id)) else {
+        DowningStrategy::KeepOldest {
+            down_if_alone,
+            role,
+        } => {
+            let of_role = |m: &&ViewMember| role.as_deref().is_none_or(|r| m.id.has_role(r));
+            let counted: Vec<&ViewMember> = if view.iter().any(|m| of_role(&m)) {
+                view.iter().filter(of_role).collect()
+            } else {
+                view.iter().collect()
+            };
+            let Some(oldest) = counted.iter().min_by(|a, b| a.id.age_order(&b.id)) else {
                 return Decision::Nothing;
             };
+            let near = counted.iter().filter(|m| m.reachable).count();
+            let far = counted.len() - near;
             if oldest.reachable {
-                !(down_if_alone && reachable == 1 && unreachable.len() > 1)
+                !(*down_if_alone && near == 1 && far > 1)
             } else {
-                down_if_alone && unreachable.len() == 1 && reachable > 1
+                *down_if_alone && far == 1 && near > 1
             }
         }
         DowningStrategy::DownAll => return Decision::DownAll,
@@ -206,7 +235,10 @@ mod tests {
             v.extend(theirs.iter().map(|&(p, g)| m(p, g, false)));
             v
         };
-        (decide(strategy, &view(a, b)), decide(strategy, &view(b, a)))
+        (
+            decide(&strategy, &view(a, b)),
+            decide(&strategy, &view(b, a)),
+        )
     }
 
     #[test]
@@ -217,10 +249,11 @@ mod tests {
             DowningStrategy::StaticQuorum { quorum_size: 2 },
             DowningStrategy::KeepOldest {
                 down_if_alone: true,
+                role: None,
             },
             DowningStrategy::DownAll,
         ] {
-            assert_eq!(decide(strategy, &view), Decision::Nothing, "{strategy:?}");
+            assert_eq!(decide(&strategy, &view), Decision::Nothing, "{strategy:?}");
         }
     }
 
@@ -265,7 +298,7 @@ mod tests {
     #[test]
     fn static_quorum_needs_the_quorum() {
         let strategy = DowningStrategy::StaticQuorum { quorum_size: 3 };
-        let (three, two) = sides(strategy, &[(1, 1), (2, 2), (3, 3)], &[(4, 4), (5, 5)]);
+        let (three, two) = sides(strategy.clone(), &[(1, 1), (2, 2), (3, 3)], &[(4, 4), (5, 5)]);
         assert_eq!(downs(three), vec![4, 5]);
         assert_eq!(two, Decision::DownSelf);
         // 2 | 2 of 4 with quorum 3: nobody reaches it, both sides down themselves.
@@ -289,6 +322,7 @@ mod tests {
     fn keep_oldest_keeps_the_side_of_the_oldest_even_in_minority() {
         let strategy = DowningStrategy::KeepOldest {
             down_if_alone: true,
+            role: None,
         };
         // The oldest (generation 1, port 9) is with one other member against three.
         let (small, large) = sides(strategy, &[(9, 1), (2, 5)], &[(3, 2), (4, 3), (5, 4)]);
@@ -303,6 +337,7 @@ mod tests {
         let (alone, rest) = sides(
             DowningStrategy::KeepOldest {
                 down_if_alone: true,
+                role: None,
             },
             &oldest_alone,
             &others,
@@ -312,6 +347,7 @@ mod tests {
         let (alone, rest) = sides(
             DowningStrategy::KeepOldest {
                 down_if_alone: false,
+                role: None,
             },
             &oldest_alone,
             &others,
@@ -322,6 +358,7 @@ mod tests {
         let (old, young) = sides(
             DowningStrategy::KeepOldest {
                 down_if_alone: true,
+                role: None,
             },
             &[(5, 1)],
             &[(1, 2)],
@@ -334,10 +371,74 @@ mod tests {
     fn keep_oldest_orders_equal_generations_by_address() {
         let strategy = DowningStrategy::KeepOldest {
             down_if_alone: false,
+            role: None,
         };
         let (a, b) = sides(strategy, &[(3, 7), (4, 7)], &[(2, 7), (5, 7)]);
         assert_eq!(a, Decision::DownSelf);
         assert_eq!(downs(b), vec![3, 4]);
+    }
+
+    /// Member `port`, joined at `generation`, with role `backend`.
+    fn backend(port: u16, generation: u64, reachable: bool) -> ViewMember {
+        let mut member = m(port, generation, reachable);
+        member.id = member.id.with_roles(["backend"]);
+        member
+    }
+
+    fn backend_oldest(down_if_alone: bool) -> DowningStrategy {
+        DowningStrategy::KeepOldest {
+            down_if_alone,
+            role: Some("backend".into()),
+        }
+    }
+
+    #[test]
+    fn keep_oldest_of_a_role_keeps_the_side_of_the_oldest_member_with_it() {
+        // The oldest member overall (port 1) has no role; the oldest backend (port 4) is on
+        // the other side, which survives.
+        let side_a = [m(1, 1, true), m(2, 2, true), backend(3, 5, true)];
+        let side_b = [backend(4, 3, true), backend(5, 4, true)];
+        let flip = |side: &[ViewMember]| {
+            side.iter()
+                .map(|member| ViewMember {
+                    reachable: !member.reachable,
+                    ..member.clone()
+                })
+                .collect::<Vec<_>>()
+        };
+        let view_a: Vec<ViewMember> = side_a.iter().cloned().chain(flip(&side_b)).collect();
+        let view_b: Vec<ViewMember> = side_b.iter().cloned().chain(flip(&side_a)).collect();
+        let strategy = backend_oldest(false);
+        assert_eq!(decide(&strategy, &view_a), Decision::DownSelf);
+        assert_eq!(downs(decide(&strategy, &view_b)), vec![1, 2, 3]);
+        // Without the role, the oldest overall decides: the other way round.
+        let plain = DowningStrategy::KeepOldest {
+            down_if_alone: false,
+            role: None,
+        };
+        assert_eq!(downs(decide(&plain, &view_a)), vec![4, 5]);
+        assert_eq!(decide(&plain, &view_b), Decision::DownSelf);
+    }
+
+    #[test]
+    fn keep_oldest_of_a_role_counts_alone_among_the_members_with_it() {
+        // The oldest backend is the only backend on its side (with two members of no role),
+        // against two backends: alone among the backends, it gives way with down-if-alone.
+        let view = [
+            backend(1, 1, true),
+            m(2, 2, true),
+            m(3, 3, true),
+            backend(4, 4, false),
+            backend(5, 5, false),
+        ];
+        assert_eq!(decide(&backend_oldest(true), &view), Decision::DownSelf);
+        assert_eq!(downs(decide(&backend_oldest(false), &view)), vec![4, 5]);
+    }
+
+    #[test]
+    fn keep_oldest_of_a_role_no_member_has_counts_every_member() {
+        let view = [m(1, 1, true), m(2, 2, false), m(3, 3, false)];
+        assert_eq!(downs(decide(&backend_oldest(false), &view)), vec![2, 3]);
     }
 
     #[test]
@@ -357,6 +458,7 @@ mod tests {
             generations in proptest::collection::vec(0u64..5, 2..9),
             split in proptest::collection::vec(proptest::bool::ANY, 9),
             down_if_alone in proptest::bool::ANY,
+            roles in proptest::collection::vec(proptest::bool::ANY, 9),
         ) {
             let members: Vec<(u16, u64)> = generations
                 .iter()
@@ -367,9 +469,21 @@ mod tests {
             proptest::prop_assume!(!a.is_empty() && !b.is_empty());
             for strategy in [
                 DowningStrategy::KeepMajority,
-                DowningStrategy::KeepOldest { down_if_alone },
+                DowningStrategy::KeepOldest { down_if_alone, role: None },
+                backend_oldest(down_if_alone),
             ] {
-                let (da, db) = sides(strategy, &a, &b);
+                let with_roles = |side: &[&(u16, u64)], reachable: bool| -> Vec<ViewMember> {
+                    side.iter()
+                        .map(|&&(p, g)| {
+                            if roles[usize::from(p) - 1] { backend(p, g, reachable) } else { m(p, g, reachable) }
+                        })
+                        .collect()
+                };
+                let view_a: Vec<ViewMember> =
+                    with_roles(&a, true).into_iter().chain(with_roles(&b, false)).collect();
+                let view_b: Vec<ViewMember> =
+                    with_roles(&b, true).into_iter().chain(with_roles(&a, false)).collect();
+                let (da, db) = (decide(&strategy, &view_a), decide(&strategy, &view_b));
                 let survivors = [da, db]
                     .iter()
                     .filter(|d| matches!(d, Decision::DownUnreachable(_)))

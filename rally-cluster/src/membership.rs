@@ -852,7 +852,7 @@ impl Membership {
         };
         let decision = if !self.stability.decided && now >= self.decision_due(since) {
             self.stability.decided = true;
-            decide(self.config.downing, &self.view())
+            decide(&self.config.downing, &self.view())
         } else if now >= self.unstable_due(since) {
             tracing::warn!(member = %self.local.id, "the view never settled: downing itself");
             Decision::DownAll
