@@ -298,7 +298,11 @@ mod tests {
     #[test]
     fn static_quorum_needs_the_quorum() {
         let strategy = DowningStrategy::StaticQuorum { quorum_size: 3 };
-        let (three, two) = sides(strategy.clone(), &[(1, 1), (2, 2), (3, 3)], &[(4, 4), (5, 5)]);
+        let (three, two) = sides(
+            strategy.clone(),
+            &[(1, 1), (2, 2), (3, 3)],
+            &[(4, 4), (5, 5)],
+        );
         assert_eq!(downs(three), vec![4, 5]);
         assert_eq!(two, Decision::DownSelf);
         // 2 | 2 of 4 with quorum 3: nobody reaches it, both sides down themselves.

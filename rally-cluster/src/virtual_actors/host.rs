@@ -821,12 +821,17 @@ impl<K: VirtualActor> Host<K> {
         let mut attempts = 0;
         let handover_wait = Instant::now() + 2 * inner.config.deactivation_timeout;
         let mut poll = HANDOVER_POLL;
-        while attempts < CLAIM_ATTEMPTS {
+        loop {
             let (holder, held_epoch) = match claim {
                 Claim::Granted(epoch) => return Ok(Some(epoch)),
                 Claim::Held { owner, epoch } => (owner, epoch),
                 other => return Err(GrainError::Store(format!("unexpected claim {other:?}"))),
             };
+            if attempts == CLAIM_ATTEMPTS {
+                return Err(GrainError::Store(format!(
+                    "the claim did not settle in {CLAIM_ATTEMPTS} attempts"
+                )));
+            }
             let now = Instant::now();
             let (decision, still_ours) = {
                 let mut ownership = inner.ownership();
@@ -834,7 +839,7 @@ impl<K: VirtualActor> Host<K> {
                 let route = ownership.route(K::KIND, identity, inner.placement.as_ref());
                 (decision, route == Route::Local)
             };
-            claim = match decision {
+            let retry_at = match decision {
                 // The previous owner still serves it: with a placement that moves identities,
                 // it is about to hand it over (it sees the change a moment later). Wait for
                 // that rather than send it messages that would then overtake, or trail,
@@ -844,16 +849,9 @@ impl<K: VirtualActor> Host<K> {
                         && inner.placement.moves_on_change()
                         && now + poll < handover_wait =>
                 {
-                    tokio::time::sleep(poll).await;
+                    let at = now + poll;
                     poll = (poll * 2).min(HANDOVER_POLL_MAX);
-                    if inner.is_stopped() {
-                        return Err(GrainError::Stopped);
-                    }
-                    inner
-                        .store
-                        .claim(K::KIND, identity, &inner.owner_key)
-                        .await
-                        .map_err(store_error)?
+                    at
                 }
                 Holder::Forward(to) => {
                     self.hand_to(inner, identity, &to);
@@ -861,31 +859,30 @@ impl<K: VirtualActor> Host<K> {
                 }
                 Holder::WaitUntil(at) => {
                     attempts += 1;
-                    tokio::time::sleep_until(at.into()).await;
-                    if inner.is_stopped() {
-                        return Err(GrainError::Stopped);
-                    }
-                    inner
-                        .store
-                        .claim(K::KIND, identity, &inner.owner_key)
-                        .await
-                        .map_err(store_error)?
+                    at
                 }
                 // Gone long enough that it has stopped; or this member's own hold, left by an
                 // activation that ended without its release reaching the store.
                 Holder::TakeOver | Holder::Local => {
                     attempts += 1;
-                    inner
+                    claim = inner
                         .store
                         .take_over(K::KIND, identity, &inner.owner_key, held_epoch)
                         .await
-                        .map_err(store_error)?
+                        .map_err(store_error)?;
+                    continue;
                 }
             };
+            tokio::time::sleep_until(retry_at.into()).await;
+            if inner.is_stopped() {
+                return Err(GrainError::Stopped);
+            }
+            claim = inner
+                .store
+                .claim(K::KIND, identity, &inner.owner_key)
+                .await
+                .map_err(store_error)?;
         }
-        Err(GrainError::Store(format!(
-            "the claim did not settle in {CLAIM_ATTEMPTS} attempts"
-        )))
     }
 
     /// Sends what waited for an activation to the member that holds the identity.
