@@ -47,6 +47,9 @@ struct LoopOut {
     failures: Vec<BTreeMap<String, u64>>,
     /// The first error of each type, in full.
     examples: BTreeMap<String, String>,
+    /// The longest time without a success, per window (the window in which it ended: a stall
+    /// an event causes ends after it; one still open at the end counts in the last window).
+    gaps: Vec<Duration>,
     /// Requests waiting for their reply for longer than [`STALLED`] when the load ended.
     stalled: u64,
 }
@@ -310,15 +313,20 @@ async fn request_loop(
         failures: vec![BTreeMap::new(); WINDOWS.len()],
         stalled: 0,
         examples: BTreeMap::new(),
+        gaps: vec![Duration::ZERO; WINDOWS.len()],
     };
+    let window_of = |at: Instant| {
+        let since = at.saturating_duration_since(start);
+        events.iter().filter(|&&e| since >= e).count()
+    };
+    let mut last_success = start;
     loop {
         let t0 = Instant::now();
         if t0 >= end {
             break;
         }
         let ramp = t0 < start;
-        let since = t0.saturating_duration_since(start);
-        let window = events.iter().filter(|&&e| since >= e).count();
+        let window = window_of(t0);
         let text = random_text();
         let request = grain.ask(GrainPing { text: text.clone() }, REQUEST_TIMEOUT);
         let reply = tokio::select! {
@@ -337,6 +345,9 @@ async fn request_loop(
             None if ramp => {}
             None => {
                 let now = Instant::now();
+                let gap = &mut out.gaps[window_of(now)];
+                *gap = (*gap).max(now - last_success);
+                last_success = now;
                 out.latencies[window].saturating_record((now - t0).as_micros() as u64);
                 let bucket = ((now - start).as_nanos() / BUCKET.as_nanos()) as usize;
                 if let Some(count) = buckets.get(bucket) {
@@ -349,6 +360,8 @@ async fn request_loop(
             }
         }
     }
+    let last = WINDOWS.len() - 1;
+    out.gaps[last] = out.gaps[last].max(end.saturating_duration_since(last_success));
     out
 }
 
@@ -448,6 +461,8 @@ fn rows(
         } else {
             0
         };
+        let longest_gap = outs.iter().map(|o| o.gaps[w]).max().unwrap_or_default();
+        let loops_stalled = outs.iter().filter(|o| o.gaps[w] > STALLED).count();
         let client_saw: Vec<String> = seen
             .iter()
             .filter(|(at, _)| *at >= from && *at < to)
@@ -494,6 +509,8 @@ fn rows(
                     ),
                 )
                 .with("stalled_at_end", stalled)
+                .with("longest_gap_ms", longest_gap.as_secs_f64() * 1e3)
+                .with("loops_gap_over_1s", loops_stalled as u64)
                 .with("max_latency_ms", latencies.max() as f64 / 1e3)
                 .with("client_saw", client_saw),
         );
