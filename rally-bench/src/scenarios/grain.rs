@@ -64,8 +64,9 @@ pub(crate) struct GrainChurnArgs {
     /// Request loops, each owning one grain.
     #[arg(long, default_value_t = 128)]
     pub(crate) parallelism: usize,
-    /// Seconds between the start of the load, the join, the leave and the kill (default 5;
-    /// --quick 1).
+    /// Seconds between the start of the load, the join, the leave and the kill (default 10,
+    /// twice the request timeout, so that a request an event makes time out ends in its
+    /// window; --quick 1).
     #[arg(long)]
     pub(crate) phase_seconds: Option<f64>,
     /// Seconds of load after the kill (default 20; --quick 2).

@@ -1,7 +1,7 @@
 //! `grain-churn`: grain-ping load (P closed loops, one grain each) while the cluster changes:
 //! a third member process joins, later leaves gracefully, then one of the first two members is
 //! killed (SIGKILL). Throughput is counted in 100 ms buckets; every failed request is counted
-//! by its error, in the window (between two events) in which it was sent.
+//! by its error, in the window (between two events) in which it ended.
 
 use std::collections::BTreeMap;
 use std::ffi::OsStr;
@@ -41,7 +41,7 @@ const STALLED: Duration = Duration::from_secs(1);
 /// The windows: before the first event, then after each event.
 const WINDOWS: [&str; 4] = ["steady", "join", "leave", "kill"];
 
-/// What one request loop saw, per window (the window its request was sent in).
+/// What one request loop saw, per window (the window in which each request ended).
 struct LoopOut {
     latencies: Vec<Histogram<u64>>,
     failures: Vec<BTreeMap<String, u64>>,
@@ -52,6 +52,9 @@ struct LoopOut {
     gaps: Vec<Duration>,
     /// Requests waiting for their reply for longer than [`STALLED`] when the load ended.
     stalled: u64,
+    /// Per window, when each failed request failed (from the start of the timeline) and how
+    /// long it took.
+    failed_at: Vec<Vec<(Duration, Duration)>>,
 }
 
 /// The error's variant name (`Timeout`, `Stopped`, …), so failures are counted by type.
@@ -71,7 +74,7 @@ pub(crate) fn grain_churn(args: &GrainChurnArgs) -> anyhow::Result<()> {
     if p == 0 {
         bail!("--parallelism must be at least 1");
     }
-    let phase = args.phase_seconds.unwrap_or(if quick { 1.0 } else { 5.0 });
+    let phase = args.phase_seconds.unwrap_or(if quick { 1.0 } else { 10.0 });
     if !(phase >= 0.5 && phase.is_finite()) {
         bail!("--phase-seconds must be at least 0.5, not {phase}");
     }
@@ -168,19 +171,28 @@ async fn run(
     let mut figures = vec![gc.member_stats().await?];
     let start = Instant::now() + RAMP;
     let end = start + total;
+    // When each event's action started (ns from `start`; not yet: u64::MAX): a request belongs
+    // to the window in which it ended.
+    let acted: Arc<[AtomicU64; 3]> = Arc::new(std::array::from_fn(|_| AtomicU64::new(u64::MAX)));
     let loops: Vec<_> = refs
         .into_iter()
         .map(|grain| {
             let buckets = Arc::clone(&buckets);
-            tokio::spawn(request_loop(grain, start, end, events, buckets))
+            let acted = Arc::clone(&acted);
+            tokio::spawn(request_loop(grain, start, end, acted, buckets))
         })
         .collect();
 
     // The events, each at its nominal time; `lags` is how late each action started.
     let mut lags = [Duration::ZERO; 3];
+    let act = |i: usize, lags: &mut [Duration; 3]| {
+        let now = start.elapsed();
+        lags[i] = now.saturating_sub(events[i]);
+        acted[i].store(now.as_nanos() as u64, Ordering::Relaxed);
+    };
     tokio::time::sleep_until((start + events[0]).into()).await;
     figures.push(gc.member_stats().await?);
-    lags[0] = start.elapsed().saturating_sub(events[0]);
+    act(0, &mut lags);
     let db = gc.processes.store_file();
     let seed = gc.processes.addresses[0].to_string();
     let max_active = (p * 2).to_string();
@@ -198,7 +210,7 @@ async fn run(
 
     tokio::time::sleep_until((start + events[1]).into()).await;
     figures.push(gc.member_stats().await?);
-    lags[1] = start.elapsed().saturating_sub(events[1]);
+    act(1, &mut lags);
     joiner
         .stdin
         .as_mut()
@@ -213,7 +225,7 @@ async fn run(
 
     tokio::time::sleep_until((start + events[2]).into()).await;
     figures.push(gc.member_stats().await?);
-    lags[2] = start.elapsed().saturating_sub(events[2]);
+    act(2, &mut lags);
     let victim_address = gc.processes.addresses[1].to_string();
     let victim = &mut gc.processes.children[1];
     victim.start_kill().context("killing the second member")?;
@@ -305,7 +317,7 @@ async fn request_loop(
     grain: GrainRef<PingGrain>,
     start: Instant,
     end: Instant,
-    events: [Duration; 3],
+    acted: Arc<[AtomicU64; 3]>,
     buckets: Arc<Vec<AtomicU64>>,
 ) -> LoopOut {
     let mut out = LoopOut {
@@ -314,10 +326,15 @@ async fn request_loop(
         stalled: 0,
         examples: BTreeMap::new(),
         gaps: vec![Duration::ZERO; WINDOWS.len()],
+        failed_at: vec![Vec::new(); WINDOWS.len()],
     };
     let window_of = |at: Instant| {
         let since = at.saturating_duration_since(start);
-        events.iter().filter(|&&e| since >= e).count()
+        let since = since.as_nanos() as u64;
+        acted
+            .iter()
+            .filter(|e| since >= e.load(Ordering::Relaxed))
+            .count()
     };
     let mut last_success = start;
     loop {
@@ -326,7 +343,6 @@ async fn request_loop(
             break;
         }
         let ramp = t0 < start;
-        let window = window_of(t0);
         let text = random_text();
         let request = grain.ask(GrainPing { text: text.clone() }, REQUEST_TIMEOUT);
         let reply = tokio::select! {
@@ -341,11 +357,13 @@ async fn request_loop(
             Ok(reply) => Some(("WrongReply".to_owned(), format!("{reply:?} to {text:?}"))),
             Err(e) => Some((error_type(&e), e.to_string())),
         };
+        // A request counts in the window in which it ended.
+        let now = Instant::now();
+        let window = window_of(now);
         match failure {
             None if ramp => {}
             None => {
-                let now = Instant::now();
-                let gap = &mut out.gaps[window_of(now)];
+                let gap = &mut out.gaps[window];
                 *gap = (*gap).max(now - last_success);
                 last_success = now;
                 out.latencies[window].saturating_record((now - t0).as_micros() as u64);
@@ -355,6 +373,7 @@ async fn request_loop(
                 }
             }
             Some((kind, text)) => {
+                out.failed_at[window].push((now.saturating_duration_since(start), now - t0));
                 out.examples.entry(kind.clone()).or_insert(text);
                 *out.failures[window].entry(kind).or_default() += 1;
             }
@@ -461,6 +480,21 @@ fn rows(
         } else {
             0
         };
+        // When the window's failed requests failed (from the event's action) and how long they
+        // took.
+        let acted_at = if w == 0 { from } else { from + lags[w - 1] };
+        let mut ended = Vec::new();
+        let mut took = Vec::new();
+        for (at, after) in outs.iter().flat_map(|o| &o.failed_at[w]) {
+            ended.push(at.saturating_sub(acted_at).as_millis() as u64);
+            took.push(after.as_millis() as u64);
+        }
+        let range = |v: &[u64]| -> Value {
+            match (v.iter().min(), v.iter().max()) {
+                (Some(lo), Some(hi)) => Value::from(vec![*lo, *hi]),
+                _ => Value::Null,
+            }
+        };
         let longest_gap = outs.iter().map(|o| o.gaps[w]).max().unwrap_or_default();
         let loops_stalled = outs.iter().filter(|o| o.gaps[w] > STALLED).count();
         let client_saw: Vec<String> = seen
@@ -499,6 +533,8 @@ fn rows(
                 .with("settled_per_sec", settled)
                 .with("failed", failed)
                 .with("timed_out", timed_out)
+                .with("failed_at_ms", range(&ended))
+                .with("failed_took_ms", range(&took))
                 .with(
                     "failed_by_type",
                     Value::Object(
