@@ -135,7 +135,15 @@ pub struct Cluster {
     /// This member's virtual-actor runtime, once started (weak: the runtime holds the
     /// cluster's event stream; it stops when the member leaves or is downed).
     grains: Arc<Mutex<Weak<GrainsInner>>>,
+    /// Hand-overs [`leave`](Self::leave) runs before it tells anyone: each stops something
+    /// this member runs that another member must not start before it has stopped (a
+    /// singleton's instance).
+    leave_hooks: Arc<Mutex<Vec<LeaveHook>>>,
 }
+
+/// A hand-over run by [`Cluster::leave`] before the leave is announced.
+pub(crate) type LeaveHook =
+    Box<dyn Fn() -> Pin<Box<dyn std::future::Future<Output = ()> + Send>> + Send + Sync>;
 
 impl Cluster {
     /// Joins (or founds) the cluster named by the node's system name, through
@@ -235,6 +243,7 @@ impl Cluster {
             commands,
             config: Arc::new(config),
             grains: Arc::new(Mutex::new(Weak::new())),
+            leave_hooks: Arc::default(),
         })
     }
 
@@ -388,7 +397,9 @@ impl Cluster {
             .map_err(|_| DownError::NotInCluster)
     }
 
-    /// Leaves gracefully: tells every member it is leaving, then that it is gone; the others
+    /// Leaves gracefully: first hands over what may run on one member only (a cluster
+    /// singleton's instance here is stopped, so the next member cannot start it while this one
+    /// still runs it), then tells every member it is leaving, then that it is gone; the others
     /// report it `Leaving`, then `Removed` (never `Down`). Returns when the packets are handed
     /// to the transport.
     ///
@@ -400,6 +411,16 @@ impl Cluster {
     ///
     /// Cancelling the wait does not cancel the leave.
     pub async fn leave(&self) -> Result<(), LeaveError> {
+        let hand_overs: Vec<_> = self
+            .leave_hooks
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .iter()
+            .map(|hook| hook())
+            .collect();
+        for hand_over in hand_overs {
+            hand_over.await;
+        }
         let (done, wait) = oneshot::channel();
         self.commands
             .send(Command::Leave(done))
@@ -471,6 +492,16 @@ impl Stream for MemberEvents {
                 Poll::Pending => return Poll::Pending,
             }
         }
+    }
+}
+
+impl Cluster {
+    /// Adds a hand-over for [`leave`](Self::leave) to run first.
+    pub(crate) fn on_leave(&self, hook: LeaveHook) {
+        self.leave_hooks
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .push(hook);
     }
 }
 

@@ -277,6 +277,9 @@ impl RemoteActor for Status {
 /// How often a proxy asks the member it sees as host whether it runs the singleton yet.
 const CONFIRM_PERIOD: Duration = Duration::from_millis(50);
 
+/// How long [`Cluster::leave`] waits for the instance here to stop before it leaves anyway.
+const LEAVE_STOP_WAIT: Duration = Duration::from_secs(10);
+
 /// Messages kept by a proxy while the singleton moves; beyond it a send is refused.
 const PROXY_BUFFER: usize = 10_000;
 
@@ -376,6 +379,27 @@ impl<A: RemoteActor> ClusterSingleton<A> {
             }),
         };
         let confirmer = tokio::spawn(confirm(proxy.clone(), status_name, location, confirmed_tx));
+        // A leave stops the instance here before it is announced: the next oldest starts it
+        // once it sees this member removed, by which time it has stopped.
+        let (leaving, leaving_node, leaving_name, leaving_flag) = (
+            Arc::downgrade(&local_ref),
+            node.clone(),
+            exposed.clone(),
+            hosting_flag.clone(),
+        );
+        cluster.on_leave(Box::new(move || {
+            let (hosted, node, exposed) =
+                (leaving.upgrade(), leaving_node.clone(), leaving_name.clone());
+            leaving_flag.store(false, std::sync::atomic::Ordering::SeqCst);
+            Box::pin(async move {
+                if let Some(hosted) = hosted {
+                    let stop = stop_local(&node, &exposed, &hosted);
+                    if tokio::time::timeout(LEAVE_STOP_WAIT, stop).await.is_err() {
+                        tracing::warn!(singleton = %exposed, "the singleton did not stop before the leave");
+                    }
+                }
+            })
+        }));
         let mut gate = SingletonGate::new(cluster.self_member().id, role, config);
         let mut events = cluster.events();
         let (system, node, flush) = (system.clone(), node.clone(), proxy.clone());
