@@ -528,46 +528,22 @@ enum Slot<K: VirtualActor> {
 }
 
 struct ActiveSlot<K: VirtualActor> {
+    /// Its mailbox's load (messages waiting plus the one being handled) says whether it is
+    /// idle: calls are enqueued under the slots' lock, so a deactivation that takes the slot
+    /// sees every call handed to it.
     actor: ActorRef<K>,
     epoch: Epoch,
     last_used: Instant,
-    in_flight: Arc<InFlight>,
 }
 
-/// Messages handed to an activation and not yet handled.
-#[derive(Default)]
-struct InFlight {
-    count: AtomicUsize,
-    idle: Notify,
-}
-
-impl InFlight {
-    fn begin(&self) {
-        self.count.fetch_add(1, Ordering::AcqRel);
-    }
-
-    fn end(&self) {
-        if self.count.fetch_sub(1, Ordering::AcqRel) == 1 {
-            self.idle.notify_waiters();
-        }
-    }
-
+impl<K: VirtualActor> ActiveSlot<K> {
     fn is_idle(&self) -> bool {
-        self.count.load(Ordering::Acquire) == 0
-    }
-
-    async fn wait_idle(&self) {
-        loop {
-            let notified = self.idle.notified();
-            tokio::pin!(notified);
-            notified.as_mut().enable();
-            if self.is_idle() {
-                return;
-            }
-            notified.await;
-        }
+        self.actor.load().is_none_or(|load| load == 0)
     }
 }
+
+/// How often a deactivation looks whether the activation has handled what it was handed.
+const IDLE_POLL: Duration = Duration::from_millis(1);
 
 /// Why an activation ends.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -621,11 +597,8 @@ impl<K: VirtualActor> Host<K> {
         match slots.get_mut(&identity) {
             Some(Slot::Active(active)) => {
                 active.last_used = Instant::now();
-                active.in_flight.begin();
-                let actor = active.actor.clone();
-                let in_flight = Arc::clone(&active.in_flight);
-                drop(slots);
-                call.deliver(&actor, Box::new(move || in_flight.end()));
+                // Under the lock: a deactivation taking the slot then sees it in the load.
+                call.deliver(&active.actor);
             }
             Some(Slot::Activating(queue) | Slot::Deactivating(queue) | Slot::Parked(queue, _)) => {
                 // A handed-over call reached the previous owner before anything here did.
@@ -765,7 +738,6 @@ impl<K: VirtualActor> Host<K> {
         };
         self.counters.activations.fetch_add(1, Ordering::Relaxed);
         self.counters.active.fetch_add(1, Ordering::Relaxed);
-        let in_flight = Arc::new(InFlight::default());
         {
             let mut slots = self.slots();
             let queue = match slots.insert(
@@ -774,7 +746,6 @@ impl<K: VirtualActor> Host<K> {
                     actor: actor.clone(),
                     epoch,
                     last_used: Instant::now(),
-                    in_flight: Arc::clone(&in_flight),
                 }),
             ) {
                 Some(Slot::Activating(queue)) => queue,
@@ -782,9 +753,7 @@ impl<K: VirtualActor> Host<K> {
             };
             // In the order they came; enqueueing does not wait.
             for call in queue {
-                in_flight.begin();
-                let in_flight = Arc::clone(&in_flight);
-                call.deliver(&actor, Box::new(move || in_flight.end()));
+                call.deliver(&actor);
             }
         }
         if inner.is_stopped() {
@@ -941,7 +910,9 @@ impl<K: VirtualActor> Host<K> {
             }
         };
         let deadline = tokio::time::Instant::now() + inner.config.deactivation_timeout;
-        let _ = tokio::time::timeout_at(deadline, active.in_flight.wait_idle()).await;
+        while !active.is_idle() && tokio::time::Instant::now() < deadline {
+            tokio::time::sleep(IDLE_POLL).await;
+        }
         let (sink, stopped) = StopWaiter::new(inner.system.next_id());
         active.actor.watch_with(sink);
         active.actor.stop();
@@ -1030,7 +1001,7 @@ impl<K: VirtualActor> Host<K> {
             .slots()
             .iter()
             .filter_map(|(id, slot)| match slot {
-                Slot::Active(a) if a.in_flight.is_idle() => Some((a.last_used, Arc::clone(id))),
+                Slot::Active(a) if a.is_idle() => Some((a.last_used, Arc::clone(id))),
                 _ => None,
             })
             .collect();
@@ -1045,7 +1016,7 @@ impl<K: VirtualActor> Host<K> {
 }
 
 fn idle<K: VirtualActor>(active: &ActiveSlot<K>, inner: &Inner) -> bool {
-    active.in_flight.is_idle() && active.last_used.elapsed() >= inner.config.idle_timeout
+    active.is_idle() && active.last_used.elapsed() >= inner.config.idle_timeout
 }
 
 impl<K: VirtualActor> KindHost for Host<K> {
@@ -1078,7 +1049,7 @@ impl<K: VirtualActor> KindHost for Host<K> {
                     && ownership.route(K::KIND, identity, inner.placement.as_ref()) != Route::Local
                 {
                     moving.push(Arc::clone(identity));
-                } else if active.in_flight.is_idle()
+                } else if active.is_idle()
                     && now.duration_since(active.last_used) >= inner.config.idle_timeout
                 {
                     idle_ones.push(Arc::clone(identity));

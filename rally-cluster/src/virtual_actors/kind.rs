@@ -273,8 +273,8 @@ where
 
 /// A message on its way to an activation, with its reply destination, erased over its type.
 pub(crate) trait Call<K: Actor>: Send {
-    /// Hands the message to the activation; `done` runs once it has been handled.
-    fn deliver(self: Box<Self>, actor: &ActorRef<K>, done: Box<dyn FnOnce() + Send>);
+    /// Hands the message to the activation (its mailbox counts it until it is handled).
+    fn deliver(self: Box<Self>, actor: &ActorRef<K>);
     /// Fails the call.
     fn fail(self: Box<Self>, error: GrainError);
     /// The message part of a request to another member, one more hop (the call stays, to
@@ -317,22 +317,20 @@ where
     K: Handler<M>,
     M: RemoteMessage,
 {
-    fn deliver(self: Box<Self>, actor: &ActorRef<K>, done: Box<dyn FnOnce() + Send>) {
+    fn deliver(self: Box<Self>, actor: &ActorRef<K>) {
         let TypedCall { msg, reply, .. } = *self;
-        let slot = Arc::new(std::sync::Mutex::new(Some((reply, done))));
+        let slot = Arc::new(std::sync::Mutex::new(Some(reply)));
         let on_reply = Arc::clone(&slot);
         let sent = actor.send_with(
             msg,
             ReplyTo::callback(move |result: Result<M::Reply, ReplyError>| {
-                if let Some((reply, done)) = take(&on_reply) {
-                    done();
+                if let Some(reply) = take(&on_reply) {
                     reply(result.map_err(reply_error));
                 }
             }),
         );
         if sent.is_err() {
-            if let Some((reply, done)) = take(&slot) {
-                done();
+            if let Some(reply) = take(&slot) {
                 reply(Err(GrainError::Failed(
                     "the activation stopped before taking the message".into(),
                 )));
@@ -376,11 +374,9 @@ where
     }
 }
 
-type ReplyAndDone<R> = (TypedReply<R>, Box<dyn FnOnce() + Send>);
-
 /// Takes the reply destination once: the runtime calls the callback at most once, but a
 /// refused send hands the message back instead, and either path may come first.
-fn take<R>(slot: &std::sync::Mutex<Option<ReplyAndDone<R>>>) -> Option<ReplyAndDone<R>> {
+fn take<R>(slot: &std::sync::Mutex<Option<TypedReply<R>>>) -> Option<TypedReply<R>> {
     slot.lock()
         .unwrap_or_else(std::sync::PoisonError::into_inner)
         .take()
