@@ -424,7 +424,7 @@ impl Life {
                         for grain in &grains {
                             grain.tell(Next(sent)).expect("the member takes it");
                         }
-                        tokio::time::sleep(Duration::from_millis(2)).await;
+                        tokio::time::sleep(Duration::from_millis(20)).await;
                     }
                     say(&format!("TOLD {sent}"));
                 });
