@@ -62,6 +62,12 @@ pub enum GrainError {
     /// The message or its reply could not be encoded, decoded or sent.
     #[error("undeliverable: {0}")]
     Undeliverable(String),
+    /// The member the message was sent to did not take it: its virtual-actor runtime was not
+    /// started yet, or it is gone. Not handled; an `ask` meets it only if that lasted until
+    /// its timeout (until then it is routed again, every few milliseconds, by the sender's
+    /// view as it is then).
+    #[error("the member the message was sent to did not take it: {0}")]
+    Unreachable(String),
     /// The message left for another member that went away before replying: it may or may
     /// not have been handled.
     #[error("outcome unknown: {0}")]

@@ -23,6 +23,10 @@ use crate::member::MemberId;
 /// away or a lost race) before its messages fail.
 const CLAIM_ATTEMPTS: u32 = 8;
 
+/// How long an ask that another member never took (`Unreachable`: its runtime not started
+/// yet, or its node gone) waits before it is routed again, within its deadline.
+const RETRY_PAUSE: Duration = Duration::from_millis(20);
+
 /// How often, at first, a member that now owns an identity asks the store again whether the
 /// previous owner, still serving, has handed it over; doubled after each ask up to
 /// [`HANDOVER_POLL_MAX`].
@@ -242,14 +246,38 @@ impl Inner {
                 let inner = Arc::downgrade(self);
                 let (identity, from) = (Arc::clone(identity), to.clone());
                 Box::new(move |result| match (result, inner.upgrade()) {
+                    // Not handled there: the hop did not happen.
                     (Err(GrainError::Stopped), Some(inner)) if Instant::now() < deadline => {
+                        let mut call = call;
+                        call.unhop();
                         inner.reroute(&from, identity, call);
+                    }
+                    // Never handed to the member (its runtime not started yet, or its node
+                    // gone): routed again a moment later, to wherever the view then says.
+                    (Err(GrainError::Unreachable(_)), Some(inner))
+                        if Instant::now() + RETRY_PAUSE < deadline =>
+                    {
+                        let mut call = call;
+                        call.unhop();
+                        inner.retry_later(identity, call);
                     }
                     (result, _) => call.answer(result),
                 })
             }
         };
         self.transport.send(to, request, reply);
+    }
+
+    /// Sends an ask again after [`RETRY_PAUSE`], by the view as it is then.
+    fn retry_later<K: VirtualActor>(self: &Arc<Self>, identity: Arc<str>, call: Box<dyn Call<K>>) {
+        let inner = Arc::downgrade(self);
+        tokio::spawn(async move {
+            tokio::time::sleep(RETRY_PAUSE).await;
+            match inner.upgrade() {
+                Some(inner) => inner.send::<K>(&identity, call),
+                None => call.fail(GrainError::Stopped),
+            }
+        });
     }
 
     /// Passes on a call that reached this member after it stopped hosting, to the member its

@@ -284,6 +284,8 @@ pub(crate) trait Call<K: Actor>: Send {
     fn answer(self: Box<Self>, result: Result<Vec<u8>, GrainError>);
     /// Forwards taken so far.
     fn hops(&self) -> u8;
+    /// Takes back the last hop: the member it went to did not take the call.
+    fn unhop(&mut self);
     /// When the caller stops waiting for the reply (`None` for a `tell`).
     fn deadline(&self) -> Option<Instant>;
     /// Whether the identity's previous owner handed this call over at the end of a move: it
@@ -363,6 +365,10 @@ where
 
     fn hops(&self) -> u8 {
         self.hops
+    }
+
+    fn unhop(&mut self) {
+        self.hops = self.hops.saturating_sub(1);
     }
 
     fn deadline(&self) -> Option<Instant> {

@@ -178,7 +178,7 @@ impl GrainNetwork {
                 None => tokio::time::sleep(MEMORY_ATTACH_PAUSE).await,
             }
         }
-        reply(Err(GrainError::Undeliverable(format!(
+        reply(Err(GrainError::Unreachable(format!(
             "member {to} is not reachable"
         ))));
     }
@@ -224,7 +224,7 @@ impl Transport {
                 match request.wait_ms {
                     None => {
                         if endpoint.tell(request).is_err() {
-                            reply(Err(GrainError::Undeliverable(format!(
+                            reply(Err(GrainError::Unreachable(format!(
                                 "member {to} did not take the message"
                             ))));
                         }
@@ -235,7 +235,7 @@ impl Transport {
                         // order they were made, asks and tells alike.
                         let (reply_to, answer) = ReplyTo::channel();
                         if endpoint.send_with(request, reply_to).is_err() {
-                            return reply(Err(GrainError::Undeliverable(format!(
+                            return reply(Err(GrainError::Unreachable(format!(
                                 "member {to} did not take the message"
                             ))));
                         }
@@ -253,7 +253,7 @@ impl Transport {
                                     Err(GrainError::OutcomeUnknown(why))
                                 }
                                 Ok(Ok(Err(other))) => {
-                                    Err(GrainError::Undeliverable(other.to_string()))
+                                    Err(GrainError::Unreachable(other.to_string()))
                                 }
                             });
                         });

@@ -289,6 +289,13 @@ impl TestCluster {
     }
 
     pub fn join(&self, port: u16, hosts: bool, store: Arc<dyn StateStore>) -> TestMember {
+        let (id, cluster, membership) = self.join_cluster(port, hosts);
+        self.start_grains(id, cluster, &membership, hosts, store)
+    }
+
+    /// Joins the cluster only: the member is seen up (hosting, if `hosts`) before its
+    /// virtual-actor runtime starts ([`start_grains`](Self::start_grains)).
+    pub fn join_cluster(&self, port: u16, hosts: bool) -> (MemberId, Cluster, ClusterConfig) {
         let id = member_id(&self.name, port, hosts);
         let mut membership = self.membership.clone();
         membership.seeds = vec![member_id(&self.name, 1, true).address];
@@ -298,12 +305,23 @@ impl TestCluster {
             MemoryProvider::new(&self.network),
         )
         .expect("joins");
+        (id, cluster, membership)
+    }
+
+    pub fn start_grains(
+        &self,
+        id: MemberId,
+        cluster: Cluster,
+        membership: &ClusterConfig,
+        hosts: bool,
+        store: Arc<dyn StateStore>,
+    ) -> TestMember {
         let system = ActorSystem::new(&self.name);
         let mut builder = VirtualActors::builder(&cluster, &system);
         builder
             .store(store)
             .config(self.config.clone())
-            .membership(&membership);
+            .membership(membership);
         if hosts {
             builder.kind::<Probe>();
         }
