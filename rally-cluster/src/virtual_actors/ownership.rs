@@ -1,7 +1,7 @@
 //! The sans-I/O ownership core: from the member events a member has seen, and the time, where
 //! a message for an identity goes and when a holder that went away may be taken over from.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::time::{Duration, Instant};
 
 use super::placement::Placement;
@@ -88,6 +88,9 @@ pub struct Ownership {
     /// Holders met that are in no record, with when first met.
     unknown: BTreeMap<String, Instant>,
     stopped: bool,
+    /// [`hosts`](Self::hosts) of every kind some member hosts, rebuilt on each event, so a
+    /// route (once per message from a member that does not host the kind) copies nothing.
+    hosts_by_kind: HashMap<String, Vec<MemberId>>,
 }
 
 /// Unknown holders remembered at most (a bound on memory whatever the store holds); past it the
@@ -110,14 +113,17 @@ impl Ownership {
     /// where `n` is the number of members this view has seen (the margin grows with the
     /// cluster) and `extra` the time a deactivation may take.
     pub fn new(local: MemberId, membership: &ClusterConfig, extra: Duration) -> Self {
-        Self {
+        let mut view = Self {
             local,
             membership: membership.clone(),
             extra,
             members: BTreeMap::new(),
             unknown: BTreeMap::new(),
             stopped: false,
-        }
+            hosts_by_kind: HashMap::new(),
+        };
+        view.rebuild_hosts();
+        view
     }
 
     /// The string an owner is recorded under in the state store: address and incarnation.
@@ -127,6 +133,11 @@ impl Ownership {
 
     /// Takes in an event seen at `now`.
     pub fn apply(&mut self, event: &MemberEvent, now: Instant) {
+        self.record(event, now);
+        self.rebuild_hosts();
+    }
+
+    fn record(&mut self, event: &MemberEvent, now: Instant) {
         let id = event.member();
         let status = match event {
             MemberEvent::Joined(_) => MemberStatus::Joining,
@@ -177,6 +188,31 @@ impl Ownership {
     /// leaves or is downed: a member that has just joined and sees nobody yet still places
     /// on itself, never bouncing a message back to a sender whose view is ahead of its own.
     pub fn hosts(&self, kind: &str) -> Vec<MemberId> {
+        self.hosts_of(kind).to_vec()
+    }
+
+    fn hosts_of(&self, kind: &str) -> &[MemberId] {
+        self.hosts_by_kind.get(kind).map_or(&[], Vec::as_slice)
+    }
+
+    fn rebuild_hosts(&mut self) {
+        let kinds: BTreeSet<String> = self
+            .members
+            .values()
+            .flat_map(|seen| seen.id.kinds.iter())
+            .chain(self.local.kinds.iter())
+            .cloned()
+            .collect();
+        self.hosts_by_kind = kinds
+            .into_iter()
+            .map(|kind| {
+                let hosts = self.compute_hosts(&kind);
+                (kind, hosts)
+            })
+            .collect();
+    }
+
+    fn compute_hosts(&self, kind: &str) -> Vec<MemberId> {
         let mut hosts: Vec<MemberId> = self
             .members
             .values()
@@ -195,7 +231,7 @@ impl Ownership {
 
     /// Where a message for `identity` of `kind` goes.
     pub fn route(&self, kind: &str, identity: &str, placement: &dyn Placement) -> Route {
-        self.place(kind, identity, placement, self.hosts(kind))
+        self.place(kind, identity, placement, self.hosts_of(kind))
     }
 
     /// Where a message for `identity` of `kind` goes from a member that no longer hosts
@@ -222,7 +258,7 @@ impl Ownership {
     pub fn route_elsewhere(&self, kind: &str, identity: &str, placement: &dyn Placement) -> Route {
         let mut hosts = self.hosts(kind);
         hosts.retain(|host| *host != self.local);
-        self.place(kind, identity, placement, hosts)
+        self.place(kind, identity, placement, &hosts)
     }
 
     fn place(
@@ -230,9 +266,9 @@ impl Ownership {
         kind: &str,
         identity: &str,
         placement: &dyn Placement,
-        hosts: Vec<MemberId>,
+        hosts: &[MemberId],
     ) -> Route {
-        match placement.place(kind, identity, &hosts, &self.local) {
+        match placement.place(kind, identity, hosts, &self.local) {
             None => Route::NoHost,
             Some(owner) if *owner == self.local => Route::Local,
             Some(owner) => Route::Remote(owner.clone()),

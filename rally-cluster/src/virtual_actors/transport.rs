@@ -28,6 +28,7 @@ pub(crate) struct GrainRequest {
     pub(crate) kind: String,
     pub(crate) identity: String,
     pub(crate) manifest: String,
+    #[serde(with = "wire_bytes")]
     pub(crate) payload: Vec<u8>,
     pub(crate) hops: u8,
     /// Milliseconds the sender still waits for a reply; none for a tell.
@@ -49,7 +50,47 @@ pub(crate) enum Handover {
 }
 
 impl Message for GrainRequest {
-    type Reply = Result<Vec<u8>, GrainError>;
+    type Reply = Result<ReplyBytes, GrainError>;
+}
+
+/// A reply's bytes, as one byte string on the wire.
+#[derive(Debug, Serialize, Deserialize)]
+pub(crate) struct ReplyBytes(#[serde(with = "wire_bytes")] pub(crate) Vec<u8>);
+
+/// Bytes as one byte string on the wire: serde's default for a `Vec<u8>` is a sequence,
+/// written and read one element at a time.
+mod wire_bytes {
+    use std::fmt;
+
+    use serde::{Deserializer, Serializer, de};
+
+    pub(super) fn serialize<S: Serializer>(bytes: &[u8], serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.serialize_bytes(bytes)
+    }
+
+    pub(super) fn deserialize<'de, D: Deserializer<'de>>(
+        deserializer: D,
+    ) -> Result<Vec<u8>, D::Error> {
+        deserializer.deserialize_byte_buf(Bytes)
+    }
+
+    struct Bytes;
+
+    impl de::Visitor<'_> for Bytes {
+        type Value = Vec<u8>;
+
+        fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+            f.write_str("a byte string")
+        }
+
+        fn visit_bytes<E: de::Error>(self, bytes: &[u8]) -> Result<Vec<u8>, E> {
+            Ok(bytes.to_vec())
+        }
+
+        fn visit_byte_buf<E: de::Error>(self, bytes: Vec<u8>) -> Result<Vec<u8>, E> {
+            Ok(bytes)
+        }
+    }
 }
 
 impl RemoteMessage for GrainRequest {
@@ -245,7 +286,7 @@ impl Transport {
                                 Ok(Err(_)) => Err(GrainError::Failed(
                                     "the reply destination was dropped unanswered".into(),
                                 )),
-                                Ok(Ok(Ok(result))) => result,
+                                Ok(Ok(Ok(result))) => result.map(|bytes| bytes.0),
                                 Ok(Ok(Err(ReplyError::Failed(why)))) => {
                                     Err(GrainError::Failed(why))
                                 }
@@ -276,12 +317,12 @@ impl Handler<GrainRequest> for GrainEndpoint {
         &mut self,
         request: GrainRequest,
         ctx: &mut Context<Self>,
-    ) -> ActorResult<Result<Vec<u8>, GrainError>> {
+    ) -> ActorResult<Result<ReplyBytes, GrainError>> {
         let Some(inner) = self.inner.upgrade() else {
             return Ok(Err(GrainError::Stopped));
         };
-        let reply: WireReply = match ctx.reply_later::<Result<Vec<u8>, GrainError>>() {
-            Some(reply) => Box::new(move |result| reply.send(Ok(result))),
+        let reply: WireReply = match ctx.reply_later::<Result<ReplyBytes, GrainError>>() {
+            Some(reply) => Box::new(move |result| reply.send(Ok(result.map(ReplyBytes)))),
             None => Box::new(|_| {}),
         };
         inner.receive(request, reply);
@@ -292,5 +333,58 @@ impl Handler<GrainRequest> for GrainEndpoint {
 impl RemoteActor for GrainEndpoint {
     fn messages(table: &mut MessageTable<Self>) {
         table.add::<GrainRequest>();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The same request with its payload as a plain `Vec<u8>` (serde's sequence).
+    #[derive(Serialize)]
+    struct AsSequence<'a> {
+        kind: &'a str,
+        identity: &'a str,
+        manifest: &'a str,
+        payload: &'a Vec<u8>,
+        hops: u8,
+        wait_ms: Option<u64>,
+        handover: Handover,
+    }
+
+    #[test]
+    fn payloads_travel_as_one_byte_string_in_the_same_wire_format() {
+        let payload: Vec<u8> = (0..=255).collect();
+        let request = GrainRequest {
+            kind: "cart".into(),
+            identity: "c-1".into(),
+            manifest: "shop.Add".into(),
+            payload: payload.clone(),
+            hops: 1,
+            wait_ms: Some(500),
+            handover: Handover::Call,
+        };
+        let bytes = postcard::to_allocvec(&request).unwrap();
+        let sequence = postcard::to_allocvec(&AsSequence {
+            kind: "cart",
+            identity: "c-1",
+            manifest: "shop.Add",
+            payload: &payload,
+            hops: 1,
+            wait_ms: Some(500),
+            handover: Handover::Call,
+        })
+        .unwrap();
+        assert_eq!(bytes, sequence, "the bytes on the wire do not change");
+        let back: GrainRequest = postcard::from_bytes(&bytes).unwrap();
+        assert_eq!(back.payload, payload);
+        assert_eq!(back.handover, Handover::Call);
+
+        let reply: Result<ReplyBytes, GrainError> = Ok(ReplyBytes(payload.clone()));
+        let reply_bytes = postcard::to_allocvec(&reply).unwrap();
+        let plain: Result<Vec<u8>, GrainError> = Ok(payload.clone());
+        assert_eq!(reply_bytes, postcard::to_allocvec(&plain).unwrap());
+        let back: Result<ReplyBytes, GrainError> = postcard::from_bytes(&reply_bytes).unwrap();
+        assert_eq!(back.unwrap().0, payload);
     }
 }
