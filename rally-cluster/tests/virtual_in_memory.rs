@@ -12,8 +12,8 @@ use rally::cluster::virtual_actors::{GrainError, Hashed, Placement, VirtualActor
 use rally::cluster::{MemberEvent, MemberId};
 use rally::state::{Claim, MemoryStore, SqliteStore, StateStore};
 use virtual_support::{
-    Add, Next, Probe, T, TestCluster, Unlisted, Where, assert_never_two_at_once, converged,
-    disorder, live, lives, poll,
+    Add, Next, Probe, T, TestCluster, TestMember, Unlisted, Where, assert_never_two_at_once,
+    converged, disorder, live, lives, poll,
 };
 
 fn key(member: &MemberId) -> String {
@@ -280,9 +280,12 @@ async fn past_the_cap_the_least_recently_used_are_deactivated_and_memory_returns
 /// A member whose runtime stopped hosting before the others saw it leave: an ask sent to it
 /// in that moment is not failed (it was not handled there) but routed anew once the sender
 /// sees the member leave, and answered by the new owner within its timeout.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn an_ask_to_a_member_that_stopped_hosting_before_it_left_is_routed_anew_not_failed() {
-    let tc = TestCluster::new("stopfirst", VirtualActorsConfig::default());
+/// Hosts A and B and a client-only member, converged, and an identity of prefix `name`
+/// whose hashed owner is A.
+async fn hosts_and_a_client(
+    name: &str,
+) -> (TestCluster, TestMember, TestMember, TestMember, String) {
+    let tc = TestCluster::new(name, VirtualActorsConfig::default());
     let store: Arc<dyn StateStore> = Arc::new(MemoryStore::new());
     let a = tc.join(1, true, Arc::clone(&store));
     let b = tc.join(2, true, Arc::clone(&store));
@@ -291,9 +294,15 @@ async fn an_ask_to_a_member_that_stopped_hosting_before_it_left_is_routed_anew_n
     converged(&[&a, &b, &client], &ids).await;
     let hosts = [a.id.clone(), b.id.clone()];
     let identity = (0..)
-        .map(|i| format!("stopfirst-{i}"))
+        .map(|i| format!("{name}-{i}"))
         .find(|id| owner_of(id, &hosts) == a.id)
         .unwrap();
+    (tc, a, b, client, identity)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_ask_to_a_member_that_stopped_hosting_before_it_left_is_routed_anew_not_failed() {
+    let (_tc, a, b, client, identity) = hosts_and_a_client("stopfirst").await;
     let grain = client.grains.get::<Probe>(&identity).unwrap();
     // The client's view routes to A before A stops: its answer comes from A.
     let (owner, _, _) = grain.ask(Where, T).await.unwrap();
@@ -325,18 +334,7 @@ async fn an_ask_to_a_member_that_stopped_hosting_before_it_left_is_routed_anew_n
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_tell_that_reaches_a_member_after_it_stopped_hosting_is_passed_on_not_lost() {
-    let tc = TestCluster::new("telllate", VirtualActorsConfig::default());
-    let store: Arc<dyn StateStore> = Arc::new(MemoryStore::new());
-    let a = tc.join(1, true, Arc::clone(&store));
-    let b = tc.join(2, true, Arc::clone(&store));
-    let client = tc.join(3, false, Arc::clone(&store));
-    let ids = [a.id.clone(), b.id.clone(), client.id.clone()];
-    converged(&[&a, &b, &client], &ids).await;
-    let hosts = [a.id.clone(), b.id.clone()];
-    let identity = (0..)
-        .map(|i| format!("telllate-{i}"))
-        .find(|id| owner_of(id, &hosts) == a.id)
-        .unwrap();
+    let (_tc, a, b, client, identity) = hosts_and_a_client("telllate").await;
     let grain = client.grains.get::<Probe>(&identity).unwrap();
 
     // A stops hosting; the client still routes to A, which can no longer answer a tell.
@@ -425,7 +423,7 @@ async fn tells_pipelined_across_a_join_and_a_graceful_leave_all_arrive_in_the_or
             (grain, sent)
         }));
     }
-    let activations = |members: &[&virtual_support::TestMember]| {
+    let activations = |members: &[&TestMember]| {
         members
             .iter()
             .map(|m| m.grains.stats()[0].activations)
@@ -437,7 +435,7 @@ async fn tells_pipelined_across_a_join_and_a_graceful_leave_all_arrive_in_the_or
     let all = [a.id.clone(), b.id.clone(), client.id.clone(), c.id.clone()];
     converged(&[&a, &b, &client, &c], &all).await;
     poll(|| c.grains.stats()[0].active > 0).await;
-    let moved_in = |c: &virtual_support::TestMember| c.grains.stats()[0].activations;
+    let moved_in = |c: &TestMember| c.grains.stats()[0].activations;
     poll(|| a.grains.stats()[0].moves + b.grains.stats()[0].moves == moved_in(&c)).await;
 
     c.cluster.leave().await.unwrap();

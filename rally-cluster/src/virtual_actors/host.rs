@@ -284,12 +284,25 @@ impl Inner {
     /// view now routes the identity to; fails it with `Stopped` if there is none (an ask's
     /// sender then routes it anew).
     fn pass_on<K: VirtualActor>(self: &Arc<Self>, identity: &Arc<str>, call: Box<dyn Call<K>>) {
-        let route = self
-            .ownership()
-            .route_elsewhere(K::KIND, identity, self.placement.as_ref());
-        match route {
-            Route::Remote(to) => self.forward_as(identity, &to, call, Handover::Call),
+        match self.route_now(K::KIND, identity) {
+            Route::Remote(to) => {
+                if let Some(host) = self.kind(K::KIND) {
+                    host.count_forwarded();
+                }
+                self.forward_as(identity, &to, call, Handover::Call);
+            }
             Route::Local | Route::NoHost => call.fail(GrainError::Stopped),
+        }
+    }
+
+    /// Where `identity` of `kind` goes by this member's view: never here once this member
+    /// stopped hosting.
+    fn route_now(&self, kind: &str, identity: &str) -> Route {
+        let ownership = self.ownership();
+        if self.is_stopped() {
+            ownership.route_elsewhere(kind, identity, self.placement.as_ref())
+        } else {
+            ownership.route(kind, identity, self.placement.as_ref())
         }
     }
 
@@ -424,12 +437,7 @@ impl Inner {
         if request.wait_ms.is_some() {
             return reply(Err(GrainError::Stopped));
         }
-        let route = self.ownership().route_elsewhere(
-            &request.kind,
-            &request.identity,
-            self.placement.as_ref(),
-        );
-        match route {
+        match self.route_now(&request.kind, &request.identity) {
             Route::Remote(to) if request.hops < self.config.max_hops => {
                 if let Some(host) = self.kind(&request.kind) {
                     host.count_forwarded();
@@ -945,15 +953,7 @@ impl<K: VirtualActor> Host<K> {
         active.actor.watch_with(sink);
         active.actor.stop();
         let _ = tokio::time::timeout_at(deadline, stopped).await;
-        let next = {
-            let ownership = inner.ownership();
-            if inner.is_stopped() {
-                ownership.route_elsewhere(K::KIND, &identity, inner.placement.as_ref())
-            } else {
-                ownership.route(K::KIND, &identity, inner.placement.as_ref())
-            }
-        };
-        if let Route::Remote(next) = next {
+        if let Route::Remote(next) = inner.route_now(K::KIND, &identity) {
             self.hand_over(&inner, &identity, &next).await;
         }
         let _ = inner.store.release(K::KIND, &identity, active.epoch).await;
