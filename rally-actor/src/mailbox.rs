@@ -208,6 +208,12 @@ impl<A: Actor> Mailbox<A> {
             .expect("mailbox lock is never poisoned: no user code runs under it")
     }
 
+    /// Room in the user queue (tests pin that an idle actor keeps a small buffer).
+    #[cfg(test)]
+    pub(crate) fn user_capacity(&self) -> usize {
+        self.lock().user.capacity()
+    }
+
     /// Enqueues on the user lane without waiting.
     pub(crate) fn enqueue(&self, envelope: Envelope<A>) -> Result<(), EnqueueError<A>> {
         if let Some(bound) = &self.bound {
@@ -223,6 +229,11 @@ impl<A: Actor> Mailbox<A> {
                     bound.capacity.release();
                 }
                 return Err(EnqueueError::Stopped(envelope));
+            }
+            if queues.user.capacity() == 0 {
+                // Room for one message, not the four a growing queue starts with: an idle
+                // actor keeps this buffer (48 bytes less each); a burst grows it as usual.
+                queues.user.reserve_exact(1);
             }
             queues.user.push_back(envelope);
             self.user_pending.store(true, Ordering::Release);

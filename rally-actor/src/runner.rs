@@ -452,6 +452,16 @@ mod tests {
     struct Idle;
     impl Actor for Idle {}
 
+    struct Ping;
+    impl crate::Message for Ping {
+        type Reply = ();
+    }
+    impl crate::Handler<Ping> for Idle {
+        async fn handle(&mut self, _: Ping, _: &mut Context<Self>) -> crate::ActorResult<()> {
+            Ok(())
+        }
+    }
+
     /// What an idle actor carries: its task (the `run` future plus 104 bytes of tokio's task
     /// cell, rounded up to 128: 392 bytes is the most that fits a 512-byte cell) and its
     /// mailbox. Growing either grows every actor; the bounds are today's sizes.
@@ -484,6 +494,46 @@ mod tests {
             assert!(
                 size <= 392,
                 "the run future of an idle actor is {size} bytes"
+            );
+        });
+    }
+
+    /// An actor that was asked once keeps room for one queued message and one cached reply
+    /// slot, not the four each that a growing buffer starts with: about 100 bytes per idle
+    /// actor (a virtual actor at rest, say). A burst still grows the queue as usual.
+    #[test]
+    fn an_actor_asked_once_keeps_room_for_one() {
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .build()
+            .unwrap();
+        runtime.block_on(async {
+            let system = crate::ActorSystem::new("room");
+            let (mailbox, _receiver) = Mailbox::<Idle>::new(
+                crate::ActorId(1),
+                "/user/idle".into(),
+                crate::MailboxConfig::default(),
+                crate::monitor::Slot::default(),
+            );
+            let ask = || crate::Envelope::new(Ping, crate::ReplyTo::ignore());
+            assert!(mailbox.enqueue(ask()).is_ok());
+            assert_eq!(mailbox.user_capacity(), 1);
+            for _ in 0..5 {
+                assert!(mailbox.enqueue(ask()).is_ok());
+            }
+            assert!(mailbox.user_capacity() >= 6, "a burst grows the queue");
+
+            let myself = crate::ActorRef::local(mailbox.clone(), system.dead_letters().clone());
+            let dispatcher = system.default_dispatcher().clone();
+            let mut ctx = Context::new(myself, system, dispatcher, mailbox);
+            let slot = ctx.reply_slot::<()>();
+            ctx.return_reply_slot(slot);
+            assert_eq!(ctx.reply_slot_capacity(), 1);
+            let (first, second) = (ctx.reply_slot::<()>(), ctx.reply_slot::<u8>());
+            ctx.return_reply_slot(first);
+            ctx.return_reply_slot(second);
+            assert!(
+                ctx.reply_slot_capacity() >= 2,
+                "a second reply type still fits"
             );
         });
     }
