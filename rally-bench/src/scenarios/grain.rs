@@ -54,6 +54,20 @@ pub(crate) struct ActivationArgs {
     /// --quick 200; 0 leaves the row out).
     #[arg(long)]
     pub(crate) one_worker_activations: Option<u64>,
+    /// Where the members claim identities: `sqlite` (the definition: one shared file) or
+    /// `memory` (each member its own in-memory store; shows what the durable claim costs, and
+    /// is sound here only because the two members' view never changes during a run).
+    #[arg(long, value_enum, default_value_t = Store::Sqlite)]
+    pub(crate) store: Store,
+}
+
+/// Where the member processes keep their claims and state.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub(crate) enum Store {
+    /// One SQLite file in a fresh temporary directory, shared by the member processes.
+    Sqlite,
+    /// Each member process its own in-memory store.
+    Memory,
 }
 
 /// `grain-churn` flags.
@@ -86,6 +100,9 @@ pub(crate) struct MemberArgs {
     /// The cap on active grains on this member (set above what the run activates).
     #[arg(long)]
     pub(crate) max_active: usize,
+    /// The store: the shared SQLite file at `--db`, or one in this process's memory.
+    #[arg(long, value_enum, default_value_t = Store::Sqlite)]
+    pub(crate) store: Store,
 }
 
 /// Without the `grains` feature (left out of the default build to keep the main job's cold build

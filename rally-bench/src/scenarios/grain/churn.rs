@@ -16,7 +16,7 @@ use rally::cluster::virtual_actors::{GrainError, GrainRef};
 use serde_json::{Map, Value};
 use tokio::io::AsyncWriteExt as _;
 
-use super::GrainChurnArgs;
+use super::{GrainChurnArgs, Store};
 use super::run::{
     GrainCluster, GrainPing, MemberReply, PingGrain, REQUEST_TIMEOUT, grain_report, histogram,
     ping, random_text,
@@ -109,7 +109,7 @@ pub(crate) fn grain_churn(args: &GrainChurnArgs) -> anyhow::Result<()> {
     let runtime = multi_thread_runtime();
     let (rows, series, examples) = on_worker(&runtime, async move {
         eprintln!("grain-churn: starting 2 members and joining...");
-        let gc = GrainCluster::start(max_active).await?;
+        let gc = GrainCluster::start(max_active, Store::Sqlite).await?;
         run(
             gc,
             p,

@@ -14,12 +14,12 @@ use rally::cluster::{Cluster, ClusterConfig, MemberStatus};
 use rally::remote::{
     MessageTable, NodeAddress, RemoteActor, RemoteConfig, RemoteMessage, RemoteNode,
 };
-use rally::state::SqliteStore;
+use rally::state::{MemoryStore, SqliteStore};
 use rally::{Actor, ActorRef, ActorResult, ActorSystem, Context, Handler, Message};
 use serde::{Deserialize, Serialize};
 use tokio::io::{AsyncBufReadExt, BufReader};
 
-use super::{ActivationArgs, GrainPingArgs, MemberArgs};
+use super::{ActivationArgs, GrainPingArgs, MemberArgs, Store};
 use crate::report::{Report, Row};
 use crate::scenarios::common::{
     MemberProcesses, multi_thread_runtime, on_worker, resident_bytes, spawn_members,
@@ -194,7 +194,10 @@ pub(crate) fn member_main(args: &MemberArgs) -> anyhow::Result<()> {
         settings.max_active = args.max_active;
         let grains = VirtualActors::builder(&cluster, &system)
             .kind::<PingGrain>()
-            .store(Arc::new(SqliteStore::open(&args.db)?))
+            .store(match args.store {
+                Store::Sqlite => Arc::new(SqliteStore::open(&args.db)?),
+                Store::Memory => Arc::new(MemoryStore::new()),
+            })
             .config(settings)
             .membership(&config)
             .start(&node)?;
@@ -245,13 +248,22 @@ pub(super) struct GrainCluster {
 impl GrainCluster {
     /// Starts the two members (the first is the seed), then this client, and waits until all
     /// three see each other up.
-    pub(super) async fn start(max_active: usize) -> anyhow::Result<Self> {
+    pub(super) async fn start(max_active: usize, store: Store) -> anyhow::Result<Self> {
         let max_active = max_active.to_string();
+        let store = match store {
+            Store::Sqlite => "sqlite",
+            Store::Memory => "memory",
+        };
         let processes = spawn_members(
             "grain-member",
             MEMBERS,
             "grains",
-            &[OsStr::new("--max-active"), OsStr::new(&max_active)],
+            &[
+                OsStr::new("--max-active"),
+                OsStr::new(&max_active),
+                OsStr::new("--store"),
+                OsStr::new(store),
+            ],
         )
         .await?;
         let system = ActorSystem::new(SYSTEM);
@@ -434,7 +446,7 @@ pub(crate) fn grain_ping(args: &GrainPingArgs) -> anyhow::Result<()> {
     let runtime = multi_thread_runtime();
     report.rows = on_worker(&runtime, async move {
         eprintln!("grain-ping: starting 2 members and joining...");
-        let gc = GrainCluster::start(max_active).await?;
+        let gc = GrainCluster::start(max_active, Store::Sqlite).await?;
         let mut out = Vec::new();
         for p in rows {
             eprintln!("grain-ping: P={p}, {seconds} s...");
@@ -533,6 +545,13 @@ pub(crate) fn activation(args: &ActivationArgs) -> anyhow::Result<()> {
     // Every identity of the run stays active: the cap is above all of them on one member.
     let max_active = usize::try_from(rows.iter().map(|&(n, _)| n).sum::<u64>())?.saturating_add(1);
     let mut report = grain_report("activation", max_active);
+    let store = args.store;
+    if store == Store::Memory {
+        report.param(
+            "store",
+            "MemoryStore: each member process its own, in memory (not the definition's: it shows what the durable claim costs); one claim per activation",
+        );
+    }
     report
         .param("workers", workers as u64)
         .param("one_worker_activations", one_worker)
@@ -543,7 +562,7 @@ pub(crate) fn activation(args: &ActivationArgs) -> anyhow::Result<()> {
     let runtime = multi_thread_runtime();
     report.rows = on_worker(&runtime, async move {
         eprintln!("activation: starting 2 members and joining...");
-        let gc = Arc::new(GrainCluster::start(max_active).await?);
+        let gc = Arc::new(GrainCluster::start(max_active, store).await?);
         let mut out = Vec::new();
         for (index, &(n, workers)) in rows.iter().enumerate() {
             eprintln!("activation: N={n}, {workers} workers...");
