@@ -823,7 +823,7 @@ async fn run_lane(node: Weak<NodeInner>, association: Arc<Association>, index: u
         }
         .await;
         match outcome {
-            Ok((mut stream, peer)) => {
+            Ok((stream, peer)) => {
                 let (observed, generation) = node_for_observe.observe(&association, &peer.peer);
                 let attached = match observed {
                     Observed::Quarantined => {
@@ -843,7 +843,7 @@ async fn run_lane(node: Weak<NodeInner>, association: Arc<Association>, index: u
                     record_lost(&system, remote, dropped, "(larger than the peer's maximum)");
                     attempt = 0;
                     let written = tokio::select! {
-                        written = lane.write_to(&mut stream) => written,
+                        written = lane.write_to(stream) => written,
                         _ = shutdown.changed() => return,
                     };
                     match written {

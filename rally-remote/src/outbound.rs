@@ -5,7 +5,16 @@
 //! runnable add their frames), then swaps the whole buffer for its spare one and writes it with
 //! one call. Under light load each message goes out at once; under
 //! heavy load everything that queued during one write goes out in the next, so batches grow by
-//! themselves. Steady state allocates nothing: the two buffers are reused.
+//! themselves. Steady state allocates nothing: the buffers are reused.
+//!
+//! While frames come alone (the last write carried one frame) and the writer task is parked, the
+//! sender whose frame finds the lane empty writes it to the socket itself, on its own thread,
+//! with one non-blocking call: no task is woken, so a request's chain (read, actor, reply write)
+//! stays on the thread that read it, and a sender outside the runtime writes as a bare socket
+//! program would. Whatever that call cannot finish (the socket is full, TLS still holds
+//! records, the write failed) goes to the writer task, which is woken for it; frames queued
+//! meanwhile wait for the writer task, in order. Under load (frames come in company) nothing
+//! changes: the writer task writes every batch.
 
 mod wake;
 
@@ -19,19 +28,26 @@ use loom::sync::{Mutex, MutexGuard};
 #[cfg(not(loom))]
 use std::sync::{Mutex, MutexGuard};
 
-use bytes::BytesMut;
+use bytes::{Buf, BytesMut};
 use rally_actor::ReplyError;
 use rally_wire::{
     EncodeError, ManifestKey, OutboundEncoder, RecipientKey, ReplyQueued, ReplyStatus,
     SystemMessage,
 };
 use serde::Serialize;
-use tokio::io::AsyncWriteExt;
 
 use self::wake::Wakeup;
 
 use crate::codec;
+#[cfg(not(loom))]
 use crate::transport::BoxStream;
+
+/// The connection's write side, shared by the writer task and the senders that write their
+/// frame themselves (see the module docs). Under `--cfg loom` a recording sink stands in for it.
+#[cfg(not(loom))]
+type Socket = BoxStream;
+#[cfg(loom)]
+type Socket = Sink;
 
 /// A buffer that grew past this (a large message went through) is replaced by a fresh one after
 /// the write, so one 10 MB message does not pin 10 MB per lane forever.
@@ -116,6 +132,9 @@ pub(crate) struct LaneStats {
 pub(crate) struct OutboundLane {
     pub(crate) lane: rally_wire::Lane,
     state: Mutex<LaneState>,
+    /// The current connection's write side, while the writer task writes to one. Locked only
+    /// by whoever holds the right to write (`LaneState::writing`), so never contended.
+    socket: Mutex<Option<Socket>>,
     wakeup: Wakeup,
     capacity: usize,
     pub(crate) stats: LaneStats,
@@ -132,10 +151,36 @@ struct LaneState {
     /// The peer's life the current connection reaches (0: none).
     attached: u64,
     closed: bool,
+    /// Who may write to the connection now.
+    writing: Writing,
+    /// Whether the last write carried a single frame: frames come alone, so a sender writes
+    /// its own (the writer task's yield would only add a cross-thread hop).
+    lone: bool,
+    /// The buffer a sender writes its frame from (taken while it writes, then given back).
+    direct: BytesMut,
+    /// What a sender's write left for the writer task: bytes not yet accepted by the socket
+    /// (written before anything queued after them), or accepted but not flushed.
+    leftover: BytesMut,
+    /// Messages among the leftover bytes (lost if the connection goes).
+    leftover_messages: u64,
+    unflushed: bool,
+    /// A sender's write failed: the writer task reports it and reconnects.
+    broken: Option<WriteFailed>,
+}
+
+/// Who may write to the connection.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Writing {
+    /// The writer task: it is writing, or will look at the lane before it waits.
+    Task,
+    /// Nobody: the writer task found nothing to write and waits for a wake-up.
+    Parked,
+    /// A sender writes its frame itself; the writer task stays parked until it is done.
+    Sender,
 }
 
 /// What the writer found when it looked at the lane.
-#[derive(Debug, PartialEq, Eq)]
+#[derive(Debug)]
 pub(crate) enum Next {
     /// Frames to write: they are in the spare buffer now.
     Batch(rally_wire::Batch),
@@ -145,6 +190,8 @@ pub(crate) enum Next {
     Closed,
     /// The peer's life this connection reaches has ended: reconnect.
     Detached,
+    /// A sender's write to the connection failed: reconnect.
+    Broken(WriteFailed),
 }
 
 /// A write failed; `lost` messages were in the batch.
@@ -165,7 +212,15 @@ impl OutboundLane {
                 generation: 1,
                 attached: 0,
                 closed: false,
+                writing: Writing::Task,
+                lone: true,
+                direct: BytesMut::new(),
+                leftover: BytesMut::new(),
+                leftover_messages: 0,
+                unflushed: false,
+                broken: None,
             }),
+            socket: Mutex::new(None),
             wakeup: Wakeup::default(),
             capacity,
             stats: LaneStats::default(),
@@ -181,7 +236,8 @@ impl OutboundLane {
     }
 
     /// Runs `write` on the encoder under the lock, for the peer's life `generation` (`None`:
-    /// any), then wakes the writer if the buffer went from empty to not empty. The wake-up
+    /// any), then, if the buffer went from empty to not empty, writes it to the socket from
+    /// this thread (frames come alone and the writer task is parked) or wakes the writer. That
     /// depends on the buffer alone, never on `write`'s outcome: no error path can skip it.
     fn push<T>(
         &self,
@@ -202,12 +258,99 @@ impl OutboundLane {
             }
             let was_empty = state.encoder.is_empty();
             let out = write(&mut state);
-            (out, was_empty && !state.encoder.is_empty())
+            let wake = was_empty && !state.encoder.is_empty();
+            if wake
+                && state.lone
+                && state.writing == Writing::Parked
+                && state.attached == state.generation
+                && !state.closed
+                // What an earlier sender's write left goes before this frame: the writer
+                // task writes it, then this frame.
+                && state.leftover.is_empty()
+                && !state.unflushed
+                && state.broken.is_none()
+            {
+                // This sender writes: take the frame out, as the writer task would.
+                state.writing = Writing::Sender;
+                let mut direct = std::mem::take(&mut state.direct);
+                let batch = state.encoder.take(&mut direct);
+                drop(state);
+                self.write_direct(direct, batch);
+                return Ok(out);
+            }
+            (out, wake)
         };
         if wake {
             self.wakeup.wake();
         }
         Ok(out)
+    }
+
+    /// A sender's own write of `buf` (the batch it took while the writer task was parked):
+    /// one non-blocking attempt; whatever it cannot finish goes to the writer task.
+    fn write_direct(&self, mut buf: BytesMut, batch: rally_wire::Batch) {
+        let outcome = {
+            let mut socket = lock_socket(&self.socket);
+            match socket.as_mut() {
+                Some(socket) => try_write(socket, &buf),
+                None => Direct::Partial(0),
+            }
+        };
+        let mut state = self.lock();
+        let mut wake = false;
+        let written = match &outcome {
+            Direct::Done | Direct::Unflushed => buf.len(),
+            Direct::Partial(n) => *n,
+            Direct::Failed(_) => 0,
+        };
+        if written > 0 {
+            self.stats.writes.fetch_add(1, Ordering::Relaxed);
+            self.stats
+                .bytes
+                .fetch_add(written as u64, Ordering::Relaxed);
+        }
+        if state.writing != Writing::Sender {
+            // The connection went while this sender wrote (the writer task left it): what
+            // is unwritten belonged to it and is lost, as a batch in a failed write is.
+            if written < buf.len() {
+                self.stats
+                    .dropped
+                    .fetch_add(batch.messages, Ordering::Relaxed);
+            }
+        } else {
+            state.writing = Writing::Parked;
+            match outcome {
+                Direct::Done => {}
+                Direct::Unflushed => {
+                    state.unflushed = true;
+                    wake = true;
+                }
+                Direct::Partial(n) => {
+                    buf.advance(n);
+                    state.leftover.extend_from_slice(&buf);
+                    state.leftover_messages += batch.messages;
+                    wake = true;
+                }
+                Direct::Failed(error) => {
+                    state.broken = Some(WriteFailed {
+                        error,
+                        lost: batch.messages,
+                    });
+                    wake = true;
+                }
+            }
+            state.lone = batch.frames <= 1;
+            // Frames queued during the write found the writer busy: the writer task takes them.
+            wake |= !state.encoder.is_empty();
+        }
+        buf.clear();
+        if buf.capacity() <= SHRINK_ABOVE {
+            state.direct = buf;
+        }
+        drop(state);
+        if wake {
+            self.wakeup.wake();
+        }
     }
 
     /// Queues a message frame for `recipient` of the peer's life `generation`, encoding the
@@ -285,7 +428,8 @@ impl OutboundLane {
 
     /// Whether every queued byte has been written (or dropped).
     pub(crate) fn is_drained(&self) -> bool {
-        self.lock().encoder.is_empty()
+        let state = self.lock();
+        state.encoder.is_empty() && state.leftover.is_empty() && state.writing != Writing::Sender
     }
 
     /// Messages and replies queued since start.
@@ -309,7 +453,7 @@ impl OutboundLane {
                 return 0;
             }
             state.generation = generation;
-            state.encoder.discard()
+            state.encoder.discard() + state.discard_leftover()
         };
         self.stats.dropped.fetch_add(dropped, Ordering::Relaxed);
         self.wakeup.wake();
@@ -337,19 +481,23 @@ impl OutboundLane {
         let dropped = {
             let mut state = self.lock();
             state.attached = 0;
-            state.encoder.reset_after_disconnect()
+            state.encoder.reset_after_disconnect() + state.discard_leftover()
         };
         self.stats.dropped.fetch_add(dropped, Ordering::Relaxed);
         dropped
     }
 
     /// Writes everything queued to `stream` until the lane closes, the stream fails, or the
-    /// peer's life the connection reaches ends (then `Ok(false)`: reconnect).
+    /// peer's life the connection reaches ends (then `Ok(false)`: reconnect). Senders may write
+    /// to `stream` themselves while this task is parked (see the module docs); it is theirs no
+    /// more once this returns or is dropped.
     ///
     /// # Errors
     ///
     /// The stream's I/O error, with the number of messages in the failed batch.
-    pub(crate) async fn write_to(&self, stream: &mut BoxStream) -> Result<bool, WriteFailed> {
+    #[cfg(not(loom))]
+    pub(crate) async fn write_to(&self, stream: BoxStream) -> Result<bool, WriteFailed> {
+        let _attached = Attached::new(self, stream);
         let mut spare = BytesMut::with_capacity(INITIAL_BUFFER);
         // Whether the last write carried more than one frame: only then is company likely.
         let mut batching = false;
@@ -357,9 +505,9 @@ impl OutboundLane {
             let batch = match self.next_batch(&mut spare) {
                 Next::Batch(batch) => batch,
                 Next::Detached => return Ok(false),
+                Next::Broken(failed) => return Err(failed),
                 Next::Closed => {
-                    stream
-                        .flush()
+                    self.flush()
                         .await
                         .map_err(|error| WriteFailed { error, lost: 0 })?;
                     return Ok(true);
@@ -382,17 +530,21 @@ impl OutboundLane {
                 error,
                 lost: batch.messages,
             };
-            batching = batch.frames > 1;
-            stream.write_all(&spare).await.map_err(failed)?;
+            if batch.frames > 0 {
+                batching = batch.frames > 1;
+            }
+            self.write_all(&spare).await.map_err(failed)?;
             // A buffered stream may accept every byte yet hold some back: TLS takes the
             // plaintext and returns before its records are on the socket when the socket would
             // block. This connection is write-only, so nothing else would push them out; flush
             // (a no-op on plain TCP) before waiting for the next batch.
-            stream.flush().await.map_err(failed)?;
-            self.stats.writes.fetch_add(1, Ordering::Relaxed);
-            self.stats
-                .bytes
-                .fetch_add(spare.len() as u64, Ordering::Relaxed);
+            self.flush().await.map_err(failed)?;
+            if !spare.is_empty() {
+                self.stats.writes.fetch_add(1, Ordering::Relaxed);
+                self.stats
+                    .bytes
+                    .fetch_add(spare.len() as u64, Ordering::Relaxed);
+            }
             if spare.capacity() > SHRINK_ABOVE {
                 spare = BytesMut::with_capacity(INITIAL_BUFFER);
             } else {
@@ -401,20 +553,191 @@ impl OutboundLane {
         }
     }
 
+    /// Writes all of `bytes` to the attached socket (the writer task holds the right to write).
+    #[cfg(not(loom))]
+    async fn write_all(&self, mut bytes: &[u8]) -> std::io::Result<()> {
+        while !bytes.is_empty() {
+            let n = std::future::poll_fn(|cx| {
+                let mut socket = lock_socket(&self.socket);
+                let socket = socket
+                    .as_mut()
+                    .expect("attached while the writer task writes");
+                socket.as_mut().poll_write(cx, bytes)
+            })
+            .await?;
+            if n == 0 {
+                return Err(std::io::ErrorKind::WriteZero.into());
+            }
+            bytes = &bytes[n..];
+        }
+        Ok(())
+    }
+
+    /// Flushes the attached socket.
+    #[cfg(not(loom))]
+    async fn flush(&self) -> std::io::Result<()> {
+        std::future::poll_fn(|cx| {
+            let mut socket = lock_socket(&self.socket);
+            let socket = socket
+                .as_mut()
+                .expect("attached while the writer task writes");
+            socket.as_mut().poll_flush(cx)
+        })
+        .await
+    }
+
     /// The writer's step: takes everything queued into `spare` (which must be empty), or says
     /// why there is nothing to write. A wake-up given after an `Idle` answer is never lost:
-    /// every push that leaves the buffer non-empty after it was empty wakes the writer.
+    /// every push that leaves the buffer non-empty after it was empty either writes it itself
+    /// (and wakes the writer for whatever it could not finish, or for frames queued meanwhile)
+    /// or wakes the writer.
     pub(crate) fn next_batch(&self, spare: &mut BytesMut) -> Next {
         let mut state = self.lock();
+        if let Some(failed) = state.broken.take() {
+            state.writing = Writing::Task;
+            return Next::Broken(failed);
+        }
         if state.attached != state.generation {
+            state.writing = Writing::Task;
             return Next::Detached;
+        }
+        if state.writing == Writing::Sender {
+            // The sender wakes the writer when it is done, if anything is left.
+            return Next::Idle;
+        }
+        if !state.leftover.is_empty() || state.unflushed {
+            // A sender's unfinished write goes first: its bytes precede everything queued.
+            std::mem::swap(&mut state.leftover, spare);
+            state.unflushed = false;
+            state.writing = Writing::Task;
+            return Next::Batch(rally_wire::Batch {
+                frames: 0,
+                messages: std::mem::take(&mut state.leftover_messages),
+            });
         }
         let batch = state.encoder.take(spare);
         match (spare.is_empty(), state.closed) {
-            (false, _) => Next::Batch(batch),
-            (true, true) => Next::Closed,
-            (true, false) => Next::Idle,
+            (false, _) => {
+                state.writing = Writing::Task;
+                state.lone = batch.frames <= 1;
+                Next::Batch(batch)
+            }
+            (true, true) => {
+                state.writing = Writing::Task;
+                Next::Closed
+            }
+            (true, false) => {
+                state.writing = Writing::Parked;
+                Next::Idle
+            }
         }
+    }
+}
+
+impl LaneState {
+    /// Drops what a sender's write left unwritten (it was encoded for a connection that is
+    /// gone); returns the messages in it.
+    fn discard_leftover(&mut self) -> u64 {
+        self.leftover.clear();
+        self.unflushed = false;
+        std::mem::take(&mut self.leftover_messages)
+    }
+}
+
+/// The socket lock; poison-tolerant (nothing that can panic runs under it but the stream's
+/// own code).
+fn lock_socket(socket: &Mutex<Option<Socket>>) -> MutexGuard<'_, Option<Socket>> {
+    socket
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+/// What a sender's own write achieved.
+enum Direct {
+    /// Every byte is on the socket.
+    Done,
+    /// Every byte was accepted, but the stream holds some back (TLS records) until a flush.
+    Unflushed,
+    /// The socket took this many bytes and would block.
+    Partial(usize),
+    /// The write failed.
+    Failed(std::io::Error),
+}
+
+/// One non-blocking attempt to write all of `bytes` and flush, with a waker that does
+/// nothing: the caller holds the right to write, so no task waits on this socket's readiness.
+#[cfg(not(loom))]
+fn try_write(socket: &mut Socket, bytes: &[u8]) -> Direct {
+    use std::task::{Context, Poll, Waker};
+    let mut cx = Context::from_waker(Waker::noop());
+    let mut written = 0;
+    while written < bytes.len() {
+        match socket.as_mut().poll_write(&mut cx, &bytes[written..]) {
+            Poll::Ready(Ok(0)) => return Direct::Failed(std::io::ErrorKind::WriteZero.into()),
+            Poll::Ready(Ok(n)) => written += n,
+            Poll::Ready(Err(error)) => return Direct::Failed(error),
+            Poll::Pending => return Direct::Partial(written),
+        }
+    }
+    match socket.as_mut().poll_flush(&mut cx) {
+        Poll::Ready(Ok(())) => Direct::Done,
+        Poll::Ready(Err(error)) => Direct::Failed(error),
+        Poll::Pending => Direct::Unflushed,
+    }
+}
+
+#[cfg(loom)]
+fn try_write(socket: &mut Socket, bytes: &[u8]) -> Direct {
+    socket.write(bytes)
+}
+
+#[cfg(loom)]
+/// The loom build's socket: keeps what is written; a sender's write takes at most `room`
+/// bytes more (then it would block, once: the next write finds room again, as a socket
+/// that drained meanwhile does).
+#[derive(Debug)]
+pub(crate) struct Sink {
+    pub(crate) wire: Vec<u8>,
+    pub(crate) room: usize,
+}
+
+#[cfg(loom)]
+impl Sink {
+    fn write(&mut self, bytes: &[u8]) -> Direct {
+        let n = bytes.len().min(self.room);
+        self.room -= n;
+        self.wire.extend_from_slice(&bytes[..n]);
+        if n == bytes.len() {
+            Direct::Done
+        } else {
+            self.room = usize::MAX;
+            Direct::Partial(n)
+        }
+    }
+}
+
+/// The writer task's hold on a connection: puts the stream where senders can write to it, and
+/// takes it away again when the task stops writing to it (returns, fails or is cancelled).
+#[cfg(not(loom))]
+struct Attached<'a> {
+    lane: &'a OutboundLane,
+}
+
+#[cfg(not(loom))]
+impl<'a> Attached<'a> {
+    fn new(lane: &'a OutboundLane, stream: BoxStream) -> Self {
+        *lock_socket(&lane.socket) = Some(stream);
+        Self { lane }
+    }
+}
+
+#[cfg(not(loom))]
+impl Drop for Attached<'_> {
+    fn drop(&mut self) {
+        // No sender may start a write from now on; one already writing finishes on the old
+        // stream before it is dropped (it holds the socket lock).
+        self.lane.lock().writing = Writing::Task;
+        drop(lock_socket(&self.lane.socket).take());
     }
 }
 
@@ -464,43 +787,177 @@ pub(crate) fn backoff(attempt: u32, max: Duration) -> Duration {
     base.min(max)
 }
 
+#[cfg(all(test, not(loom)))]
+mod tests {
+    use std::time::{Duration, Instant};
+
+    use tokio::io::AsyncReadExt;
+
+    use super::*;
+
+    fn heartbeat_len() -> usize {
+        let mut encoder = OutboundEncoder::new(1 << 16);
+        encoder.push_heartbeat(1);
+        let mut buf = BytesMut::new();
+        encoder.take(&mut buf);
+        buf.len()
+    }
+
+    /// A sender's write cut short by a full socket leaves the rest to the writer task; a frame
+    /// pushed after that, once the socket has room again, must not be written by its sender
+    /// ahead of that rest (it would land inside the earlier frame).
+    #[tokio::test(flavor = "current_thread")]
+    async fn a_frame_never_overtakes_what_a_cut_short_write_left() {
+        let len = heartbeat_len();
+        let room = len + len / 2;
+        let (ours, mut theirs) = tokio::io::duplex(room);
+        let lane = Arc::new(OutboundLane::new(
+            rally_wire::Lane::Ordinary(0),
+            1 << 16,
+            1 << 20,
+        ));
+        assert_eq!(lane.attach(1, 1 << 16), Some(0));
+        let writer = tokio::spawn({
+            let lane = lane.clone();
+            async move { lane.write_to(Box::pin(ours)).await }
+        });
+        // Let the writer find the lane empty and park: frames come alone from now on.
+        tokio::task::yield_now().await;
+        lane.push_heartbeat(1).unwrap(); // written by this sender, whole
+        lane.push_heartbeat(2).unwrap(); // written by this sender, cut short
+        let mut wire = vec![0; room];
+        theirs.read_exact(&mut wire).await.unwrap(); // the socket has room again
+        lane.push_heartbeat(3).unwrap();
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while wire.len() < 3 * len {
+            let mut more = [0; 256];
+            let n = tokio::time::timeout_at(deadline.into(), theirs.read(&mut more))
+                .await
+                .expect("all three frames arrive")
+                .unwrap();
+            wire.extend_from_slice(&more[..n]);
+        }
+        let mut frames = Vec::new();
+        let mut decoder = rally_wire::InboundDecoder::new(1 << 16, Duration::from_secs(60));
+        decoder
+            .decode(&wire, Instant::now(), |frame| {
+                frames.push(format!("{frame:?}"))
+            })
+            .expect("the frames arrive whole");
+        let expected: Vec<String> = (1..=3)
+            .map(|n| format!("{:?}", rally_wire::InboundFrame::Heartbeat(n)))
+            .collect();
+        assert_eq!(frames, expected);
+        let writes = lane.stats.writes.load(Ordering::Relaxed);
+        assert!(
+            writes >= 3,
+            "the senders wrote, then the writer task: {writes} writes"
+        );
+        lane.close();
+        assert!(matches!(writer.await.unwrap(), Ok(true)));
+    }
+}
+
 #[cfg(all(test, loom))]
 mod loom_tests {
     //! The lane's wake protocol under every interleaving loom finds: senders (one whose push
     //! fails after writing, as a reply that fails to encode does) racing the writer going to
-    //! sleep; every frame queued is written, none twice.
+    //! sleep, and senders writing their own frame to the socket while the writer is parked
+    //! (one of those writes cut short by a full socket); every frame queued is written, none
+    //! twice, each sender's in order.
+
+    use std::time::Instant;
 
     use loom::thread;
 
     use super::*;
 
-    fn lane() -> Arc<OutboundLane> {
+    fn lane(room: usize) -> Arc<OutboundLane> {
         let lane = OutboundLane::new(rally_wire::Lane::Ordinary(0), 1 << 16, 1 << 20);
         assert_eq!(lane.attach(1, 1 << 16), Some(0));
+        *lock_socket(&lane.socket) = Some(Sink {
+            wire: Vec::new(),
+            room,
+        });
         Arc::new(lane)
     }
 
-    /// Runs the writer until the lane is closed and drained; returns the frames written.
-    fn write_all(lane: &OutboundLane) -> usize {
+    /// Runs the writer until the lane is closed and drained (the writer task's loop, writing
+    /// through the socket lock as it does); returns the frames on the wire, decoded.
+    fn write_all(lane: &OutboundLane) -> Vec<String> {
         let mut spare = BytesMut::new();
-        let mut frames = 0;
         loop {
             match lane.next_batch(&mut spare) {
-                Next::Batch(batch) => {
-                    frames += batch.frames as usize;
+                Next::Batch(_) => {
+                    let mut socket = lock_socket(&lane.socket);
+                    let sink = socket.as_mut().expect("the model's socket stays");
+                    sink.wire.extend_from_slice(&spare);
                     spare.clear();
                 }
                 Next::Idle => lane.wakeup.wait_blocking(),
-                Next::Closed => return frames,
-                Next::Detached => panic!("the generation did not change"),
+                Next::Closed => break,
+                Next::Detached | Next::Broken(_) => panic!("the connection did not change"),
             }
         }
+        let wire = lock_socket(&lane.socket)
+            .take()
+            .expect("the model's socket stays")
+            .wire;
+        let mut decoder =
+            rally_wire::InboundDecoder::new(1 << 16, std::time::Duration::from_secs(60));
+        let mut frames = Vec::new();
+        let used = decoder
+            .decode(&wire, Instant::now(), |frame| {
+                frames.push(format!("{frame:?}"))
+            })
+            .expect("what the lane writes decodes");
+        assert_eq!(used, wire.len(), "no partial frame is left on the wire");
+        frames
+    }
+
+    #[test]
+    fn a_sender_writing_its_own_frame_loses_and_repeats_nothing() {
+        loom::model(|| {
+            // Room for one heartbeat and part of the next: a sender's write is cut short.
+            let lane = lane(12);
+            let first = {
+                let lane = lane.clone();
+                thread::spawn(move || {
+                    lane.push_heartbeat(1).unwrap();
+                    lane.push_heartbeat(2).unwrap();
+                })
+            };
+            let second = {
+                let lane = lane.clone();
+                thread::spawn(move || lane.push_heartbeat(3).unwrap())
+            };
+            let writer = {
+                let lane = lane.clone();
+                thread::spawn(move || write_all(&lane))
+            };
+            first.join().unwrap();
+            second.join().unwrap();
+            lane.close();
+            let frames = writer.join().unwrap();
+            assert_eq!(frames.len(), 3, "{frames:?}");
+            let at = |n: u64| {
+                frames
+                    .iter()
+                    .position(|f| *f == format!("{:?}", rally_wire::InboundFrame::Heartbeat(n)))
+                    .unwrap_or_else(|| panic!("heartbeat {n} is written: {frames:?}"))
+            };
+            assert!(
+                at(1) < at(2),
+                "one sender's frames keep their order: {frames:?}"
+            );
+            at(3);
+        });
     }
 
     #[test]
     fn no_wake_up_is_lost_on_any_path() {
         loom::model(|| {
-            let lane = lane();
+            let lane = lane(usize::MAX);
             let heartbeat = {
                 let lane = lane.clone();
                 thread::spawn(move || lane.push_heartbeat(1).unwrap())
@@ -521,14 +978,14 @@ mod loom_tests {
             heartbeat.join().unwrap();
             failed_reply.join().unwrap();
             lane.close();
-            assert_eq!(writer.join().unwrap(), 2);
+            assert_eq!(writer.join().unwrap().len(), 2);
         });
     }
 
     #[test]
     fn a_refused_message_wakes_nobody_and_strands_nothing() {
         loom::model(|| {
-            let lane = lane();
+            let lane = lane(usize::MAX);
             let refused = {
                 let lane = lane.clone();
                 thread::spawn(move || {
@@ -552,7 +1009,11 @@ mod loom_tests {
             };
             refused.join().unwrap();
             lane.close();
-            assert_eq!(writer.join().unwrap(), 1, "only the heartbeat is written");
+            assert_eq!(
+                writer.join().unwrap().len(),
+                1,
+                "only the heartbeat is written"
+            );
         });
     }
 

@@ -848,11 +848,55 @@ pub(crate) struct LatencyArgs {
     /// Seconds per rate.
     #[arg(long, default_value_t = 5)]
     seconds: u64,
+    /// How the pacer sends: `request` (from its own thread, the reply going to a local
+    /// collector actor, as a bare socket program writes from its sending thread) or `ask` (a
+    /// task spawned on the runtime per message awaits `ask`: each probe also pays a task's
+    /// hand-over from the pacer thread to a runtime worker).
+    #[arg(long, value_enum, default_value_t = Via::Request)]
+    via: Via,
+}
+
+/// How the `latency` pacer sends each probe.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub(crate) enum Via {
+    /// `ActorRef::request` from the pacer thread; replies go to a collector actor.
+    Request,
+    /// A task per probe, spawned from the pacer thread, awaits `ActorRef::ask`.
+    Ask,
+}
+
+/// Records each reply's round trip, from the intended send time of the probe it answers.
+struct Collector {
+    histogram: Histogram<u64>,
+    start: Instant,
+    interval: Duration,
+    remaining: u64,
+    done: Option<oneshot::Sender<Histogram<u64>>>,
+}
+impl Actor for Collector {}
+impl Handler<Pong> for Collector {
+    async fn handle(&mut self, pong: Pong, _ctx: &mut Context<Self>) -> ActorResult<()> {
+        let intended = self.start + self.interval.mul_f64(pong.0 as f64);
+        self.histogram
+            .record(intended.elapsed().as_nanos() as u64)
+            .expect("values fit");
+        self.remaining -= 1;
+        if self.remaining == 0
+            && let Some(done) = self.done.take()
+        {
+            let _ = done.send(std::mem::replace(
+                &mut self.histogram,
+                Histogram::new(3).expect("3 digits is valid"),
+            ));
+        }
+        Ok(())
+    }
 }
 
 /// Runs `latency`: a paced sender, each round trip timed from its intended send time.
 pub(crate) fn latency(args: &LatencyArgs) -> anyhow::Result<()> {
     let node_args = args.node.clone();
+    let via = args.via;
     let (rates, seconds) = if args.common.quick {
         (vec![1_000], 1)
     } else {
@@ -861,42 +905,72 @@ pub(crate) fn latency(args: &LatencyArgs) -> anyhow::Result<()> {
     let runtime = multi_thread_runtime();
     let rows = on_worker(&runtime, async move {
         let echo_side = EchoSide::start(&node_args).await?;
-        let (_system, node, _membership) = start_client_node(&echo_side).await?;
+        let (system, node, _membership) = start_client_node(&echo_side).await?;
         let echo = node.lookup::<Echo>(&echo_side.address, "echo-0");
         echo.ask(Ping(0), Duration::from_secs(10)).await?;
         let mut rows = Vec::new();
         for rate in rates {
-            let histogram = Arc::new(std::sync::Mutex::new(
-                Histogram::<u64>::new(3).expect("3 digits is valid"),
-            ));
             let total = rate * seconds;
             let interval = Duration::from_secs_f64(1.0 / rate as f64);
             let start = Instant::now() + Duration::from_millis(5);
-            let runtime = tokio::runtime::Handle::current();
-            let recorded = histogram.clone();
-            let echo = echo.clone();
-            let pacer = pace(start, interval, total, move |i, intended| {
-                let echo = echo.clone();
-                let histogram = recorded.clone();
-                runtime.spawn(async move {
-                    echo.ask(Ping(i), Duration::from_secs(10))
+            let h = match via {
+                Via::Request => {
+                    let (done, finished) = oneshot::channel();
+                    let collector = system.spawn(Collector {
+                        histogram: Histogram::new(3).expect("3 digits is valid"),
+                        start,
+                        interval,
+                        remaining: total,
+                        done: Some(done),
+                    })?;
+                    let to = collector.recipient::<Pong>();
+                    let echo = echo.clone();
+                    let pacer = pace(start, interval, total, move |i, _| {
+                        echo.request(Ping(i), &to).map_err(|e| format!("{e:?}"))
+                    });
+                    let sent = tokio::task::spawn_blocking(move || pacer.join())
+                        .await?
+                        .map_err(|_| anyhow::anyhow!("the pacer thread panicked"))?;
+                    if let Some(Err(error)) = sent.into_iter().find(Result::is_err) {
+                        bail!("a probe was not sent: {error}");
+                    }
+                    let h = tokio::time::timeout(Duration::from_secs(10), finished)
                         .await
-                        .expect("echo replies");
-                    let took = intended.elapsed();
-                    histogram
-                        .lock()
-                        .expect("no panics under the lock")
-                        .record(took.as_nanos() as u64)
-                        .expect("values fit");
-                })
-            });
-            let pending = tokio::task::spawn_blocking(move || pacer.join())
-                .await?
-                .map_err(|_| anyhow::anyhow!("the pacer thread panicked"))?;
-            for task in pending {
-                task.await?;
-            }
-            let h = histogram.lock().expect("no panics under the lock").clone();
+                        .context("every probe is answered within 10 s")??;
+                    collector.stop();
+                    h
+                }
+                Via::Ask => {
+                    let histogram = Arc::new(std::sync::Mutex::new(
+                        Histogram::<u64>::new(3).expect("3 digits is valid"),
+                    ));
+                    let runtime = tokio::runtime::Handle::current();
+                    let recorded = histogram.clone();
+                    let echo = echo.clone();
+                    let pacer = pace(start, interval, total, move |i, intended| {
+                        let echo = echo.clone();
+                        let histogram = recorded.clone();
+                        runtime.spawn(async move {
+                            echo.ask(Ping(i), Duration::from_secs(10))
+                                .await
+                                .expect("echo replies");
+                            let took = intended.elapsed();
+                            histogram
+                                .lock()
+                                .expect("no panics under the lock")
+                                .record(took.as_nanos() as u64)
+                                .expect("values fit");
+                        })
+                    });
+                    let pending = tokio::task::spawn_blocking(move || pacer.join())
+                        .await?
+                        .map_err(|_| anyhow::anyhow!("the pacer thread panicked"))?;
+                    for task in pending {
+                        task.await?;
+                    }
+                    histogram.lock().expect("no panics under the lock").clone()
+                }
+            };
             let us = |q: f64| micros(Duration::from_nanos(h.value_at_quantile(q)));
             let mut row = Row::new(format!("{rate} msg/s"))
                 // Both directions count, as in ping-pong.
@@ -917,7 +991,14 @@ pub(crate) fn latency(args: &LatencyArgs) -> anyhow::Result<()> {
     report
         .param("seconds_per_rate", seconds)
         .param("processes", args.node.processes)
-        .param("measured_from", "intended send time");
+        .param("measured_from", "intended send time")
+        .param(
+            "via",
+            match args.via {
+                Via::Request => "request",
+                Via::Ask => "ask",
+            },
+        );
     report.rows = rows;
     report.print(args.common.json);
     Ok(())
