@@ -480,12 +480,50 @@ impl ErasedReply {
     pub fn send(self, reply: Result<Box<dyn Any + Send>, ReplyError>) {
         self.0.send_any(reply);
     }
+
+    /// The typed destination inside, if it takes replies of type `R` (else `self` back): a
+    /// transport that decodes the reply as `R` sends it with no box.
+    ///
+    /// # Example
+    ///
+    /// ```
+    /// use rally::{Actor, ActorResult, Context, Envelope, Handler, Message, ReplyTo};
+    ///
+    /// struct Ping;
+    /// impl Message for Ping { type Reply = u32; }
+    /// struct Pong;
+    /// impl Actor for Pong {}
+    /// impl Handler<Ping> for Pong {
+    ///     async fn handle(&mut self, _: Ping, _: &mut Context<Self>) -> ActorResult<u32> { Ok(1) }
+    /// }
+    ///
+    /// let (tx, rx) = std::sync::mpsc::channel();
+    /// let envelope: Envelope<Pong> =
+    ///     Envelope::new(Ping, ReplyTo::callback(move |reply| tx.send(reply).unwrap()));
+    /// let erased = envelope.into_reply();
+    /// let erased = erased.downcast::<String>().unwrap_err(); // not a String destination
+    /// erased.downcast::<u32>().ok().unwrap().send(Ok(7));
+    /// assert_eq!(rx.recv().unwrap(), Ok(7));
+    /// ```
+    pub fn downcast<R: Send + 'static>(self) -> Result<ReplyTo<R>, Self> {
+        if self.0.reply_type() == std::any::TypeId::of::<R>() {
+            let any = self.0.into_any();
+            Ok(*any
+                .downcast::<ReplyTo<R>>()
+                .expect("reply_type is the TypeId of the R in ReplyTo<R>"))
+        } else {
+            Err(self)
+        }
+    }
 }
 
 trait ErasedReplyTo: Send {
     fn is_wanted(&self) -> bool;
     fn is_abandoned(&self) -> bool;
     fn send_any(self: Box<Self>, reply: Result<Box<dyn Any + Send>, ReplyError>);
+    /// The `R` of the `ReplyTo<R>` inside.
+    fn reply_type(&self) -> TypeId;
+    fn into_any(self: Box<Self>) -> Box<dyn Any + Send>;
 }
 
 impl<R: Send + 'static> ErasedReplyTo for ReplyTo<R> {
@@ -509,6 +547,14 @@ impl<R: Send + 'static> ErasedReplyTo for ReplyTo<R> {
             Err(error) => Err(error),
         };
         (*self).send(typed);
+    }
+
+    fn reply_type(&self) -> TypeId {
+        TypeId::of::<R>()
+    }
+
+    fn into_any(self: Box<Self>) -> Box<dyn Any + Send> {
+        self
     }
 }
 

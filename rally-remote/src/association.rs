@@ -448,8 +448,8 @@ mod tests {
         }
     }
 
-    fn decode(bytes: &[u8]) -> Result<Box<dyn std::any::Any + Send>, postcard::Error> {
-        Ok(Box::new(bytes[0]))
+    fn complete(reply: rally_actor::ErasedReply, payload: Result<&[u8], ReplyError>) {
+        reply.send(payload.map(|bytes| Box::new(bytes[0]) as Box<dyn std::any::Any + Send>));
     }
 
     /// A pending request whose reply lands in the returned channel.
@@ -459,7 +459,7 @@ mod tests {
             Envelope::new(Ask, ReplyTo::callback(move |r| tx.send(r).unwrap()));
         (
             PendingReply {
-                decode,
+                complete,
                 reply: envelope.into_reply(),
             },
             rx,

@@ -4,7 +4,6 @@
 //! counted, never turned into a value.
 
 use std::any::{Any, TypeId};
-use std::collections::HashMap;
 use std::sync::Arc;
 
 use bytes::BytesMut;
@@ -104,7 +103,7 @@ pub enum InboundError {
 }
 
 type EncodeFn = fn(&(dyn Any + Send), &mut BytesMut) -> Result<(), postcard::Error>;
-type DecodeReplyFn = fn(&[u8]) -> Result<Box<dyn Any + Send>, postcard::Error>;
+type CompleteFn = fn(ErasedReply, Result<&[u8], ReplyError>);
 type DeliverFn<A> =
     fn(&[u8], &ActorRef<A>, Option<ReplyRoute>, &Origin) -> Result<(), InboundError>;
 
@@ -112,12 +111,12 @@ type DeliverFn<A> =
 pub(crate) struct Outgoing {
     pub(crate) manifest: &'static str,
     pub(crate) encode: EncodeFn,
-    pub(crate) decode_reply: DecodeReplyFn,
+    pub(crate) complete: CompleteFn,
 }
 
 /// The messages an actor type accepts from other nodes; built by [`RemoteActor::messages`].
 pub struct MessageTable<A: Actor> {
-    outgoing: HashMap<TypeId, Outgoing>,
+    outgoing: FxHashMap<TypeId, Outgoing>,
     incoming: FxHashMap<&'static str, DeliverFn<A>>,
     /// The same messages delivered to a [`Pool`] of `A`, which handles every message `A`
     /// handles: what makes `Pool<A>` a [`RemoteActor`] whenever `A` is one.
@@ -168,7 +167,7 @@ impl<A: Actor> MessageTable<A> {
         A: RemoteActor,
     {
         let mut table = Self {
-            outgoing: HashMap::new(),
+            outgoing: FxHashMap::default(),
             incoming: FxHashMap::default(),
             pool_incoming: FxHashMap::default(),
         };
@@ -200,7 +199,7 @@ impl<A: Actor> MessageTable<A> {
             Outgoing {
                 manifest: M::MANIFEST,
                 encode: encode::<M>,
-                decode_reply: decode_reply::<M>,
+                complete: complete::<M>,
             },
         );
         self
@@ -221,8 +220,17 @@ fn encode<M: RemoteMessage>(
     codec::encode_into(msg, out)
 }
 
-fn decode_reply<M: RemoteMessage>(payload: &[u8]) -> Result<Box<dyn Any + Send>, postcard::Error> {
-    Ok(Box::new(postcard::from_bytes::<M::Reply>(payload)?))
+/// Decodes the reply to an `M` and hands it to the asker, typed (no box on the way).
+fn complete<M: RemoteMessage>(reply: ErasedReply, payload: Result<&[u8], ReplyError>) {
+    let value = payload.and_then(|bytes| {
+        postcard::from_bytes::<M::Reply>(bytes)
+            .map_err(|e| ReplyError::Undeliverable(format!("reply failed to decode: {e}")))
+    });
+    match reply.downcast::<M::Reply>() {
+        Ok(typed) => typed.send(value),
+        // A destination of another type (never made by `RemoteRef`): the erased path says so.
+        Err(other) => other.send(value.map(|v| Box::new(v) as Box<dyn Any + Send>)),
+    }
 }
 
 fn deliver<A, M>(
@@ -305,7 +313,7 @@ impl<A: Actor> Exposed for ExposedActor<A> {
 
 /// The reply of a remote ask, decoded without naming its type.
 pub(crate) struct PendingReply {
-    pub(crate) decode: DecodeReplyFn,
+    pub(crate) complete: CompleteFn,
     pub(crate) reply: ErasedReply,
 }
 
@@ -317,11 +325,7 @@ impl rally_wire::Waiting for PendingReply {
 
 impl PendingReply {
     pub(crate) fn complete(self, payload: Result<&[u8], ReplyError>) {
-        let value = payload.and_then(|bytes| {
-            (self.decode)(bytes)
-                .map_err(|e| ReplyError::Undeliverable(format!("reply failed to decode: {e}")))
-        });
-        self.reply.send(value);
+        (self.complete)(self.reply, payload);
     }
 }
 

@@ -86,7 +86,7 @@ impl<A: Actor> ExternalTarget<A> for RemoteRef<A> {
                     self.association.register_request(
                         request_id,
                         PendingReply {
-                            decode: outgoing.decode_reply,
+                            complete: outgoing.complete,
                             reply: envelope.into_reply(),
                         },
                         self.lane,
