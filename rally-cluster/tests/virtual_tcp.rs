@@ -11,7 +11,7 @@ use rally::cluster::virtual_actors::{Hashed, Placement, VirtualActors};
 use rally::cluster::{Cluster, ClusterConfig, MemberStatus};
 use rally::remote::{RemoteConfig, RemoteNode};
 use rally::state::SqliteStore;
-use virtual_support::{Add, Probe, T, Where, lives, poll};
+use virtual_support::{Add, Pause, Probe, T, Where, hooks_started, lives, poll};
 
 struct Member {
     cluster: Cluster,
@@ -155,6 +155,65 @@ async fn a_member_restarted_on_the_same_port_gets_messages_from_those_that_knew_
     let grain = client.grains.get::<Probe>(&second).unwrap();
     let answer = grain.ask(Where, std::time::Duration::from_secs(10)).await;
     assert_eq!(answer.map(|(owner, _, _)| owner), Ok(b2_id.to_string()));
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// A member that leaves while an ask it passed on is still being answered by the identity's
+/// next owner stays until that answer has come back through it: the sender gets the answer,
+/// not an error. The ask waits at B for an activation (its hook is slow); B leaves the
+/// cluster, so it stops hosting and passes the waiting ask on to A, which answers it only
+/// after B's activation has ended. (Before: B's `shutdown` returned once its activations had
+/// ended, its node left, and the sender's ask failed with `OutcomeUnknown` when B's
+/// connections closed.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_ask_passed_on_by_a_leaving_member_is_answered_through_it() {
+    let dir = std::env::temp_dir().join(format!("rally-virtual-relay-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let db = dir.join("grains.db");
+    let ports = [free_port(), free_port(), free_port()];
+    let a = member(ports[0], ports[0], true, &db).await;
+    let b = member(ports[1], ports[0], true, &db).await;
+    let client = member(ports[2], ports[0], false, &db).await;
+    for m in [&a, &b, &client] {
+        poll(|| {
+            let seen = m.cluster.members();
+            seen.len() == 3 && seen.iter().all(|x| x.status == MemberStatus::Up)
+        })
+        .await;
+    }
+    let (a_id, b_id) = (a.cluster.self_member().id, b.cluster.self_member().id);
+    let hosts = [a_id.clone(), b_id.clone()];
+    let identity = (0..)
+        .map(|i| format!("slowact-relay-{i}"))
+        .find(|id| Hashed.place("probe", id, &hosts, &hosts[0]) == Some(&b_id))
+        .unwrap();
+    let grain = client.grains.get::<Probe>(&identity).unwrap();
+    // A takes 500 ms over the ask, so its answer comes long after B's activation has ended.
+    let ask = tokio::spawn(async move { grain.ask(Pause(500), T).await });
+    poll(|| !hooks_started(&identity).is_empty()).await;
+
+    // B leaves as an application does: the cluster first, then (once its membership has
+    // stopped) the virtual actors, then the node.
+    let mut events = b.cluster.events();
+    b.cluster.leave().await.unwrap();
+    while events.next().await.is_some() {}
+    b.grains.shutdown().await;
+    let passed_on = b.grains.stats()[0].forwarded;
+    b._node.leave(std::time::Duration::from_millis(100)).await;
+
+    let answer = ask.await.unwrap();
+    assert!(
+        passed_on >= 1,
+        "B did not pass the ask on (the premise); answer: {answer:?}"
+    );
+    let (owner, _) = answer.expect("the ask is answered, through B, by A");
+    assert_eq!(owner, a_id.to_string());
+    assert_eq!(
+        hooks_started(&identity),
+        vec![b_id.to_string(), a_id.to_string()]
+    );
+    drop(b);
     let _ = std::fs::remove_dir_all(&dir);
 }
 

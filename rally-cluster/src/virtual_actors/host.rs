@@ -69,6 +69,21 @@ pub(crate) struct Inner {
     view_generation: AtomicU64,
     /// Messages waiting for a membership change.
     waiting: Mutex<Vec<Waiting>>,
+    /// Asks this member passed on for another member whose answers have not come back
+    /// through it yet (see [`drained`](Self::drained)).
+    relaying: AtomicUsize,
+}
+
+/// One ask passed on for another member, counted until its answer has come back through this
+/// member (or the answer's way back was dropped).
+struct Relaying(std::sync::Weak<Inner>);
+
+impl Drop for Relaying {
+    fn drop(&mut self) {
+        if let Some(inner) = self.0.upgrade() {
+            inner.relaying.fetch_sub(1, Ordering::AcqRel);
+        }
+    }
 }
 
 /// The figures of one kind on this member.
@@ -130,6 +145,7 @@ impl Inner {
             view_dirty: AtomicBool::new(false),
             view_generation: AtomicU64::new(0),
             waiting: Mutex::new(Vec::new()),
+            relaying: AtomicUsize::new(0),
         }
     }
 
@@ -234,6 +250,12 @@ impl Inner {
             let hops = call.hops();
             return call.fail(GrainError::TooManyHops(hops));
         }
+        // An ask that came from another member (it took a hop already) is answered through
+        // this one: a leaving member waits for it (see `drained`).
+        let relaying = (call.hops() > 0 && call.deadline().is_some()).then(|| {
+            self.relaying.fetch_add(1, Ordering::AcqRel);
+            Relaying(Arc::downgrade(self))
+        });
         let outgoing = match call.request() {
             Ok(outgoing) => outgoing,
             Err(error) => return call.fail(error),
@@ -245,23 +267,23 @@ impl Inner {
             Some(deadline) => {
                 let inner = Arc::downgrade(self);
                 let (identity, from) = (Arc::clone(identity), to.clone());
-                Box::new(move |result| match (result, inner.upgrade()) {
+                Box::new(move |result| match (result, inner.upgrade(), relaying) {
                     // Not handled there: the hop did not happen.
-                    (Err(GrainError::Stopped), Some(inner)) if Instant::now() < deadline => {
+                    (Err(GrainError::Stopped), Some(inner), _) if Instant::now() < deadline => {
                         let mut call = call;
                         call.unhop();
                         inner.reroute(&from, identity, call);
                     }
                     // Never handed to the member (its runtime not started yet, or its node
                     // gone): routed again a moment later, to wherever the view then says.
-                    (Err(GrainError::Unreachable(_)), Some(inner))
+                    (Err(GrainError::Unreachable(_)), Some(inner), relaying)
                         if Instant::now() + RETRY_PAUSE < deadline =>
                     {
                         let mut call = call;
                         call.unhop();
-                        inner.retry_later(identity, call);
+                        inner.retry_later(identity, call, relaying);
                     }
-                    (result, _) => call.answer(result),
+                    (result, _, _) => call.answer(result),
                 })
             }
         };
@@ -269,7 +291,13 @@ impl Inner {
     }
 
     /// Sends an ask again after [`RETRY_PAUSE`], by the view as it is then.
-    fn retry_later<K: VirtualActor>(self: &Arc<Self>, identity: Arc<str>, call: Box<dyn Call<K>>) {
+    /// An ask relayed for another member stays counted until it is sent again.
+    fn retry_later<K: VirtualActor>(
+        self: &Arc<Self>,
+        identity: Arc<str>,
+        call: Box<dyn Call<K>>,
+        relaying: Option<Relaying>,
+    ) {
         let inner = Arc::downgrade(self);
         tokio::spawn(async move {
             tokio::time::sleep(RETRY_PAUSE).await;
@@ -277,6 +305,7 @@ impl Inner {
                 Some(inner) => inner.send::<K>(&identity, call),
                 None => call.fail(GrainError::Stopped),
             }
+            drop(relaying);
         });
     }
 
@@ -507,11 +536,16 @@ impl Inner {
         }
     }
 
-    /// Resolves once every activation of every kind has ended.
+    /// Resolves once every activation of every kind has ended and every ask this member
+    /// passed on for another member (a handed-over call, say) has had its answer back through
+    /// it, or given up at its deadline: a member that leaves right after must not take the
+    /// way back of an answer with it.
     pub(crate) async fn drained(&self) {
         loop {
             let hosts = self.all_kinds();
-            if hosts.iter().all(|h| h.slot_count() == 0) {
+            if hosts.iter().all(|h| h.slot_count() == 0)
+                && self.relaying.load(Ordering::Acquire) == 0
+            {
                 return;
             }
             tokio::time::sleep(Duration::from_millis(5)).await;

@@ -162,7 +162,10 @@ impl VirtualActors {
 
     /// Stops hosting (as when this member leaves): new messages fail with
     /// [`GrainError::Stopped`]; every activation finishes what it was handed, runs its
-    /// `stopped` hook and releases its identity. Returns when all have.
+    /// `stopped` hook and releases its identity. Returns when all have, and when every ask
+    /// this member passed on for another member (to the identity's next owner) has had its
+    /// answer back through it or reached its deadline, so a node that leaves right after
+    /// takes no answer's way back with it.
     ///
     /// # Cancel safety
     ///

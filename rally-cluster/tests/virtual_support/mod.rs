@@ -128,6 +128,13 @@ impl VirtualActor for Probe {
 
     async fn activate(activation: Activation) -> ActorResult<Self> {
         let identity = activation.identity().to_owned();
+        HOOKS_STARTED
+            .lock()
+            .unwrap()
+            .push((identity.clone(), activation.owner().to_owned()));
+        if identity.starts_with("slowact-") {
+            tokio::time::sleep(SLOW_ACTIVATION).await;
+        }
         let first_time = FAILED_ONCE.lock().unwrap().insert(identity.clone());
         if first_time && identity.starts_with("failonce-") {
             return Err("the hook refused".into());
@@ -160,7 +167,11 @@ impl VirtualActor for Probe {
     }
 
     fn messages(table: &mut GrainMessages<Self>) {
-        table.add::<Add>().add::<Where>().add::<Next>();
+        table
+            .add::<Add>()
+            .add::<Where>()
+            .add::<Next>()
+            .add::<Pause>();
     }
 }
 
@@ -220,6 +231,39 @@ impl Handler<Where> for Probe {
             self.activation.epoch(),
             self.count,
         ))
+    }
+}
+
+/// Every activation hook that started: (identity, owner).
+static HOOKS_STARTED: LazyLock<Mutex<Vec<(String, String)>>> =
+    LazyLock::new(|| Mutex::new(Vec::new()));
+/// How long the hook of an identity starting with `slowact-` takes.
+pub const SLOW_ACTIVATION: Duration = Duration::from_millis(400);
+
+/// The owners on which `identity`'s activation hook has started, in order.
+pub fn hooks_started(identity: &str) -> Vec<String> {
+    HOOKS_STARTED
+        .lock()
+        .unwrap()
+        .iter()
+        .filter(|(i, _)| i == identity)
+        .map(|(_, owner)| owner.clone())
+        .collect()
+}
+
+/// Handles for this many milliseconds, then answers where it ran (owner, epoch).
+#[derive(Debug, Serialize, Deserialize)]
+pub struct Pause(pub u64);
+impl Message for Pause {
+    type Reply = (String, u64);
+}
+impl RemoteMessage for Pause {
+    const MANIFEST: &'static str = "test.probe.Pause";
+}
+impl Handler<Pause> for Probe {
+    async fn handle(&mut self, msg: Pause, _: &mut Context<Self>) -> ActorResult<(String, u64)> {
+        tokio::time::sleep(Duration::from_millis(msg.0)).await;
+        Ok((self.activation.owner().to_owned(), self.activation.epoch()))
     }
 }
 
