@@ -413,7 +413,8 @@ impl<A: RemoteActor> ClusterSingleton<A> {
                         Some(event) => {
                             // One publish's events together: a member that just joined
                             // learns of the older members with its own Up.
-                            let now = Instant::now();
+                            // The runtime's clock (simulated time under a simulation).
+                            let now = tokio::time::Instant::now().into_std();
                             gate.apply(&event, now);
                             tokio::task::yield_now().await;
                             while let Ok(next) = tokio::time::timeout(Duration::ZERO, events.next()).await {
@@ -433,7 +434,7 @@ impl<A: RemoteActor> ClusterSingleton<A> {
                             None
                         }
                     },
-                    () = sleep_until(deadline) => gate.on_timeout(Instant::now()),
+                    () = sleep_until(deadline) => gate.on_timeout(tokio::time::Instant::now().into_std()),
                 };
                 match change {
                     Some(SingletonChange::Start) => match system.spawn(factory()) {

@@ -4,6 +4,9 @@
 //!   [`Probe::expect_no_msg`] bounded by timeouts, so a test never hangs.
 //! - [`paused_runtime`]: a single-thread tokio runtime whose clock only moves when every task
 //!   is idle (or when told), so timer tests take no real time and are deterministic.
+//! - `sim` (feature `sim`, `rally::sim` in the facade): many nodes in one process on
+//!   simulated time and a simulated network, partitions, delays and crashes reproducible from
+//!   a seed.
 //!
 //! # Example
 //!
@@ -28,6 +31,8 @@
 #![doc(test(attr(deny(warnings), allow(dead_code, unused_variables))))]
 
 mod probe;
+#[cfg(feature = "sim")]
+pub mod sim;
 
 pub use probe::{ExpectError, Probe, ProbeActor};
 

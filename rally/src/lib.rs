@@ -42,7 +42,7 @@
 //! | `rally-wire` | the wire protocol, no I/O | used by `rally-remote` |
 //! | `rally-metrics` | period reports, the diagnosis, the `/metrics` endpoint | `rally::metrics` (feature `metrics`) |
 //! | `rally-cluster` | membership, member events, downing, a simulation harness | `rally::cluster` (feature `cluster`) |
-//! | `rally-test` | probes and paused time for tests | a dev-dependency of yours |
+//! | `rally-test` | probes, paused time, the multi-node simulation | `rally::sim` (feature `sim`); the rest a dev-dependency of yours |
 //!
 //! # Features
 //!
@@ -53,6 +53,7 @@
 //! | `toml` | yes | [`SystemConfig::from_toml`] and `from_file` |
 //! | `metrics` | no | `rally::metrics`: the period recorder, the diagnosis and the HTTP endpoint `rally top` reads |
 //! | `cluster` | no | `rally::cluster`: membership, member events, downing (turns on `remote`) |
+//! | `sim` | no | `rally::sim`: N nodes in one process on simulated time and network, for tests (turns on `cluster`) |
 //!
 //! # Logs
 //!
@@ -104,6 +105,14 @@ pub mod cluster {
 #[cfg(feature = "state")]
 pub mod state {
     pub use rally_state::*;
+}
+
+/// Many nodes in one process on simulated time and a simulated network, for tests:
+/// partitions, delays and crashes reproducible from a seed
+/// ([`Simulation`](sim::Simulation), [`SimTransport`](sim::SimTransport)).
+#[cfg(feature = "sim")]
+pub mod sim {
+    pub use rally_test::sim::*;
 }
 
 /// The names most actor code needs.

@@ -1,0 +1,105 @@
+//! A 2|3 partition of five members on simulated hosts and network (`rally::sim`), the
+//! singleton a user actor: the side of two downs itself within the documented bound, the side
+//! of three downs the other two and keeps (or takes over) the singleton, and the log of the
+//! singleton's start/stop instants (simulated time) shows no two instances at once — across
+//! many seeds.
+
+mod sim_support;
+
+use std::time::Duration;
+
+use rally::cluster::ClusterConfig;
+use rally::sim::{Logged, SimLog, Simulation};
+use sim_support::{Log, assert_never_two, down_at, hosting, members, names, seen_up};
+
+/// Seeds of the partition test: each is about a third of a second of real time.
+const SEEDS: u64 = 40;
+
+/// Slack on top of the documented bounds for delivering events (links take 1–5 ms).
+const SLACK: Duration = Duration::from_millis(100);
+
+/// Runs one seed: five members up with the singleton, a cut that isolates the singleton's
+/// host and one other member, then the checks. Returns the log.
+fn partition_run(seed: u64) -> Vec<Logged<Log>> {
+    let names = names(5);
+    let log = SimLog::new();
+    let mut simulation = Simulation::new(seed);
+    members(&mut simulation, &names, &log);
+    simulation
+        .run_until(Duration::from_secs(60), || {
+            names.iter().all(|n| seen_up(&log, n) == 5) && hosting(&log).len() == 1
+        })
+        .unwrap_or_else(|e| {
+            panic!(
+                "seed {seed}: no 5 members up with a singleton: {e}; {:#?}",
+                log.entries()
+            )
+        });
+    // The cut comes at a different phase of probing in each seed.
+    simulation
+        .run_for(Duration::from_millis(seed * 37 % 1000))
+        .unwrap();
+    let host = hosting(&log).remove(0);
+    let others: Vec<&String> = names.iter().filter(|n| **n != host).collect();
+    let other = others[(seed % 4) as usize].clone();
+    let minority = [host.as_str(), other.as_str()];
+    let majority: Vec<&str> = names
+        .iter()
+        .map(String::as_str)
+        .filter(|n| !minority.contains(n))
+        .collect();
+    let t0 = simulation.elapsed();
+    simulation.partition(&minority, &majority).unwrap();
+
+    // Every member of the three sees both of the two down; the singleton runs on one of the
+    // three.
+    let decided = simulation.run_until(Duration::from_secs(30), || {
+        majority
+            .iter()
+            .all(|m| minority.iter().all(|l| down_at(&log, m, l).is_some()))
+            && hosting(&log).iter().any(|h| majority.contains(&h.as_str()))
+    });
+    let context = || format!("seed {seed}, cut {minority:?} | {majority:?} at {t0:?}");
+    decided.unwrap_or_else(|e| panic!("{}: {e}; {:#?}", context(), log.entries()));
+    // Quiet for a while: nothing changes back.
+    simulation.run_for(Duration::from_secs(5)).unwrap();
+
+    let config = ClusterConfig::default();
+    let d = config.detection_bound(5);
+    let stops_by = t0 + d + config.stable_after.max(d) + config.down_all_when_unstable + SLACK;
+    for l in minority {
+        let at = down_at(&log, l, l).unwrap_or_else(|| {
+            panic!(
+                "{}: {l} did not down itself; {:#?}",
+                context(),
+                log.entries()
+            )
+        });
+        assert!(
+            at <= stops_by,
+            "{}: {l} downed itself at {at:?}, after the bound {stops_by:?}",
+            context()
+        );
+    }
+    assert_never_two(&log, &context());
+    let now = hosting(&log);
+    assert_eq!(
+        now.len(),
+        1,
+        "{}: one singleton runs at the end: {now:?}",
+        context()
+    );
+    assert!(
+        majority.contains(&now[0].as_str()),
+        "{}: it runs on the side of three",
+        context()
+    );
+    log.entries()
+}
+
+#[test]
+fn the_side_of_two_downs_itself_and_one_singleton_runs_on_the_side_of_three_on_every_seed() {
+    for seed in 0..SEEDS {
+        partition_run(seed);
+    }
+}

@@ -1,0 +1,703 @@
+//! Many Rally nodes in one process, on simulated time and a simulated network.
+//!
+//! Each node runs on its own simulated host of a [`turmoil`](https://docs.rs/turmoil)
+//! simulation: its own single-thread tokio runtime with a paused clock, and a network whose
+//! links the test can cut, heal and slow down. Nodes talk over [`SimTransport`], Rally's
+//! [`Transport`] on the simulated TCP, so the remoting, membership and singleton code that runs
+//! is the code that runs in production. Every random choice of the network (latencies, the order
+//! hosts run in) comes from the seed, so a seed replays a run (see "Replay" in
+//! `docs/testing.md` for what is and is not exact).
+//!
+//! - [`Simulation`]: the hosts and the network; [`run_for`](Simulation::run_for),
+//!   [`run_until`](Simulation::run_until), [`partition`](Simulation::partition) /
+//!   [`heal`](Simulation::heal), [`delay`](Simulation::delay), [`crash`](Simulation::crash) /
+//!   [`restart`](Simulation::restart).
+//! - [`node_config`] and [`start_node`]: a [`RemoteNode`] on the simulated network.
+//! - [`SimLog`]: a log of what happened where, stamped with simulated time, to check
+//!   properties ("never two at once") after the run.
+//!
+//! # Example
+//!
+//! Three cluster members; one is crashed and the others see it down.
+//!
+//! ```
+//! use std::time::Duration;
+//! use rally::ActorSystem;
+//! use rally::cluster::{Cluster, ClusterConfig, MemberEvent};
+//! use rally::sim::{self, SimLog, Simulation};
+//!
+//! let mut simulation = Simulation::new(7);
+//! let log = SimLog::new();
+//! for name in ["a", "b", "c"] {
+//!     let log = log.clone();
+//!     simulation.host(name, move || {
+//!         let log = log.clone();
+//!         async move {
+//!             let system = ActorSystem::new("shop");
+//!             let node = sim::start_node(&system, sim::node_config(name)).await.unwrap();
+//!             let mut config = ClusterConfig::builder();
+//!             config.seed(sim::address("shop", "a")).stable_after(Duration::from_secs(1));
+//!             let cluster = Cluster::join(&system, &node, config.build().unwrap()).unwrap();
+//!             let mut events = cluster.events();
+//!             tokio::spawn(async move {
+//!                 while let Some(event) = events.next().await {
+//!                     if let MemberEvent::Down(member) = event {
+//!                         log.record(format!("{name} saw {} down", member.address.host));
+//!                     }
+//!                 }
+//!             });
+//!             (system, node, cluster) // kept alive as long as the host runs
+//!         }
+//!     });
+//! }
+//! simulation.run_for(Duration::from_secs(5)).unwrap();
+//! simulation.crash("c").unwrap();
+//! let downed = |log: &SimLog<String>| {
+//!     log.entries().iter().filter(|e| e.entry.ends_with("saw c down")).count()
+//! };
+//! let took = simulation.run_until(Duration::from_secs(30), || downed(&log) == 2).unwrap();
+//! assert!(took < Duration::from_secs(10), "downed {took:?} after the crash");
+//! ```
+
+use std::future::Future;
+use std::io;
+use std::pin::Pin;
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::Duration;
+
+use rally_actor::ActorSystem;
+use rally_remote::transport::{BoxStream, Incoming, Listener, Transport};
+use rally_remote::{NodeAddress, RemoteConfig, RemoteNode, StartError};
+
+/// The port every simulated node listens on (each host has its own address, so one port
+/// serves all).
+pub const PORT: u16 = 2552;
+
+/// The secret [`node_config`] gives every node: the simulation is one cluster.
+pub const SECRET: &[u8] = b"rally simulation";
+
+/// How often hosts run between network deliveries: the resolution of simulated time. One
+/// millisecond keeps latencies of a few milliseconds meaningful; a run of a minute is then
+/// 60 000 steps per host, well under a second of real time for a handful of idle nodes.
+const DEFAULT_TICK: Duration = Duration::from_millis(1);
+
+/// Latency of a link, drawn between these bounds from the seed: a LAN, so a probe's
+/// round trip stays far below membership's probe timeouts unless a test slows a link down.
+const DEFAULT_MIN_LATENCY: Duration = Duration::from_millis(1);
+const DEFAULT_MAX_LATENCY: Duration = Duration::from_millis(5);
+
+/// A simulation never runs longer than this (simulated time) unless told: a bound so a test
+/// that waits for something that never happens fails instead of running on.
+const DEFAULT_MAX_DURATION: Duration = Duration::from_secs(3600);
+
+/// Rally's [`Transport`] on the simulated network: the node's host name is its address.
+///
+/// Use it only inside a [`Simulation`]'s host (a host's software and the tasks it spawns).
+///
+/// # Example
+///
+/// ```
+/// use std::sync::Arc;
+/// use rally::ActorSystem;
+/// use rally::remote::RemoteNode;
+/// use rally::sim::{self, SimTransport, Simulation};
+///
+/// let mut simulation = Simulation::new(1);
+/// simulation.host("a", || async {
+///     let system = ActorSystem::new("demo");
+///     let node = RemoteNode::start_with(&system, sim::node_config("a"), Arc::new(SimTransport))
+///         .await
+///         .unwrap();
+///     assert_eq!(node.address().host, "a");
+///     (system, node)
+/// });
+/// simulation.run_for(std::time::Duration::from_millis(10)).unwrap();
+/// ```
+#[derive(Debug, Clone, Copy, Default)]
+pub struct SimTransport;
+
+impl Transport for SimTransport {
+    fn connect<'a>(
+        &'a self,
+        host: &'a str,
+        port: u16,
+    ) -> Pin<Box<dyn Future<Output = io::Result<BoxStream>> + Send + 'a>> {
+        Box::pin(async move {
+            let stream = turmoil::net::TcpStream::connect((host, port)).await?;
+            Ok(Box::pin(stream) as BoxStream)
+        })
+    }
+
+    fn bind<'a>(
+        &'a self,
+        host: &'a str,
+        port: u16,
+    ) -> Pin<Box<dyn Future<Output = io::Result<Box<dyn Listener>>> + Send + 'a>> {
+        Box::pin(async move {
+            // A simulated host accepts on all its addresses; it is reached by its name.
+            let listener = turmoil::net::TcpListener::bind(("0.0.0.0", port)).await?;
+            let port = listener.local_addr()?.port();
+            Ok(Box::new(SimListener {
+                listener,
+                host: host.to_owned(),
+                port,
+            }) as Box<dyn Listener>)
+        })
+    }
+}
+
+struct SimListener {
+    listener: turmoil::net::TcpListener,
+    host: String,
+    port: u16,
+}
+
+impl Listener for SimListener {
+    fn accept(
+        &mut self,
+    ) -> Pin<Box<dyn Future<Output = io::Result<(Incoming, String)>> + Send + '_>> {
+        Box::pin(async move {
+            let (stream, peer) = self.listener.accept().await?;
+            let incoming: Incoming = Box::pin(async move { Ok(Box::pin(stream) as BoxStream) });
+            Ok((incoming, peer.to_string()))
+        })
+    }
+
+    fn local_addr(&self) -> io::Result<(String, u16)> {
+        Ok((self.host.clone(), self.port))
+    }
+}
+
+/// The remoting settings of a simulated node on host `host`: [`PORT`], [`SECRET`], and the
+/// transport's own failure detector made inert.
+///
+/// The remoting failure detector reads the real clock (`std::time::Instant`), which does not
+/// move with simulated time: its verdicts would depend on how fast the machine runs the
+/// simulation. So here it never declares a peer unreachable, and reachability comes from
+/// membership's own probes, which run on the simulated clock.
+///
+/// # Example
+///
+/// ```
+/// let config = rally::sim::node_config("a");
+/// assert_eq!((config.host.as_str(), config.port), ("a", rally::sim::PORT));
+/// assert_eq!(config.quarantine_unreachable_after, None);
+/// ```
+pub fn node_config(host: &str) -> RemoteConfig {
+    let mut config = RemoteConfig::new(host, PORT).with_secret(SECRET.to_vec());
+    config.quarantine_unreachable_after = None;
+    // A day of silence: never reached in a simulation measured on the real clock.
+    config.failure_detector.acceptable_heartbeat_pause = Duration::from_secs(24 * 60 * 60);
+    config
+}
+
+/// The address of the node that [`node_config`]`(host)` gives, in actor system `system`.
+///
+/// # Example
+///
+/// ```
+/// assert_eq!(rally::sim::address("shop", "a").to_string(), "rally://shop@a:2552");
+/// ```
+pub fn address(system: &str, host: &str) -> NodeAddress {
+    NodeAddress {
+        system: system.to_owned(),
+        host: host.to_owned(),
+        port: PORT,
+    }
+}
+
+/// Starts a [`RemoteNode`] of `system` on the simulated network ([`SimTransport`]).
+///
+/// # Errors
+///
+/// As [`RemoteNode::start_with`]: [`StartError::Bind`] if the port is taken on this host.
+///
+/// # Panics
+///
+/// Outside a [`Simulation`]'s host.
+///
+/// # Example
+///
+/// ```
+/// use rally::ActorSystem;
+/// use rally::sim::{self, Simulation};
+///
+/// let mut simulation = Simulation::new(1);
+/// simulation.host("a", || async {
+///     let system = ActorSystem::new("demo");
+///     let node = sim::start_node(&system, sim::node_config("a")).await.unwrap();
+///     (system, node)
+/// });
+/// simulation.run_for(std::time::Duration::from_millis(10)).unwrap();
+/// ```
+pub async fn start_node(
+    system: &ActorSystem,
+    config: RemoteConfig,
+) -> Result<RemoteNode, StartError> {
+    RemoteNode::start_with(system, config, Arc::new(SimTransport)).await
+}
+
+/// Why a simulation step failed.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum SimError {
+    /// A host's software failed (a panic in its main future, for example).
+    #[error("the simulation failed: {0}")]
+    Failed(String),
+    /// [`Simulation::run_until`]'s condition did not hold within its limit.
+    #[error("the condition did not hold within {0:?} of simulated time")]
+    Timeout(Duration),
+    /// No host of that name was added with [`Simulation::host`].
+    #[error("no simulated host named {0:?}")]
+    UnknownHost(String),
+}
+
+/// Settings of a [`Simulation`].
+///
+/// # Example
+///
+/// ```
+/// use std::time::Duration;
+/// use rally::sim::Simulation;
+///
+/// let simulation = Simulation::builder(42)
+///     .latency(Duration::from_millis(2), Duration::from_millis(20))
+///     .tick(Duration::from_millis(1))
+///     .build();
+/// assert_eq!(simulation.seed(), 42);
+/// ```
+#[derive(Debug, Clone)]
+pub struct SimBuilder {
+    seed: u64,
+    tick: Duration,
+    min_latency: Duration,
+    max_latency: Duration,
+    max_duration: Duration,
+}
+
+impl SimBuilder {
+    /// Link latency: each message takes between `min` and `max`, drawn from the seed
+    /// (default 1–5 ms).
+    pub fn latency(&mut self, min: Duration, max: Duration) -> &mut Self {
+        self.min_latency = min;
+        self.max_latency = max.max(min);
+        self
+    }
+
+    /// The resolution of simulated time (default 1 ms).
+    pub fn tick(&mut self, tick: Duration) -> &mut Self {
+        self.tick = tick;
+        self
+    }
+
+    /// The longest a simulation may run, in simulated time (default one hour).
+    pub fn max_duration(&mut self, max: Duration) -> &mut Self {
+        self.max_duration = max;
+        self
+    }
+
+    /// The simulation, with no hosts yet.
+    pub fn build(&self) -> Simulation {
+        let sim = turmoil::Builder::new()
+            .rng_seed(self.seed)
+            .tick_duration(self.tick)
+            .min_message_latency(self.min_latency)
+            .max_message_latency(self.max_latency)
+            .simulation_duration(self.max_duration)
+            // A fixed start date: the simulated wall clock is part of the replay.
+            .epoch(std::time::UNIX_EPOCH + Duration::from_secs(1_700_000_000))
+            .build();
+        Simulation {
+            sim,
+            seed: self.seed,
+            hosts: Vec::new(),
+        }
+    }
+}
+
+/// Simulated hosts, each running a Rally node (or anything else on tokio), on one network
+/// and one simulated clock. Nothing runs until [`run_for`](Self::run_for) or
+/// [`run_until`](Self::run_until).
+///
+/// # Example
+///
+/// See [the module](self).
+pub struct Simulation {
+    sim: turmoil::Sim<'static>,
+    seed: u64,
+    hosts: Vec<String>,
+}
+
+impl std::fmt::Debug for Simulation {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Simulation")
+            .field("seed", &self.seed)
+            .field("hosts", &self.hosts)
+            .field("elapsed", &self.sim.elapsed())
+            .finish()
+    }
+}
+
+impl Simulation {
+    /// A simulation with the default settings, its random choices drawn from `seed`.
+    ///
+    /// # Example
+    ///
+    /// ```
+    /// assert_eq!(rally::sim::Simulation::new(3).seed(), 3);
+    /// ```
+    pub fn new(seed: u64) -> Self {
+        Self::builder(seed).build()
+    }
+
+    /// Settings for a simulation seeded with `seed`.
+    ///
+    /// # Example
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// let simulation = rally::sim::Simulation::builder(3).max_duration(Duration::from_secs(60)).build();
+    /// ```
+    pub fn builder(seed: u64) -> SimBuilder {
+        SimBuilder {
+            seed,
+            tick: DEFAULT_TICK,
+            min_latency: DEFAULT_MIN_LATENCY,
+            max_latency: DEFAULT_MAX_LATENCY,
+            max_duration: DEFAULT_MAX_DURATION,
+        }
+    }
+
+    /// The seed this simulation draws from.
+    ///
+    /// # Example
+    ///
+    /// ```
+    /// assert_eq!(rally::sim::Simulation::new(9).seed(), 9);
+    /// ```
+    pub fn seed(&self) -> u64 {
+        self.seed
+    }
+
+    /// Adds host `name` running `software`, which starts at the next step. The value the
+    /// software's future returns (the actor system, node, cluster, refs…) is kept until the
+    /// host crashes; [`restart`](Self::restart) calls `software` again, as a process restart
+    /// runs `main` again.
+    ///
+    /// The software runs on the host's own single-thread runtime: spawn with `tokio::spawn`
+    /// or `tokio::task::spawn_local`; its timers run on simulated time.
+    ///
+    /// # Example
+    ///
+    /// ```
+    /// use rally::ActorSystem;
+    /// let mut simulation = rally::sim::Simulation::new(1);
+    /// simulation.host("a", || async { ActorSystem::new("demo") });
+    /// ```
+    pub fn host<F, Fut, T>(&mut self, name: &str, software: F)
+    where
+        F: Fn() -> Fut + 'static,
+        Fut: Future<Output = T> + 'static,
+        T: 'static,
+    {
+        self.hosts.push(name.to_owned());
+        self.sim.host(name, move || {
+            let started = software();
+            async move {
+                let _kept = started.await;
+                std::future::pending::<()>().await;
+                Ok(())
+            }
+        });
+    }
+
+    /// Simulated time since the start.
+    ///
+    /// # Example
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// let mut simulation = rally::sim::Simulation::new(1);
+    /// simulation.host("a", || async {});
+    /// simulation.run_for(Duration::from_millis(20)).unwrap();
+    /// assert!(simulation.elapsed() >= Duration::from_millis(20));
+    /// ```
+    pub fn elapsed(&self) -> Duration {
+        self.sim.elapsed()
+    }
+
+    /// Runs every host for `duration` of simulated time.
+    ///
+    /// # Errors
+    ///
+    /// [`SimError::Failed`] if a host's software failed or the simulation ran past its
+    /// maximum duration.
+    ///
+    /// # Example
+    ///
+    /// See [the module](self).
+    pub fn run_for(&mut self, duration: Duration) -> Result<(), SimError> {
+        let until = self.sim.elapsed() + duration;
+        while self.sim.elapsed() < until {
+            self.step()?;
+        }
+        Ok(())
+    }
+
+    /// Runs until `done` returns true (checked after every step); returns the simulated time
+    /// that took.
+    ///
+    /// # Errors
+    ///
+    /// [`SimError::Timeout`] if `done` is still false after `limit`; [`SimError::Failed`] as
+    /// [`run_for`](Self::run_for).
+    ///
+    /// # Example
+    ///
+    /// See [the module](self).
+    pub fn run_until(
+        &mut self,
+        limit: Duration,
+        mut done: impl FnMut() -> bool,
+    ) -> Result<Duration, SimError> {
+        let start = self.sim.elapsed();
+        while !done() {
+            if self.sim.elapsed() - start >= limit {
+                return Err(SimError::Timeout(limit));
+            }
+            self.step()?;
+        }
+        Ok(self.sim.elapsed() - start)
+    }
+
+    fn step(&mut self) -> Result<(), SimError> {
+        self.sim
+            .step()
+            .map(drop)
+            .map_err(|e| SimError::Failed(e.to_string()))
+    }
+
+    /// Cuts every link between a host of `a` and a host of `b`, both ways, as a firewall that
+    /// drops packets would: connections stay open, nothing gets through, and what was sent
+    /// arrives after [`heal`](Self::heal), as TCP's retransmissions would deliver it.
+    ///
+    /// # Errors
+    ///
+    /// [`SimError::UnknownHost`] for a name no [`host`](Self::host) call added.
+    ///
+    /// # Example
+    ///
+    /// ```
+    /// let mut simulation = rally::sim::Simulation::new(1);
+    /// for name in ["a", "b", "c"] {
+    ///     simulation.host(name, || async {});
+    /// }
+    /// simulation.partition(&["a"], &["b", "c"]).unwrap();
+    /// simulation.heal(&["a"], &["b", "c"]).unwrap();
+    /// assert!(simulation.partition(&["a"], &["x"]).is_err());
+    /// ```
+    pub fn partition(&mut self, a: &[&str], b: &[&str]) -> Result<(), SimError> {
+        self.pairs(a, b, |sim, a, b| sim.hold(a, b))
+    }
+
+    /// Heals what [`partition`](Self::partition) cut between `a` and `b`: held messages
+    /// are delivered.
+    ///
+    /// # Errors
+    ///
+    /// [`SimError::UnknownHost`] for a name no [`host`](Self::host) call added.
+    ///
+    /// # Example
+    ///
+    /// See [`partition`](Self::partition).
+    pub fn heal(&mut self, a: &[&str], b: &[&str]) -> Result<(), SimError> {
+        self.pairs(a, b, |sim, a, b| sim.release(a, b))
+    }
+
+    /// Sets the latency of every link between `a` and `b` to exactly `latency`.
+    ///
+    /// # Errors
+    ///
+    /// [`SimError::UnknownHost`] for a name no [`host`](Self::host) call added.
+    ///
+    /// # Example
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// let mut simulation = rally::sim::Simulation::new(1);
+    /// simulation.host("a", || async {});
+    /// simulation.host("b", || async {});
+    /// simulation.delay(&["a"], &["b"], Duration::from_millis(300)).unwrap();
+    /// ```
+    pub fn delay(&mut self, a: &[&str], b: &[&str], latency: Duration) -> Result<(), SimError> {
+        self.pairs(a, b, |sim, a, b| sim.set_link_latency(a, b, latency))
+    }
+
+    /// Crashes host `name`: its software and every task it spawned stop at once, its
+    /// connections break, nothing runs there until [`restart`](Self::restart).
+    ///
+    /// # Errors
+    ///
+    /// [`SimError::UnknownHost`] for a name no [`host`](Self::host) call added.
+    ///
+    /// # Example
+    ///
+    /// ```
+    /// let mut simulation = rally::sim::Simulation::new(1);
+    /// simulation.host("a", || async {});
+    /// simulation.crash("a").unwrap();
+    /// simulation.restart("a").unwrap();
+    /// ```
+    pub fn crash(&mut self, name: &str) -> Result<(), SimError> {
+        self.known(name)?;
+        self.sim.crash(name);
+        Ok(())
+    }
+
+    /// Starts host `name`'s software again (a fresh process: a new actor system and node,
+    /// so a new incarnation), after a [`crash`](Self::crash) or in place of a running one.
+    ///
+    /// # Errors
+    ///
+    /// [`SimError::UnknownHost`] for a name no [`host`](Self::host) call added.
+    ///
+    /// # Example
+    ///
+    /// See [`crash`](Self::crash).
+    pub fn restart(&mut self, name: &str) -> Result<(), SimError> {
+        self.known(name)?;
+        self.sim.bounce(name);
+        Ok(())
+    }
+
+    fn known(&self, name: &str) -> Result<(), SimError> {
+        if self.hosts.iter().any(|h| h == name) {
+            Ok(())
+        } else {
+            Err(SimError::UnknownHost(name.to_owned()))
+        }
+    }
+
+    fn pairs(
+        &mut self,
+        a: &[&str],
+        b: &[&str],
+        mut each: impl FnMut(&turmoil::Sim<'static>, &str, &str),
+    ) -> Result<(), SimError> {
+        for name in a.iter().chain(b) {
+            self.known(name)?;
+        }
+        for x in a {
+            for y in b {
+                if x != y {
+                    each(&self.sim, x, y);
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+/// The simulated time now, inside a [`Simulation`]'s host; `None` outside one.
+///
+/// # Example
+///
+/// ```
+/// assert_eq!(rally::sim::now(), None);
+/// ```
+pub fn now() -> Option<Duration> {
+    turmoil::sim_elapsed()
+}
+
+/// An entry of a [`SimLog`]: what happened, and when (simulated time).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Logged<T> {
+    /// Simulated time of the entry.
+    pub at: Duration,
+    /// What happened.
+    pub entry: T,
+}
+
+/// A log shared by the hosts of a simulation and the test: each entry stamped with the
+/// simulated time (say in the entry which host recorded it). Clones share one log.
+///
+/// # Example
+///
+/// ```
+/// use rally::sim::{SimLog, Simulation};
+///
+/// let log = SimLog::new();
+/// let mut simulation = Simulation::new(1);
+/// let on_host = log.clone();
+/// simulation.host("a", move || {
+///     let log = on_host.clone();
+///     async move { log.record("a started") }
+/// });
+/// simulation.run_for(std::time::Duration::from_millis(5)).unwrap();
+/// assert_eq!(log.entries()[0].entry, "a started");
+/// assert!(log.entries()[0].at <= std::time::Duration::from_millis(5));
+/// ```
+#[derive(Debug)]
+pub struct SimLog<T> {
+    entries: Arc<Mutex<Vec<Logged<T>>>>,
+}
+
+impl<T> Clone for SimLog<T> {
+    fn clone(&self) -> Self {
+        Self {
+            entries: Arc::clone(&self.entries),
+        }
+    }
+}
+
+impl<T> Default for SimLog<T> {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl<T> SimLog<T> {
+    /// An empty log.
+    ///
+    /// # Example
+    ///
+    /// ```
+    /// assert!(rally::sim::SimLog::<u32>::new().entries().is_empty());
+    /// ```
+    pub fn new() -> Self {
+        Self {
+            entries: Arc::default(),
+        }
+    }
+
+    /// Appends `entry`, stamped with the simulated time (zero outside a simulation's host).
+    ///
+    /// # Example
+    ///
+    /// See [`SimLog`].
+    pub fn record(&self, entry: T) {
+        let logged = Logged {
+            at: now().unwrap_or_default(),
+            entry,
+        };
+        self.entries
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .push(logged);
+    }
+
+    /// Everything recorded so far, in order.
+    ///
+    /// # Example
+    ///
+    /// See [`SimLog`].
+    pub fn entries(&self) -> Vec<Logged<T>>
+    where
+        T: Clone,
+    {
+        self.entries
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone()
+    }
+}
