@@ -16,11 +16,11 @@ use rally::cluster::virtual_actors::{GrainError, GrainRef};
 use serde_json::{Map, Value};
 use tokio::io::AsyncWriteExt as _;
 
-use super::{GrainChurnArgs, Store};
 use super::run::{
     GrainCluster, GrainPing, MemberReply, PingGrain, REQUEST_TIMEOUT, grain_report, histogram,
     ping, random_text,
 };
+use super::{GrainChurnArgs, Store};
 use crate::report::Row;
 use crate::scenarios::common::{multi_thread_runtime, on_worker, spawn_listening_child};
 
