@@ -7,11 +7,13 @@
 //! heavy load everything that queued during one write goes out in the next, so batches grow by
 //! themselves. Steady state allocates nothing: the buffers are reused.
 //!
-//! While frames come alone (the last write carried one frame) and the writer task is parked, the
-//! sender whose frame finds the lane empty writes it to the socket itself, on its own thread,
-//! with one non-blocking call: no task is woken, so a request's chain (read, actor, reply write)
-//! stays on the thread that read it, and a sender outside the runtime writes as a bare socket
-//! program would. Whatever that call cannot finish (the socket is full, TLS still holds
+//! A sender on a thread outside the runtime (a thread of the application's own, a benchmark's
+//! pacer) would have to wake the writer task across threads, a futex call and a context switch
+//! per message at low load. While frames come alone (the last write carried one frame) and the
+//! writer task is parked, such a sender whose frame finds the lane empty writes it to the
+//! socket itself, with one non-blocking call, as a bare socket program would. Tasks on the
+//! runtime (actors, the reader) leave every write to the writer task, which batches what they
+//! queue. Whatever that call cannot finish (the socket is full, TLS still holds
 //! records, the write failed) goes to the writer task, which is woken for it; frames queued
 //! meanwhile wait for the writer task, in order. Under load (frames come in company) nothing
 //! changes: the writer task writes every batch.
@@ -258,6 +260,11 @@ impl OutboundLane {
             if wake
                 && state.lone
                 && state.writing == Writing::Parked
+                // A task on the runtime leaves the write to the writer task, which batches
+                // what the tasks running beside it queue (a sender writing at once would
+                // make one write per frame of a burst). A thread outside the runtime would
+                // have to wake the writer across threads: it writes instead.
+                && !on_runtime()
                 && state.attached == state.generation
                 && !state.closed
                 // What an earlier sender's write left goes before this frame: the writer
@@ -637,6 +644,11 @@ impl LaneState {
     }
 }
 
+/// Whether this thread is one of a tokio runtime's (a worker, or inside `block_on`).
+fn on_runtime() -> bool {
+    tokio::runtime::Handle::try_current().is_ok()
+}
+
 /// The socket lock; poison-tolerant (nothing that can panic runs under it but the stream's
 /// own code).
 fn lock_socket(socket: &Mutex<Option<Socket>>) -> MutexGuard<'_, Option<Socket>> {
@@ -782,11 +794,18 @@ mod tests {
         });
         // Let the writer find the lane empty and park: frames come alone from now on.
         tokio::task::yield_now().await;
-        lane.push_heartbeat(1).unwrap(); // written by this sender, whole
-        lane.push_heartbeat(2).unwrap(); // written by this sender, cut short
+        // Senders on a thread outside the runtime write their own frames.
+        let push = |n| {
+            let lane = lane.clone();
+            std::thread::spawn(move || lane.push_heartbeat(n).unwrap())
+                .join()
+                .unwrap();
+        };
+        push(1); // written by its sender, whole
+        push(2); // written by its sender, cut short
         let mut wire = vec![0; room];
         theirs.read_exact(&mut wire).await.unwrap(); // the socket has room again
-        lane.push_heartbeat(3).unwrap();
+        push(3);
         let deadline = Instant::now() + Duration::from_secs(5);
         while wire.len() < 3 * len {
             let mut more = [0; 256];

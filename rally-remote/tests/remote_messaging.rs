@@ -35,6 +35,31 @@ async fn tell_ask_and_ordering_across_nodes() {
     );
 }
 
+/// A burst sent by a task on the runtime leaves in a few writes, not one per message, even when
+/// the link was quiet before it (a lone frame's sender outside the runtime writes it itself;
+/// a task must not, or a burst of 50 makes 50 writes: a one-client ping-pong lost 80% of its
+/// rate that way).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_burst_after_a_quiet_spell_is_batched() {
+    let (_b_system, b) = target_node("b", config()).await;
+    let (_a_system, a) = client_node("a", config()).await;
+    let target = a.lookup::<Target>(b.address(), "target");
+    // One lone round trip: the last write carried one frame, frames "come alone".
+    assert_eq!(target.ask(Echo(1), T).await, Ok(1));
+    let before = a.stats();
+    const BURST: u64 = 50;
+    for i in 1..=BURST {
+        target.tell(Record(i)).unwrap();
+    }
+    assert_eq!(target.ask(Check, T).await, Ok((BURST, true)));
+    let after = a.stats();
+    let writes = after.writes - before.writes;
+    assert!(
+        writes < BURST / 2,
+        "{writes} writes for a burst of {BURST} messages and an ask"
+    );
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn lookup_of_this_nodes_own_address_is_local() {
     let (_system, b) = target_node("b", config()).await;
