@@ -2,7 +2,7 @@
 //! singleton a user actor: the side of two downs itself within the documented bound, the side
 //! of three downs the other two and keeps (or takes over) the singleton, and the log of the
 //! singleton's start/stop instants (simulated time) shows no two instances at once — across
-//! many seeds.
+//! many seeds. A seed replays the same run.
 
 mod sim_support;
 
@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use rally::cluster::ClusterConfig;
 use rally::sim::{Logged, SimLog, Simulation};
-use sim_support::{Log, assert_never_two, down_at, hosting, members, names, seen_up};
+use sim_support::{Log, assert_never_two, down_at, hosting, members, names, replayable, seen_up};
 
 /// Seeds of the partition test: each is about a third of a second of real time.
 const SEEDS: u64 = 40;
@@ -101,5 +101,22 @@ fn partition_run(seed: u64) -> Vec<Logged<Log>> {
 fn the_side_of_two_downs_itself_and_one_singleton_runs_on_the_side_of_three_on_every_seed() {
     for seed in 0..SEEDS {
         partition_run(seed);
+    }
+}
+
+/// Two runs of a seed give the same log: the same events at the same simulated instants, in
+/// the same order (incarnations, drawn from the operating system, compared by rank).
+#[test]
+fn a_seed_replays_the_same_log_exactly() {
+    for seed in [7, 19] {
+        let first = replayable(&partition_run(seed));
+        let second = replayable(&partition_run(seed));
+        let diverged = first.iter().zip(&second).position(|(a, b)| a != b);
+        assert!(
+            first.len() == second.len() && diverged.is_none(),
+            "seed {seed}: the runs differ from entry {diverged:?}: {:?} vs {:?}",
+            diverged.map(|i| &first[i]),
+            diverged.map(|i| &second[i]),
+        );
     }
 }

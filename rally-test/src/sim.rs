@@ -5,14 +5,15 @@
 //! links the test can cut, heal and slow down. Nodes talk over [`SimTransport`], Rally's
 //! [`Transport`] on the simulated TCP, so the remoting, membership and singleton code that runs
 //! is the code that runs in production. Every random choice of the network (latencies, the order
-//! hosts run in) comes from the seed, so a seed replays a run (see "Replay" in
-//! `docs/testing.md` for what is and is not exact).
+//! hosts run in) comes from the seed, and so do the membership protocol's when members join
+//! with [`join`]: a seed replays a run, event for event (see "Replay" in `docs/testing.md`).
 //!
 //! - [`Simulation`]: the hosts and the network; [`run_for`](Simulation::run_for),
 //!   [`run_until`](Simulation::run_until), [`partition`](Simulation::partition) /
 //!   [`heal`](Simulation::heal), [`delay`](Simulation::delay), [`crash`](Simulation::crash) /
 //!   [`restart`](Simulation::restart).
-//! - [`node_config`] and [`start_node`]: a [`RemoteNode`] on the simulated network.
+//! - [`node_config`] and [`start_node`]: a [`RemoteNode`] on the simulated network;
+//!   [`join`]: a cluster member whose gossip draws its random choices from the seed.
 //! - [`SimLog`]: a log of what happened where, stamped with simulated time, to check
 //!   properties ("never two at once") after the run.
 //!
@@ -23,7 +24,7 @@
 //! ```
 //! use std::time::Duration;
 //! use rally::ActorSystem;
-//! use rally::cluster::{Cluster, ClusterConfig, MemberEvent};
+//! use rally::cluster::{ClusterConfig, MemberEvent};
 //! use rally::sim::{self, SimLog, Simulation};
 //!
 //! let mut simulation = Simulation::new(7);
@@ -37,7 +38,7 @@
 //!             let node = sim::start_node(&system, sim::node_config(name)).await.unwrap();
 //!             let mut config = ClusterConfig::builder();
 //!             config.seed(sim::address("shop", "a")).stable_after(Duration::from_secs(1));
-//!             let cluster = Cluster::join(&system, &node, config.build().unwrap()).unwrap();
+//!             let cluster = sim::join(&system, &node, config.build().unwrap()).unwrap();
 //!             let mut events = cluster.events();
 //!             tokio::spawn(async move {
 //!                 while let Some(event) = events.next().await {
@@ -66,6 +67,8 @@ use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use rally_actor::ActorSystem;
+use rally_cluster::provider::GossipProvider;
+use rally_cluster::{Cluster, ClusterConfig, JoinError};
 use rally_remote::transport::{BoxStream, Incoming, Listener, Transport};
 use rally_remote::{NodeAddress, RemoteConfig, RemoteNode, StartError};
 
@@ -401,8 +404,12 @@ impl Simulation {
         T: 'static,
     {
         self.hosts.push(name.to_owned());
+        let base = mix(self.seed, name);
+        let lives = std::cell::Cell::new(0u64);
         self.sim.host(name, move || {
-            let started = software();
+            // Each life of the host (each restart) draws from its own seed.
+            let seed = mix(base, &lives.replace(lives.get() + 1).to_string());
+            let started = HOST_SEED.scope(seed, software());
             async move {
                 let _kept = started.await;
                 std::future::pending::<()>().await;
@@ -596,6 +603,71 @@ impl Simulation {
         }
         Ok(())
     }
+}
+
+tokio::task_local! {
+    /// The seed of the host's current life, while its software's main future runs.
+    static HOST_SEED: u64;
+}
+
+/// Mixes `text` into `seed` (FNV-1a over the text, then SplitMix64's finalizer): distinct
+/// hosts and lives get unrelated seeds.
+fn mix(seed: u64, text: &str) -> u64 {
+    let mut h = text.bytes().fold(0xcbf2_9ce4_8422_2325_u64 ^ seed, |h, b| {
+        (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3)
+    });
+    h = (h ^ (h >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    h = (h ^ (h >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+    h ^ (h >> 31)
+}
+
+/// A seed for the random choices of this life of this host, derived from the simulation's
+/// seed, the host's name and how many times it started: for anything in the host's software
+/// that draws random numbers and must replay. `None` outside a host's software future (in a
+/// task it spawned, for example: read it first and pass it on).
+///
+/// # Example
+///
+/// ```
+/// use rally::sim::{self, SimLog, Simulation};
+///
+/// let log = SimLog::new();
+/// let mut simulation = Simulation::new(5);
+/// let on_host = log.clone();
+/// simulation.host("a", move || {
+///     let log = on_host.clone();
+///     async move { log.record(sim::host_seed()) }
+/// });
+/// simulation.run_for(std::time::Duration::from_millis(5)).unwrap();
+/// assert!(log.entries()[0].entry.is_some());
+/// assert_eq!(sim::host_seed(), None);
+/// ```
+pub fn host_seed() -> Option<u64> {
+    HOST_SEED.try_with(|seed| *seed).ok()
+}
+
+/// Joins the cluster as [`Cluster::join`] does (gossip over `node`), with the membership
+/// protocol's random choices drawn from [`host_seed`], so that a seed replays the run.
+///
+/// # Errors
+///
+/// As [`Cluster::join`].
+///
+/// # Panics
+///
+/// Outside a [`Simulation`]'s host software future (there is no host seed there).
+///
+/// # Example
+///
+/// See [the module](self).
+pub fn join(
+    system: &ActorSystem,
+    node: &RemoteNode,
+    config: ClusterConfig,
+) -> Result<Cluster, JoinError> {
+    let seed = host_seed().expect("sim::join runs in a simulated host's software future");
+    let provider = GossipProvider::new(system, node).with_seed(seed);
+    Cluster::join_using(system, node, config, provider)
 }
 
 /// The simulated time now, inside a [`Simulation`]'s host; `None` outside one.

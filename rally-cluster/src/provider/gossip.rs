@@ -41,6 +41,7 @@ const INBOUND_PACKETS: usize = 1024;
 pub struct GossipProvider {
     system: ActorSystem,
     node: RemoteNode,
+    seed: Option<u64>,
 }
 
 impl GossipProvider {
@@ -49,7 +50,35 @@ impl GossipProvider {
         Self {
             system: system.clone(),
             node: node.clone(),
+            seed: None,
         }
+    }
+
+    /// Seeds the protocol's random choices (the order of probes, the members gossiped to)
+    /// with `seed` instead of the operating system's randomness: for a simulation that must
+    /// replay exactly from its seed (`rally::sim::join` does this). In production leave it
+    /// unset: members that share a seed probe in the same order.
+    ///
+    /// # Example
+    ///
+    /// ```no_run
+    /// use rally::ActorSystem;
+    /// use rally::cluster::provider::GossipProvider;
+    /// use rally::cluster::{Cluster, ClusterConfig};
+    /// use rally::remote::{RemoteConfig, RemoteNode};
+    ///
+    /// # #[tokio::main] async fn main() {
+    /// let system = ActorSystem::new("shop");
+    /// let remote = RemoteConfig::new("127.0.0.1", 0).with_secret(b"cluster secret".to_vec());
+    /// let node = RemoteNode::start(&system, remote).await.unwrap();
+    /// let provider = GossipProvider::new(&system, &node).with_seed(7);
+    /// let cluster = Cluster::join_using(&system, &node, ClusterConfig::default(), provider).unwrap();
+    /// # }
+    /// ```
+    #[must_use]
+    pub fn with_seed(mut self, seed: u64) -> Self {
+        self.seed = Some(seed);
+        self
     }
 }
 
@@ -70,7 +99,7 @@ impl Provider for GossipProvider {
         let core = Membership::new(
             context.local,
             context.config.clone(),
-            rand::random(),
+            self.seed.unwrap_or_else(rand::random),
             tokio::time::Instant::now().into_std(),
         )
         .expect("Cluster::join_with validates the configuration before it starts a provider");

@@ -4,7 +4,7 @@
 
 use std::time::Duration;
 
-use rally::cluster::{Cluster, ClusterConfig, ClusterSingleton, MemberEvent};
+use rally::cluster::{ClusterConfig, ClusterSingleton, MemberEvent};
 use rally::prelude::*;
 use rally::remote::{MessageTable, RemoteActor, RemoteMessage};
 use rally::sim::{self, SimLog, Simulation};
@@ -92,7 +92,7 @@ pub(crate) fn members(simulation: &mut Simulation, names: &[String], log: &SimLo
                     .await
                     .expect("the node starts on its simulated host");
                 let config = config(&all);
-                let cluster = Cluster::join(&system, &node, config.clone()).expect("joins");
+                let cluster = sim::join(&system, &node, config.clone()).expect("joins");
                 let mut events = cluster.events();
                 let (host, events_log) = (name.clone(), log.clone());
                 tokio::spawn(async move {
