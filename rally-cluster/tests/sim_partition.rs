@@ -18,9 +18,22 @@ const SEEDS: u64 = 40;
 /// Slack on top of the documented bounds for delivering events (links take 1–5 ms).
 const SLACK: Duration = Duration::from_millis(100);
 
+/// A run after the cut and its checks.
+struct Cut {
+    simulation: Simulation,
+    log: SimLog<Log>,
+    minority: Vec<String>,
+    majority: Vec<String>,
+}
+
 /// Runs one seed: five members up with the singleton, a cut that isolates the singleton's
 /// host and one other member, then the checks. Returns the log.
 fn partition_run(seed: u64) -> Vec<Logged<Log>> {
+    cut(seed).log.entries()
+}
+
+/// [`partition_run`], returning the simulation to go on with.
+fn cut(seed: u64) -> Cut {
     let names = names(5);
     let log = SimLog::new();
     let mut simulation = Simulation::new(seed);
@@ -82,6 +95,23 @@ fn partition_run(seed: u64) -> Vec<Logged<Log>> {
         );
     }
     assert_never_two(&log, &context());
+    let last_self_down = minority
+        .iter()
+        .filter_map(|l| down_at(&log, l, l))
+        .max()
+        .expect("checked above");
+    let taken_over = log
+        .entries()
+        .iter()
+        .rev()
+        .find(|e| matches!(&e.entry, Log::Start(h) if majority.contains(&h.as_str())))
+        .map(|e| e.at);
+    eprintln!(
+        "{}: the two downed themselves {:?} after the cut; the singleton started on the three {:?} after it",
+        context(),
+        last_self_down - t0,
+        taken_over.map(|at| at.saturating_sub(t0)),
+    );
     let now = hosting(&log);
     assert_eq!(
         now.len(),
@@ -94,7 +124,95 @@ fn partition_run(seed: u64) -> Vec<Logged<Log>> {
         "{}: it runs on the side of three",
         context()
     );
-    log.entries()
+    let (minority, majority) = (
+        minority.map(str::to_owned).to_vec(),
+        majority.into_iter().map(str::to_owned).collect(),
+    );
+    Cut {
+        simulation,
+        log,
+        minority,
+        majority,
+    }
+}
+
+/// After the heal, the downed lives of the two stay out (the three never see them up or
+/// reachable again) and the singleton stays where it is; restarted, the two hosts rejoin as
+/// new incarnations.
+#[test]
+fn after_the_heal_the_downed_lives_stay_out_and_their_restarts_rejoin() {
+    for seed in 0..5 {
+        let Cut {
+            mut simulation,
+            log,
+            minority,
+            majority,
+        } = cut(seed);
+        let context = format!("seed {seed}, cut {minority:?} | {majority:?}");
+        let host = hosting(&log);
+        let minority: Vec<&str> = minority.iter().map(String::as_str).collect();
+        let majority: Vec<&str> = majority.iter().map(String::as_str).collect();
+        simulation.heal(&minority, &majority).unwrap();
+        simulation.run_for(Duration::from_secs(10)).unwrap();
+        for m in &majority {
+            assert_eq!(
+                seen_up(&log, m),
+                3,
+                "{context}: {m} still sees three members up"
+            );
+            for l in &minority {
+                let after = back_after_down(&log, m, l);
+                assert!(
+                    after.is_empty(),
+                    "{context}: {m} saw the downed {l} come back: {after:?}"
+                );
+            }
+        }
+        assert_eq!(
+            hosting(&log),
+            host,
+            "{context}: the heal did not move the singleton"
+        );
+
+        for l in &minority {
+            simulation.restart(l).unwrap();
+        }
+        simulation
+            .run_until(Duration::from_secs(30), || {
+                names(5).iter().all(|n| seen_up(&log, n) == 5)
+            })
+            .unwrap_or_else(|e| panic!("{context}: the restarted two did not rejoin: {e}"));
+        simulation.run_for(Duration::from_secs(5)).unwrap();
+        assert_never_two(&log, &context);
+        assert_eq!(
+            hosting(&log),
+            host,
+            "{context}: the rejoin did not move the singleton"
+        );
+    }
+}
+
+/// Events `host` saw about the life of `about` it saw downed, after the downing, other than
+/// its removal.
+fn back_after_down(log: &SimLog<Log>, host: &str, about: &str) -> Vec<Log> {
+    let entries = log.entries();
+    let Some(down) = entries.iter().position(|e| {
+        matches!(&e.entry, Log::Event { host: h, event: "down", about: a, .. } if h == host && a == about)
+    }) else {
+        return Vec::new();
+    };
+    let Log::Event {
+        incarnation: life, ..
+    } = &entries[down].entry
+    else {
+        unreachable!("matched above")
+    };
+    entries[down + 1..]
+        .iter()
+        .filter(|e| matches!(&e.entry, Log::Event { host: h, about: a, incarnation, event }
+            if h == host && a == about && incarnation == life && *event != "removed" && *event != "down"))
+        .map(|e| e.entry.clone())
+        .collect()
 }
 
 #[test]
