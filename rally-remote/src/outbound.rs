@@ -834,6 +834,154 @@ mod tests {
         lane.close();
         assert!(matches!(writer.await.unwrap(), Ok(true)));
     }
+
+    /// A stream for the senders' own writes: it records what it takes, fails every write if
+    /// told to, and holds the first flush back (as TLS does when the socket is full).
+    struct Fake {
+        wire: Arc<std::sync::Mutex<Vec<u8>>>,
+        fail: bool,
+        flushes: Arc<AtomicU64>,
+    }
+
+    impl tokio::io::AsyncWrite for Fake {
+        fn poll_write(
+            self: std::pin::Pin<&mut Self>,
+            _: &mut std::task::Context<'_>,
+            bytes: &[u8],
+        ) -> std::task::Poll<std::io::Result<usize>> {
+            if self.fail {
+                return std::task::Poll::Ready(Err(std::io::ErrorKind::BrokenPipe.into()));
+            }
+            self.wire.lock().unwrap().extend_from_slice(bytes);
+            std::task::Poll::Ready(Ok(bytes.len()))
+        }
+
+        fn poll_flush(
+            self: std::pin::Pin<&mut Self>,
+            cx: &mut std::task::Context<'_>,
+        ) -> std::task::Poll<std::io::Result<()>> {
+            if self.flushes.fetch_add(1, Ordering::Relaxed) == 0 {
+                cx.waker().wake_by_ref();
+                return std::task::Poll::Pending;
+            }
+            std::task::Poll::Ready(Ok(()))
+        }
+
+        fn poll_shutdown(
+            self: std::pin::Pin<&mut Self>,
+            _: &mut std::task::Context<'_>,
+        ) -> std::task::Poll<std::io::Result<()>> {
+            std::task::Poll::Ready(Ok(()))
+        }
+    }
+
+    impl tokio::io::AsyncRead for Fake {
+        fn poll_read(
+            self: std::pin::Pin<&mut Self>,
+            _: &mut std::task::Context<'_>,
+            _: &mut tokio::io::ReadBuf<'_>,
+        ) -> std::task::Poll<std::io::Result<()>> {
+            std::task::Poll::Pending
+        }
+    }
+
+    /// A lane whose writer task writes to `fake`, parked (frames come alone); and a way to push
+    /// a heartbeat from a thread outside the runtime.
+    async fn parked_lane(
+        fake: Fake,
+    ) -> (
+        Arc<OutboundLane>,
+        tokio::task::JoinHandle<Result<bool, WriteFailed>>,
+    ) {
+        let lane = Arc::new(OutboundLane::new(
+            rally_wire::Lane::Ordinary(0),
+            1 << 16,
+            1 << 20,
+        ));
+        assert_eq!(lane.attach(1, 1 << 16), Some(0));
+        let writer = tokio::spawn({
+            let lane = lane.clone();
+            async move { lane.write_to(Box::pin(fake)).await }
+        });
+        tokio::task::yield_now().await;
+        (lane, writer)
+    }
+
+    fn push_from_outside(lane: &Arc<OutboundLane>, n: u64) {
+        let lane = lane.clone();
+        std::thread::spawn(move || lane.push_heartbeat(n).unwrap())
+            .join()
+            .unwrap();
+    }
+
+    /// A sender's write that the stream accepts but does not flush (TLS holding records) is
+    /// flushed by the writer task, which the sender wakes for it.
+    #[tokio::test(flavor = "current_thread")]
+    async fn what_a_senders_write_leaves_unflushed_the_writer_flushes() {
+        let wire = Arc::new(std::sync::Mutex::new(Vec::new()));
+        let flushes = Arc::new(AtomicU64::new(0));
+        let (lane, writer) = parked_lane(Fake {
+            wire: wire.clone(),
+            fail: false,
+            flushes: flushes.clone(),
+        })
+        .await;
+        push_from_outside(&lane, 1);
+        assert_eq!(
+            wire.lock().unwrap().len(),
+            heartbeat_len(),
+            "the sender wrote it"
+        );
+        assert_eq!(
+            flushes.load(Ordering::Relaxed),
+            1,
+            "its flush was held back"
+        );
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while flushes.load(Ordering::Relaxed) < 2 {
+            assert!(Instant::now() < deadline, "the writer task never flushed");
+            tokio::task::yield_now().await;
+        }
+        lane.close();
+        assert!(matches!(writer.await.unwrap(), Ok(true)));
+    }
+
+    /// A sender's write that fails ends the connection through the writer task, which
+    /// reports the failure and the message lost (then its owner reconnects).
+    #[tokio::test(flavor = "current_thread")]
+    async fn a_senders_failed_write_ends_the_connection_with_its_loss_counted() {
+        let (lane, writer) = parked_lane(Fake {
+            wire: Arc::default(),
+            fail: true,
+            flushes: Arc::default(),
+        })
+        .await;
+        let before = lane.stats.writes.load(Ordering::Relaxed);
+        let sender = lane.clone();
+        std::thread::spawn(move || {
+            let to = rally_wire::RecipientKey { id: 1, name: "a" };
+            sender.push_message(1, to, "m", 0, |buf| {
+                buf.extend_from_slice(&[7; 8]);
+                Ok(())
+            })
+        })
+        .join()
+        .unwrap()
+        .unwrap();
+        let failed = tokio::time::timeout(Duration::from_secs(5), writer)
+            .await
+            .expect("the writer task ends")
+            .unwrap()
+            .expect_err("the failure is reported");
+        assert_eq!(failed.error.kind(), std::io::ErrorKind::BrokenPipe);
+        assert_eq!(failed.lost, 1, "the message in the failed write");
+        assert_eq!(
+            lane.stats.writes.load(Ordering::Relaxed),
+            before,
+            "nothing was written"
+        );
+        assert!(lane.is_drained());
+    }
 }
 
 #[cfg(all(test, loom))]
