@@ -92,6 +92,13 @@ mod placement;
 mod runtime;
 mod transport;
 
+/// Now, on the runtime's clock: tokio's, which is simulated time in a simulation
+/// (`rally::sim`) and a paused test clock's time, and the real clock otherwise. Every deadline
+/// and idle time here is measured on it, as every timer here sleeps on it.
+pub(crate) fn now() -> std::time::Instant {
+    tokio::time::Instant::now().into_std()
+}
+
 pub use config::{VirtualActorsConfig, VirtualActorsConfigBuilder};
 pub use error::GrainError;
 pub use host::KindStats;

@@ -269,7 +269,9 @@ impl Inner {
                 let (identity, from) = (Arc::clone(identity), to.clone());
                 Box::new(move |result| match (result, inner.upgrade(), relaying) {
                     // Not handled there: the hop did not happen.
-                    (Err(GrainError::Stopped), Some(inner), _) if Instant::now() < deadline => {
+                    (Err(GrainError::Stopped), Some(inner), _)
+                        if crate::virtual_actors::now() < deadline =>
+                    {
                         let mut call = call;
                         call.unhop();
                         inner.reroute(&from, identity, call);
@@ -277,7 +279,7 @@ impl Inner {
                     // Never handed to the member (its runtime not started yet, or its node
                     // gone): routed again a moment later, to wherever the view then says.
                     (Err(GrainError::Unreachable(_)), Some(inner), relaying)
-                        if Instant::now() + RETRY_PAUSE < deadline =>
+                        if crate::virtual_actors::now() + RETRY_PAUSE < deadline =>
                     {
                         let mut call = call;
                         call.unhop();
@@ -354,7 +356,7 @@ impl Inner {
         if moved_on || self.is_stopped() {
             return self.send::<K>(&identity, call);
         }
-        let until = call.deadline().unwrap_or_else(Instant::now);
+        let until = call.deadline().unwrap_or_else(crate::virtual_actors::now);
         let from = from.clone();
         self.wait_for_view(
             until,
@@ -375,7 +377,7 @@ impl Inner {
     fn await_host<K: VirtualActor>(self: &Arc<Self>, identity: Arc<str>, call: Box<dyn Call<K>>) {
         let until = call
             .deadline()
-            .unwrap_or_else(|| Instant::now() + self.config.host_wait);
+            .unwrap_or_else(|| crate::virtual_actors::now() + self.config.host_wait);
         self.wait_for_view(
             until,
             Box::new(move |inner, again| {
@@ -395,7 +397,10 @@ impl Inner {
     /// passed, or `MAX_WAITING` messages already wait.
     fn wait_for_view(self: &Arc<Self>, until: Instant, resume: Resume) {
         let mut waiting = self.waiting();
-        if self.is_stopped() || waiting.len() >= MAX_WAITING || until <= Instant::now() {
+        if self.is_stopped()
+            || waiting.len() >= MAX_WAITING
+            || until <= crate::virtual_actors::now()
+        {
             drop(waiting);
             return resume(self, false);
         }
@@ -409,7 +414,7 @@ impl Inner {
     /// After a membership change, routes again every message that waited for one (those
     /// that still cannot go wait again); at any time, fails those past their deadline.
     fn resume_waiting(self: &Arc<Self>, view_changed: bool) {
-        let now = Instant::now();
+        let now = crate::virtual_actors::now();
         let due = {
             let mut waiting = self.waiting();
             if view_changed || self.is_stopped() {
@@ -491,7 +496,7 @@ impl Inner {
     pub(crate) fn apply(self: &Arc<Self>, event: &crate::member::MemberEvent) {
         let stopped = {
             let mut ownership = self.ownership();
-            ownership.apply(event, Instant::now());
+            ownership.apply(event, crate::virtual_actors::now());
             ownership.is_stopped()
         };
         if stopped {
@@ -524,7 +529,7 @@ impl Inner {
     pub(crate) fn sweep(self: &Arc<Self>) {
         let moved = self.view_dirty.swap(false, Ordering::AcqRel);
         for host in self.all_kinds() {
-            host.sweep(self, Instant::now(), moved);
+            host.sweep(self, crate::virtual_actors::now(), moved);
             host.unpark(self, false);
         }
         self.resume_waiting(false);
@@ -666,7 +671,7 @@ impl<K: VirtualActor> Host<K> {
         let mut slots = self.slots();
         match slots.get_mut(&identity) {
             Some(Slot::Active(active)) => {
-                active.last_used = Instant::now();
+                active.last_used = crate::virtual_actors::now();
                 // Under the lock: a deactivation taking the slot then sees it in the load.
                 call.deliver(&active.actor);
             }
@@ -699,7 +704,8 @@ impl<K: VirtualActor> Host<K> {
                     // between the two). It is parked until the next membership change, and
                     // what comes for the identity meanwhile queues behind it.
                     Route::Remote(_) if may_wait && call.handed_over() => {
-                        let until = Instant::now() + 2 * inner.config.deactivation_timeout;
+                        let until =
+                            crate::virtual_actors::now() + 2 * inner.config.deactivation_timeout;
                         slots.insert(identity, Slot::Parked(vec![call], until));
                         self.parked.fetch_add(1, Ordering::Relaxed);
                     }
@@ -726,7 +732,7 @@ impl<K: VirtualActor> Host<K> {
         if self.parked.load(Ordering::Relaxed) == 0 {
             return;
         }
-        let now = Instant::now();
+        let now = crate::virtual_actors::now();
         let mut activate = Vec::new();
         let mut expired = Vec::new();
         {
@@ -815,7 +821,7 @@ impl<K: VirtualActor> Host<K> {
                 Slot::Active(ActiveSlot {
                     actor: actor.clone(),
                     epoch,
-                    last_used: Instant::now(),
+                    last_used: crate::virtual_actors::now(),
                 }),
             ) {
                 Some(Slot::Activating(queue)) => queue,
@@ -858,7 +864,7 @@ impl<K: VirtualActor> Host<K> {
             .await
             .map_err(store_error)?;
         let mut attempts = 0;
-        let handover_wait = Instant::now() + 2 * inner.config.deactivation_timeout;
+        let handover_wait = crate::virtual_actors::now() + 2 * inner.config.deactivation_timeout;
         let mut poll = HANDOVER_POLL;
         loop {
             let (holder, held_epoch) = match claim {
@@ -871,7 +877,7 @@ impl<K: VirtualActor> Host<K> {
                     "the claim did not settle in {CLAIM_ATTEMPTS} attempts"
                 )));
             }
-            let now = Instant::now();
+            let now = crate::virtual_actors::now();
             let (decision, still_ours) = {
                 let mut ownership = inner.ownership();
                 let decision = ownership.holder(&holder, now);
@@ -1078,7 +1084,9 @@ impl<K: VirtualActor> Host<K> {
 }
 
 fn idle<K: VirtualActor>(active: &ActiveSlot<K>, inner: &Inner) -> bool {
-    active.is_idle() && active.last_used.elapsed() >= inner.config.idle_timeout
+    active.is_idle()
+        && crate::virtual_actors::now().saturating_duration_since(active.last_used)
+            >= inner.config.idle_timeout
 }
 
 impl<K: VirtualActor> KindHost for Host<K> {

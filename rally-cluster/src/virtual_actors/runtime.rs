@@ -4,7 +4,7 @@ use std::collections::HashMap;
 use std::fmt;
 use std::marker::PhantomData;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use rally_actor::{ActorSystem, Handler};
 use rally_remote::{ExposeError, RemoteMessage, RemoteNode};
@@ -307,10 +307,10 @@ fn spawn_sweeper(inner: &Arc<Inner>) {
         (inner.config.idle_timeout / 10).clamp(Duration::from_millis(10), Duration::from_secs(1));
     let inner = Arc::clone(inner);
     tokio::spawn(async move {
-        let mut next = Instant::now() + period;
+        let mut next = crate::virtual_actors::now() + period;
         while !inner.is_stopped() {
             tokio::select! {
-                () = tokio::time::sleep_until(next.into()) => next = Instant::now() + period,
+                () = tokio::time::sleep_until(next.into()) => next = crate::virtual_actors::now() + period,
                 () = inner.view_changed.notified() => {}
             }
             inner.sweep();
@@ -389,7 +389,7 @@ impl<K: VirtualActor> GrainRef<K> {
                 let _ = tx.send(result);
             }),
             hops: 0,
-            deadline: Some(Instant::now() + timeout),
+            deadline: Some(crate::virtual_actors::now() + timeout),
             handed_over: false,
         };
         self.inner.send::<K>(&self.identity, Box::new(call));

@@ -118,21 +118,21 @@ impl GrainRequest {
             manifest: String::new(),
             payload: Vec::new(),
             hops: 1,
-            wait_ms: Some(wait_ms(Instant::now() + wait)),
+            wait_ms: Some(wait_ms(crate::virtual_actors::now() + wait)),
             handover: Handover::Done,
         }
     }
 
     pub(crate) fn deadline(&self) -> Option<Instant> {
         self.wait_ms
-            .map(|ms| Instant::now() + Duration::from_millis(ms))
+            .map(|ms| crate::virtual_actors::now() + Duration::from_millis(ms))
     }
 }
 
 fn wait_ms(deadline: Instant) -> u64 {
     u64::try_from(
         deadline
-            .saturating_duration_since(Instant::now())
+            .saturating_duration_since(crate::virtual_actors::now())
             .as_millis(),
     )
     .unwrap_or(u64::MAX)
