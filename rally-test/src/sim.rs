@@ -773,3 +773,123 @@ impl<T> SimLog<T> {
             .clone()
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+    use super::*;
+
+    fn assert_send_sync<T: Send + Sync>() {}
+
+    #[test]
+    fn the_shared_types_are_send_and_sync() {
+        assert_send_sync::<SimTransport>();
+        assert_send_sync::<SimLog<String>>();
+        assert_send_sync::<SimError>();
+    }
+
+    #[test]
+    fn run_until_gives_up_after_its_limit_in_simulated_time() {
+        let mut simulation = Simulation::new(1);
+        simulation.host("a", || async {});
+        let before = simulation.elapsed();
+        let error = simulation
+            .run_until(Duration::from_millis(50), || false)
+            .unwrap_err();
+        assert!(matches!(error, SimError::Timeout(limit) if limit == Duration::from_millis(50)));
+        assert_eq!(simulation.elapsed() - before, Duration::from_millis(50));
+    }
+
+    #[test]
+    fn an_unknown_host_is_an_error_and_changes_nothing() {
+        let mut simulation = Simulation::new(1);
+        simulation.host("a", || async {});
+        for result in [
+            simulation.crash("b"),
+            simulation.restart("b"),
+            simulation.partition(&["a"], &["b"]),
+            simulation.heal(&["b"], &["a"]),
+            simulation.delay(&["a"], &["b"], Duration::from_millis(1)),
+        ] {
+            assert!(matches!(result, Err(SimError::UnknownHost(name)) if name == "b"));
+        }
+    }
+
+    #[test]
+    fn each_life_of_each_host_has_its_own_seed_and_a_seed_replays_them() {
+        let lives = |seed: u64| {
+            let log = SimLog::new();
+            let mut simulation = Simulation::new(seed);
+            for name in ["a", "b"] {
+                let log = log.clone();
+                simulation.host(name, move || {
+                    let log = log.clone();
+                    async move { log.record((name, host_seed().expect("in a host"))) }
+                });
+            }
+            simulation.run_for(Duration::from_millis(5)).unwrap();
+            simulation.restart("a").unwrap();
+            simulation.run_for(Duration::from_millis(5)).unwrap();
+            log.entries()
+                .into_iter()
+                .map(|e| e.entry)
+                .collect::<Vec<_>>()
+        };
+        let first = lives(3);
+        assert_eq!(first.len(), 3, "a, b, then a again: {first:?}");
+        let seeds: std::collections::HashSet<u64> = first.iter().map(|(_, s)| *s).collect();
+        assert_eq!(seeds.len(), 3, "every life its own seed: {first:?}");
+        assert_eq!(lives(3), first, "the same seed, the same lives");
+        assert_ne!(lives(4), first, "another seed, other lives");
+    }
+
+    /// Bytes sent during a partition arrive after the heal, on the same connection, in order:
+    /// the partition holds packets as TCP retransmission would deliver them.
+    #[test]
+    fn a_partition_holds_bytes_until_the_heal() {
+        let received = Arc::new(AtomicUsize::new(0));
+        let mut simulation = Simulation::new(1);
+        let counter = Arc::clone(&received);
+        simulation.host("server", move || {
+            let counter = Arc::clone(&counter);
+            async move {
+                let mut listener = SimTransport.bind("server", PORT).await.unwrap();
+                let (incoming, _) = listener.accept().await.unwrap();
+                let mut stream = incoming.await.unwrap();
+                let mut byte = [0u8; 1];
+                let mut expected = 0u8;
+                while stream.read_exact(&mut byte).await.is_ok() {
+                    assert_eq!(byte[0], expected, "in order, nothing lost");
+                    expected = expected.wrapping_add(1);
+                    counter.fetch_add(1, Ordering::SeqCst);
+                }
+            }
+        });
+        simulation.host("client", || async {
+            let mut stream = SimTransport.connect("server", PORT).await.unwrap();
+            for i in 0..=255u8 {
+                stream.write_all(&[i]).await.unwrap();
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
+            stream
+        });
+        let count = || received.load(Ordering::SeqCst);
+        simulation
+            .run_until(Duration::from_secs(1), || count() >= 10)
+            .unwrap();
+        simulation.partition(&["client"], &["server"]).unwrap();
+        let cut = count();
+        simulation.run_for(Duration::from_millis(500)).unwrap();
+        assert!(
+            count() <= cut + 1,
+            "at most one byte already in flight got through"
+        );
+        simulation.heal(&["client"], &["server"]).unwrap();
+        simulation
+            .run_until(Duration::from_secs(5), || count() == 256)
+            .unwrap();
+    }
+}
