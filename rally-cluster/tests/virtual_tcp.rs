@@ -59,9 +59,11 @@ async fn member(port: u16, seed: u16, hosts: bool, db: &std::path::Path) -> Memb
     }
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_client_only_member_reaches_each_identity_on_its_hashed_owner_over_tcp() {
-    let dir = std::env::temp_dir().join(format!("rally-virtual-tcp-{}", std::process::id()));
+/// Two members hosting the kind and a client-only one, on loopback, sharing one SQLite file
+/// in a fresh directory (returned, for the test to remove); returns once all three see each
+/// other up.
+async fn two_hosts_and_a_client(name: &str) -> (std::path::PathBuf, Member, Member, Member) {
+    let dir = std::env::temp_dir().join(format!("rally-virtual-{name}-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir).unwrap();
     let db = dir.join("grains.db");
@@ -69,14 +71,19 @@ async fn a_client_only_member_reaches_each_identity_on_its_hashed_owner_over_tcp
     let a = member(ports[0], ports[0], true, &db).await;
     let b = member(ports[1], ports[0], true, &db).await;
     let client = member(ports[2], ports[0], false, &db).await;
-    let all = [&a, &b, &client];
-    poll(|| {
-        all.iter().all(|m| {
-            let members = m.cluster.members();
-            members.len() == 3 && members.iter().all(|x| x.status == MemberStatus::Up)
+    for m in [&a, &b, &client] {
+        poll(|| {
+            let seen = m.cluster.members();
+            seen.len() == 3 && seen.iter().all(|x| x.status == MemberStatus::Up)
         })
-    })
-    .await;
+        .await;
+    }
+    (dir, a, b, client)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_only_member_reaches_each_identity_on_its_hashed_owner_over_tcp() {
+    let (dir, a, b, client) = two_hosts_and_a_client("tcp").await;
     let hosts = [a.cluster.self_member().id, b.cluster.self_member().id];
 
     for i in 0..20 {
@@ -167,21 +174,7 @@ async fn a_member_restarted_on_the_same_port_gets_messages_from_those_that_knew_
 /// connections closed.)
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_ask_passed_on_by_a_leaving_member_is_answered_through_it() {
-    let dir = std::env::temp_dir().join(format!("rally-virtual-relay-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
-    let db = dir.join("grains.db");
-    let ports = [free_port(), free_port(), free_port()];
-    let a = member(ports[0], ports[0], true, &db).await;
-    let b = member(ports[1], ports[0], true, &db).await;
-    let client = member(ports[2], ports[0], false, &db).await;
-    for m in [&a, &b, &client] {
-        poll(|| {
-            let seen = m.cluster.members();
-            seen.len() == 3 && seen.iter().all(|x| x.status == MemberStatus::Up)
-        })
-        .await;
-    }
+    let (dir, a, b, client) = two_hosts_and_a_client("relay").await;
     let (a_id, b_id) = (a.cluster.self_member().id, b.cluster.self_member().id);
     let hosts = [a_id.clone(), b_id.clone()];
     let identity = (0..)
