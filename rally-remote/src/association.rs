@@ -205,7 +205,7 @@ impl Association {
         let (observed, generation) = {
             let mut peer = lock(&self.peer);
             let previous = peer.liveness.incarnation();
-            let observed = peer.liveness.observe(incarnation, Instant::now());
+            let observed = peer.liveness.observe(incarnation, crate::now());
             if observed != Observed::Quarantined {
                 peer.refused = None;
                 self.refused_flag

@@ -137,7 +137,7 @@ impl Connection {
         stream: &mut BoxStream,
         mut buf: BytesMut,
     ) -> Result<(), InboundFailure> {
-        let mut now = Instant::now();
+        let mut now = crate::now();
         loop {
             // Traffic of a life declared down is never delivered, however long the connection
             // stayed open (a paused peer that wakes up).
@@ -187,7 +187,7 @@ impl Connection {
                     {
                         Ok(read) => read?,
                         Err(_) => {
-                            self.decoder.check(Instant::now())?;
+                            self.decoder.check(crate::now())?;
                             continue;
                         }
                     }
@@ -196,7 +196,7 @@ impl Connection {
             if read == 0 {
                 return Ok(());
             }
-            now = Instant::now();
+            now = crate::now();
             let counters = &self.node.counters;
             counters.reads.fetch_add(1, Ordering::Relaxed);
             counters.bytes_in.fetch_add(read as u64, Ordering::Relaxed);

@@ -34,6 +34,12 @@ mod outbound;
 mod registry;
 mod remote_ref;
 mod stats;
+
+/// Now, on the runtime's clock: the real clock, or a paused and simulated one in tests (so
+/// heartbeats, the failure detector and frame deadlines follow simulated time).
+pub(crate) fn now() -> std::time::Instant {
+    tokio::time::Instant::now().into_std()
+}
 pub mod transport;
 
 pub use config::RemoteConfig;

@@ -4,7 +4,7 @@ use std::any::{Any, TypeId};
 use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, RwLock, Weak};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use rally_actor::{ActorId, ActorRef, ActorSystem, DeadLetterReason};
 use rally_wire::{HandshakeConfig, Incarnation, NodeAddress, Observed, UniqueAddress};
@@ -512,8 +512,8 @@ impl RemoteNode {
                 lane.close();
             }
         }
-        let deadline = Instant::now() + timeout;
-        while Instant::now() < deadline
+        let deadline = crate::now() + timeout;
+        while crate::now() < deadline
             && !associations
                 .iter()
                 .all(|a| a.lanes.iter().all(|l| l.is_drained()))
@@ -900,7 +900,7 @@ async fn heartbeats(node: Weak<NodeInner>, mut shutdown: watch::Receiver<bool>) 
         sequence += 1;
         let associations: Vec<Arc<Association>> =
             inner.lock_associations().values().cloned().collect();
-        let now = Instant::now();
+        let now = crate::now();
         let down_after = inner.config.quarantine_unreachable_after;
         for association in associations {
             let _ = association.control().push_heartbeat(sequence);

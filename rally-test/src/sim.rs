@@ -172,26 +172,20 @@ impl Listener for SimListener {
 }
 
 /// The remoting settings of a simulated node on host `host`: [`PORT`], [`SECRET`], and the
-/// transport's own failure detector made inert.
+/// transport's own failure detector as in production.
 ///
-/// The remoting failure detector reads the real clock (`std::time::Instant`), which does not
-/// move with simulated time: its verdicts would depend on how fast the machine runs the
-/// simulation. So here it never declares a peer unreachable, and reachability comes from
-/// membership's own probes, which run on the simulated clock.
+/// The remoting heartbeats, their phi-accrual failure detector and the frame deadlines read
+/// the runtime's clock, which is simulated here: the detector's verdicts join membership's
+/// own probes in one reachability view, as on real networks.
 ///
 /// # Example
 ///
 /// ```
 /// let config = rally::sim::node_config("a");
 /// assert_eq!((config.host.as_str(), config.port), ("a", rally::sim::PORT));
-/// assert_eq!(config.quarantine_unreachable_after, None);
 /// ```
 pub fn node_config(host: &str) -> RemoteConfig {
-    let mut config = RemoteConfig::new(host, PORT).with_secret(SECRET.to_vec());
-    config.quarantine_unreachable_after = None;
-    // A day of silence: never reached in a simulation measured on the real clock.
-    config.failure_detector.acceptable_heartbeat_pause = Duration::from_secs(24 * 60 * 60);
-    config
+    RemoteConfig::new(host, PORT).with_secret(SECRET.to_vec())
 }
 
 /// The address of the node that [`node_config`]`(host)` gives, in actor system `system`.
