@@ -160,6 +160,9 @@ impl Spec {
 // ---------------------------------------------------------------------------------------
 // The member process.
 
+/// The role of the members that run the singleton.
+const SINGLETON_ROLE: &str = "beacon";
+
 /// The singleton: logs when it is made and when it is dropped (the widest interval it can
 /// be said to exist in).
 struct Beacon {
@@ -306,6 +309,12 @@ impl Life {
         if spec.hosts_grains {
             config.kinds.push(KIND.into());
         }
+        // Only the members that run the singleton may be its host: without a role, a member
+        // that does not run it (the client) could be the oldest once the host leaves, and
+        // then none would run it.
+        if spec.singleton {
+            config.roles.push(SINGLETON_ROLE.into());
+        }
         let cluster = Cluster::join(&system, &node, config.clone()).expect("joins");
         let me = cluster.self_member().id;
         let member = me.to_string();
@@ -334,7 +343,7 @@ impl Life {
                 &cluster,
                 config.clone(),
                 "beacon",
-                None,
+                Some(SINGLETON_ROLE.to_owned()),
                 move || {
                     say(&format!("SINGLETON START {me}"));
                     Beacon { member: me.clone() }
