@@ -52,6 +52,23 @@ pub(crate) struct Association {
     /// Where [`PeerEvent`]s go; sent under the peer lock, so one peer's events keep the order
     /// of the changes they report.
     events: broadcast::Sender<PeerEvent>,
+    /// Connections from the peer on its data lanes (every lane but control) that are open.
+    inbound_data: std::sync::atomic::AtomicUsize,
+    /// Woken whenever one of those connections ends.
+    inbound_ended: tokio::sync::Notify,
+}
+
+/// Counts a connection from the peer on a data lane while it is open (see
+/// [`Association::data_connections_ended`]).
+pub(crate) struct InboundData(Arc<Association>);
+
+impl Drop for InboundData {
+    fn drop(&mut self) {
+        self.0
+            .inbound_data
+            .fetch_sub(1, std::sync::atomic::Ordering::AcqRel);
+        self.0.inbound_ended.notify_waiters();
+    }
 }
 
 /// What a generation's end left to do outside the locks.
@@ -100,6 +117,36 @@ impl Association {
             watches: Mutex::new(HashMap::new()),
             remote_watchers: Mutex::new(HashMap::new()),
             events,
+            inbound_data: std::sync::atomic::AtomicUsize::new(0),
+            inbound_ended: tokio::sync::Notify::new(),
+        }
+    }
+
+    /// Counts a connection from the peer on `lane` while the returned guard lives; `None` for
+    /// the control lane.
+    pub(crate) fn inbound_opened(self: &Arc<Self>, lane: Lane) -> Option<InboundData> {
+        (lane != Lane::Control).then(|| {
+            self.inbound_data
+                .fetch_add(1, std::sync::atomic::Ordering::AcqRel);
+            InboundData(Arc::clone(self))
+        })
+    }
+
+    /// Waits until every connection from the peer on a data lane has ended, or `deadline`.
+    /// A leaving peer closes its data lanes once they are flushed, so what it queued before
+    /// its leave notice (replies above all) has been read once they have ended.
+    pub(crate) async fn data_connections_ended(&self, deadline: Instant) {
+        loop {
+            let ended = self.inbound_ended.notified();
+            if self.inbound_data.load(std::sync::atomic::Ordering::Acquire) == 0 {
+                return;
+            }
+            if tokio::time::timeout_at(deadline.into(), ended)
+                .await
+                .is_err()
+            {
+                return;
+            }
         }
     }
 

@@ -41,6 +41,12 @@ pub(crate) const MAX_CLUSTER_NAME_LEN: usize = 255;
 /// top of the heartbeat model) is more likely dead than slow.
 pub(crate) const DEFAULT_QUARANTINE_UNREACHABLE_AFTER: Option<Duration> = Some(Duration::ZERO);
 
+/// How long a node waits, after a peer's leave notice, for the peer's connections on the data
+/// lanes to end before declaring it down. A leaving node closes them as soon as they are
+/// flushed (within its own `leave` timeout), so this only bounds a leaver that never does;
+/// meanwhile sends to it go out as before and are failed as `OutcomeUnknown` if unanswered.
+pub(crate) const LEAVE_FLUSH_WAIT: Duration = Duration::from_secs(2);
+
 /// Connections that may be in their handshake at once: a burst of peers connecting (each
 /// opens one connection per lane) fits, while memory before authentication stays bounded at
 /// this many times a few KiB of handshake buffer (plus TLS state when TLS is on).

@@ -87,6 +87,9 @@ pub(crate) async fn serve(
         tracing::debug!(%remote, peer = %peer.peer.address, "a quarantined incarnation connected; closed");
         return;
     }
+    // Counted while open, so a leave notice on the control lane waits for what this
+    // connection still carries (see `NodeInner::peer_left`).
+    let _open = association.inbound_opened(peer.lane);
     let mut connection = Connection {
         node: node.clone(),
         association,
@@ -272,7 +275,7 @@ impl Connection {
             } => association.complete(request_id, status, payload),
             InboundFrame::Heartbeat(_) => association.heartbeat(incarnation, now),
             InboundFrame::System(msg) => on_system(node, association, generation, peer, msg),
-            InboundFrame::Leave => node.declare_down(association, DownReason::Left),
+            InboundFrame::Leave => node.peer_left(association),
         }
         Ok(())
     }

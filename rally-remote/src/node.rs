@@ -11,6 +11,7 @@ use rally_wire::{HandshakeConfig, Incarnation, NodeAddress, Observed, UniqueAddr
 use tokio::sync::{Semaphore, broadcast, watch};
 
 use crate::association::{Association, Ended, lock};
+use crate::config::LEAVE_FLUSH_WAIT;
 use crate::connection;
 use crate::deploy::{KindFactory, Kinds, RemoteSpawnError, SPAWNER, SpawnRequest, Spawner};
 use crate::events::{DownReason, PEER_EVENTS_CAPACITY, PeerEvent};
@@ -697,6 +698,22 @@ impl NodeInner {
         if let Some(ended) = ended {
             self.record_dropped(association, ended);
         }
+    }
+
+    /// The peer sent its leave notice (on the control lane). It is declared down once its
+    /// connections on the data lanes have ended — it closes them when they are flushed, so a
+    /// reply it queued before leaving is read first instead of being failed as
+    /// `OutcomeUnknown` — or after [`LEAVE_FLUSH_WAIT`] at the latest.
+    pub(crate) fn peer_left(self: &Arc<Self>, association: &Arc<Association>) {
+        let (node, association) = (Arc::downgrade(self), Arc::clone(association));
+        tokio::spawn(async move {
+            association
+                .data_connections_ended(crate::now() + LEAVE_FLUSH_WAIT)
+                .await;
+            if let Some(node) = node.upgrade() {
+                node.declare_down(&association, DownReason::Left);
+            }
+        });
     }
 
     fn record_dropped(&self, association: &Association, ended: Ended) {

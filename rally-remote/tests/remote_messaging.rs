@@ -8,8 +8,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use nodes::{
-    Blob, Check, Echo, Quit, Record, T, Target, Unregistered, client_node, config, target_node,
-    target_node_on,
+    Blob, Check, Echo, Fill, Quit, Record, T, Target, Unregistered, client_node, config,
+    target_node, target_node_on,
 };
 use rally_actor::{AskError, SendError, Terminated};
 use rally_remote::transport::MemoryTransport;
@@ -147,6 +147,37 @@ async fn graceful_leave_terminates_watchers_at_once() {
         tokio::time::timeout(T, ended).await.unwrap().unwrap(),
         rally_actor::TerminationReason::NodeDown
     );
+}
+
+/// A reply queued just before its node leaves reaches the asker: the leave notice, which
+/// travels on the control lane, does not overtake it on its ordinary lane (the asker would
+/// otherwise fail the ask as `OutcomeUnknown` while its reply is still on the way).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reply_queued_before_a_leave_reaches_the_asker() {
+    let (_b_system, b) = target_node("b", config()).await;
+    let (_a_system, a) = client_node("a", config()).await;
+    let target = a.lookup::<Target>(b.address(), "target");
+    assert_eq!(target.ask(Echo(1), T).await, Ok(1));
+    // Large enough that its writes take longer than the leave notice's.
+    const LEN: usize = 4 << 20;
+    let before = b.stats().replies_sent;
+    let ask = tokio::spawn(async move { target.ask(Fill(LEN), T).await.map(|blob| blob.0) });
+    // B leaves as soon as the reply is queued on its lane.
+    let queued = async {
+        while b.stats().replies_sent == before {
+            tokio::time::sleep(Duration::from_millis(1)).await;
+        }
+    };
+    tokio::time::timeout(T, queued)
+        .await
+        .expect("the reply is queued");
+    b.leave(T).await;
+    let blob = ask
+        .await
+        .unwrap()
+        .unwrap_or_else(|e| panic!("the reply queued before the leave was lost: {e:?}"));
+    assert_eq!(blob.len(), LEN);
+    assert!(blob.iter().all(|&byte| byte == 7));
 }
 
 #[tokio::test]

@@ -64,6 +64,16 @@ impl RemoteMessage for Blob {
     const MANIFEST: &'static str = "test.Blob";
 }
 
+/// Asks for a blob of this many bytes back.
+#[derive(Debug, Clone, Copy, Serialize, Deserialize)]
+pub(crate) struct Fill(pub usize);
+impl Message for Fill {
+    type Reply = Blob;
+}
+impl RemoteMessage for Fill {
+    const MANIFEST: &'static str = "test.Fill";
+}
+
 /// Makes the actor stop.
 #[derive(Debug, Clone, Copy, Serialize, Deserialize)]
 pub(crate) struct Quit;
@@ -125,6 +135,11 @@ impl Handler<Blob> for Target {
         Ok(msg.0.len())
     }
 }
+impl Handler<Fill> for Target {
+    async fn handle(&mut self, msg: Fill, _: &mut Context<Self>) -> ActorResult<Blob> {
+        Ok(Blob(vec![7; msg.0]))
+    }
+}
 impl Handler<Quit> for Target {
     async fn handle(&mut self, _: Quit, ctx: &mut Context<Self>) -> ActorResult<()> {
         ctx.stop();
@@ -143,6 +158,7 @@ impl RemoteActor for Target {
             .add::<Record>()
             .add::<Check>()
             .add::<Blob>()
+            .add::<Fill>()
             .add::<Quit>();
     }
 }
