@@ -268,13 +268,14 @@ impl Inner {
                 let inner = Arc::downgrade(self);
                 let (identity, from) = (Arc::clone(identity), to.clone());
                 Box::new(move |result| match (result, inner.upgrade(), relaying) {
-                    // Not handled there: the hop did not happen.
-                    (Err(GrainError::Stopped), Some(inner), _)
+                    // Not handled there: the hop did not happen. An ask relayed for another
+                    // member stays counted while it waits to be routed again.
+                    (Err(GrainError::Stopped), Some(inner), relaying)
                         if crate::virtual_actors::now() < deadline =>
                     {
                         let mut call = call;
                         call.unhop();
-                        inner.reroute(&from, identity, call);
+                        inner.reroute(&from, identity, call, relaying);
                     }
                     // Never handed to the member (its runtime not started yet, or its node
                     // gone): routed again a moment later, to wherever the view then says.
@@ -339,11 +340,14 @@ impl Inner {
 
     /// Routes an ask that `from` refused because it stopped hosting: at once if this
     /// member's view already routes it elsewhere, otherwise after the next membership change.
+    /// An ask relayed for another member (`relaying`) stays counted until it is sent again
+    /// or answered, waiting included, so `drained` waits for it.
     fn reroute<K: VirtualActor>(
         self: &Arc<Self>,
         from: &MemberId,
         identity: Arc<str>,
         call: Box<dyn Call<K>>,
+        relaying: Option<Relaying>,
     ) {
         let route = self
             .ownership()
@@ -354,7 +358,9 @@ impl Inner {
             Route::NoHost => false,
         };
         if moved_on || self.is_stopped() {
-            return self.send::<K>(&identity, call);
+            self.send::<K>(&identity, call);
+            drop(relaying);
+            return;
         }
         let until = call.deadline().unwrap_or_else(crate::virtual_actors::now);
         let from = from.clone();
@@ -362,9 +368,10 @@ impl Inner {
             until,
             Box::new(move |inner, again| {
                 if again {
-                    inner.reroute(&from, identity, call);
+                    inner.reroute(&from, identity, call, relaying);
                 } else {
                     call.fail(GrainError::Stopped);
+                    drop(relaying);
                 }
             }),
         );
@@ -1233,4 +1240,155 @@ fn panic_message(payload: Box<dyn Any + Send>) -> String {
         .map(|s| (*s).to_owned())
         .or_else(|| payload.downcast_ref::<String>().cloned())
         .unwrap_or_else(|| "a non-text panic".to_owned())
+}
+
+#[cfg(test)]
+mod relay_tests {
+    use rally_actor::{Actor, ActorResult, Context, Handler, Message};
+    use rally_remote::{Incarnation, RemoteMessage};
+    use serde::{Deserialize, Serialize};
+
+    use super::*;
+    use crate::ClusterConfig;
+    use crate::MemberEvent;
+    use crate::virtual_actors::GrainNetwork;
+    use crate::virtual_actors::placement::Hashed;
+
+    struct Echo;
+    impl Actor for Echo {}
+    impl VirtualActor for Echo {
+        const KIND: &'static str = "echo";
+        async fn activate(_: Activation) -> ActorResult<Self> {
+            Ok(Echo)
+        }
+        fn messages(table: &mut GrainMessages<Self>) {
+            table.add::<Ping>();
+        }
+    }
+
+    #[derive(Serialize, Deserialize)]
+    struct Ping;
+    impl Message for Ping {
+        type Reply = ();
+    }
+    impl RemoteMessage for Ping {
+        const MANIFEST: &'static str = "test.echo.Ping";
+    }
+    impl Handler<Ping> for Echo {
+        async fn handle(&mut self, _: Ping, _: &mut Context<Self>) -> ActorResult<()> {
+            Ok(())
+        }
+    }
+
+    fn member(port: u16) -> MemberId {
+        MemberId::new(
+            format!("rally://relay@mem:{port}").parse().unwrap(),
+            Incarnation(1),
+            u64::from(port),
+        )
+        .with_kinds(["echo"])
+    }
+
+    /// A member hosting `echo` on `network`, seeing `members` up.
+    fn runtime(local: &MemberId, members: &[&MemberId], network: &GrainNetwork) -> Arc<Inner> {
+        let config = VirtualActorsConfig::default();
+        let mut ownership = Ownership::new(
+            local.clone(),
+            &ClusterConfig::default(),
+            config.deactivation_timeout,
+        );
+        for m in members {
+            ownership.apply(&MemberEvent::Up((*m).clone()), crate::virtual_actors::now());
+        }
+        let host: Arc<dyn KindHost> = Host::<Echo>::new();
+        let inner = Arc::new(Inner::new(
+            local.clone(),
+            ActorSystem::new("relay"),
+            Arc::new(rally_state::MemoryStore::new()),
+            Arc::new(Hashed),
+            config,
+            ownership,
+            HashMap::from([(Echo::KIND, host)]),
+            Transport::Memory(network.clone()),
+        ));
+        inner.attach();
+        inner
+    }
+
+    /// An ask B passed on for another member, refused by its owner A (A's runtime stopped
+    /// while B still sees A up), waits at B for a view change; a view change starts routing
+    /// it again (taking it out of the waiting list) just as B stops. B's `drained` (what
+    /// `shutdown` waits on) must not resolve until that ask has its answer back through B.
+    /// (Before: the relayed ask was not counted once it waited, so `drained` resolved while
+    /// the ask was out of the list and not yet answered; a node leaving then took the
+    /// answer's way back with it.)
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_relayed_ask_waiting_for_a_view_change_keeps_a_stopping_member_from_draining() {
+        let network = GrainNetwork::new();
+        let (a, b) = (member(1), member(2));
+        let hosts = [a.clone(), b.clone()];
+        let identity = (0..)
+            .map(|i| format!("relay-{i}"))
+            .find(|id| Hashed.place("echo", id, &hosts, &hosts[0]) == Some(&a))
+            .unwrap();
+        // A's runtime is gone (the network answers `Stopped` for it); B still sees A up.
+        drop(runtime(&a, &[&a, &b], &network));
+        let inner_b = runtime(&b, &[&a, &b], &network);
+        assert_eq!(
+            inner_b.ownership().route("echo", &identity, &Hashed),
+            Route::Remote(a.clone())
+        );
+
+        // An ask that took one hop already (from a client to B).
+        let request = GrainRequest {
+            kind: "echo".to_owned(),
+            identity: identity.clone(),
+            manifest: Ping::MANIFEST.to_owned(),
+            payload: postcard::to_allocvec(&Ping).unwrap(),
+            hops: 1,
+            wait_ms: Some(60_000),
+            handover: Handover::No,
+        };
+        let (answer_to, answer) = oneshot::channel();
+        inner_b.receive(
+            request,
+            Box::new(move |result| {
+                let _ = answer_to.send(result);
+            }),
+        );
+        let deadline = Instant::now() + Duration::from_secs(60);
+        while inner_b.waiting().is_empty() {
+            assert!(
+                Instant::now() < deadline,
+                "the refused ask never waited at B"
+            );
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        assert_eq!(
+            inner_b.relaying.load(Ordering::Acquire),
+            1,
+            "a relayed ask waiting for a view change is still being relayed"
+        );
+
+        // A view change takes the waiting ask out of the list to route it again (what
+        // `resume_waiting(true)` does before running it, outside the lock)...
+        let taken = std::mem::take(&mut *inner_b.waiting());
+        assert_eq!(taken.len(), 1);
+        // ...while B stops and waits to be drained.
+        inner_b.stop();
+        assert!(
+            tokio::time::timeout(Duration::ZERO, inner_b.drained())
+                .await
+                .is_err(),
+            "B drained while an ask it passed on was unanswered"
+        );
+        for waiting in taken {
+            (waiting.resume)(&inner_b, true);
+        }
+        // B stopped: the ask is answered `Stopped` through B (its sender routes it anew).
+        assert!(matches!(answer.await, Ok(Err(GrainError::Stopped))));
+        tokio::time::timeout(Duration::from_secs(60), inner_b.drained())
+            .await
+            .expect("B drains once the ask is answered");
+    }
 }

@@ -250,9 +250,12 @@ impl GrainCluster {
     /// three see each other up.
     pub(super) async fn start(max_active: usize, store: Store) -> anyhow::Result<Self> {
         let max_active = max_active.to_string();
-        let store = match store {
-            Store::Sqlite => "sqlite",
-            Store::Memory => "memory",
+        // The flag's own spelling, so a new store needs no second list here.
+        let store = {
+            use clap::ValueEnum as _;
+            store
+                .to_possible_value()
+                .map_or_else(String::new, |v| v.get_name().to_owned())
         };
         let processes = spawn_members(
             "grain-member",
@@ -262,7 +265,7 @@ impl GrainCluster {
                 OsStr::new("--max-active"),
                 OsStr::new(&max_active),
                 OsStr::new("--store"),
-                OsStr::new(store),
+                OsStr::new(&store),
             ],
         )
         .await?;
