@@ -156,14 +156,20 @@ final class Grain {
       return n;
     }
 
-    /** Sends one request to an entity and checks the reply; a failure is an exception. */
+    /**
+     * Sends one request to an entity and checks the reply; a failure is an exception. The check
+     * and everything chained after it run on the actor system's dispatcher: the future that
+     * {@code Patterns.ask} returns runs even its non-async stages asynchronously, on
+     * {@code CompletableFuture}'s default executor, which starts a new thread per task when the
+     * common pool has one thread (as on a 2-core machine).
+     */
     CompletableFuture<Void> ping(String identity, String text) {
       return Patterns.ask(proxy, new Msgs.GrainPing(identity, text), REQUEST_TIMEOUT).toCompletableFuture()
-          .thenAccept(reply -> {
+          .thenAcceptAsync(reply -> {
             if (!(reply instanceof Msgs.GrainPong p) || !p.text().equals("Hello " + text)) {
               throw new IllegalStateException("wrong reply " + reply + " to " + text);
             }
-          });
+          }, system.dispatcher());
     }
 
     List<Msgs.MemberReply> memberStats() throws Exception {
@@ -253,6 +259,28 @@ final class Grain {
     return rep;
   }
 
+  /**
+   * Untimed closed loops before the first row, so that the three JVMs' JIT compilers have done
+   * their work (a cold run's rate was still climbing after 30 s): the loops of {@link #ping} on
+   * identities of their own for this long, or {@link #activation}'s workers on fresh identities.
+   */
+  static double jitWarmUpSeconds(Main.Args args) {
+    return args.quick ? 1 : 15;
+  }
+
+  /** Runs {@code loops} closed loops on the identities {@code prefix + i} for {@code seconds}. */
+  static void warmUp(Driver d, String prefix, int loops, double seconds) throws Exception {
+    long[] errors = new long[loops];
+    CountDownLatch done = new CountDownLatch(loops);
+    long end = System.nanoTime() + (long) (seconds * 1e9);
+    for (int i = 0; i < loops; i++) {
+      loop(d, prefix + i, new Histogram(60_000_000L, 3), errors, i, end, done);
+    }
+    if (!done.await((long) (seconds * 1000) + REQUEST_TIMEOUT.toMillis() + 5000, TimeUnit.MILLISECONDS)) {
+      throw new IllegalStateException("the JIT warm-up did not finish");
+    }
+  }
+
   /** The messaging test: P loops, each owning one entity, in a closed loop. */
   static Report ping(Main.Args args) throws Exception {
     int[] rows = list(args.option("parallelism", args.quick ? "8,32" : "8,32,128,512"));
@@ -260,7 +288,10 @@ final class Grain {
     Driver d = new Driver();
     Report rep = report("grain-ping");
     rep.params.put("seconds", seconds);
-    rep.params.put("warm_up", "one request per loop before the timed part (activates its entity; JIT warm-up as a side effect)");
+    double warm = jitWarmUpSeconds(args);
+    warmUp(d, "warm-", 32, warm);
+    rep.params.put("warm_up", "JIT: " + warm + " s of 32 untimed closed loops on identities of their own before the"
+        + " first row; then one request per loop before each row's timed part (activates its entity)");
     for (int p : rows) {
       for (int i = 0; i < p; i++) {
         d.ping("ping-" + i, randomText()).get(REQUEST_TIMEOUT.toSeconds() + 5, TimeUnit.SECONDS);
@@ -310,13 +341,13 @@ final class Grain {
     }
     String text = randomText();
     long t0 = System.nanoTime();
-    d.ping(identity, text).whenComplete((ok, err) -> {
+    d.ping(identity, text).whenCompleteAsync((ok, err) -> {
       synchronized (hist) {
         if (err != null) errors[i]++;
         else hist.recordValue(Math.max(1, (System.nanoTime() - t0) / 1000));
       }
       loop(d, identity, hist, errors, i, end, done);
-    });
+    }, d.system.dispatcher());
   }
 
   /** The activation test: N fresh identities taken in order by P workers, one request each. */
@@ -326,7 +357,10 @@ final class Grain {
     Driver d = new Driver();
     Report rep = report("activation");
     rep.params.put("workers", workers);
-    rep.params.put("warm_up", "none: every identity is new, the first request activates it");
+    double warm = jitWarmUpSeconds(args);
+    warmUpActivations(d, workers, warm);
+    rep.params.put("warm_up", "JIT: " + warm + " s of the workers activating identities of their own (act-w-k)"
+        + " before the first row; in the rows every identity is new, the first request activates it");
     for (int index = 0; index < rows.length; index++) {
       int n = rows[index];
       List<Msgs.MemberReply> before = d.memberStats();
@@ -371,6 +405,31 @@ final class Grain {
     return rep;
   }
 
+  /** The activation workers on fresh identities {@code act-w-k} for {@code seconds}, untimed. */
+  static void warmUpActivations(Driver d, int workers, double seconds) throws Exception {
+    AtomicLong next = new AtomicLong();
+    long[] errors = new long[workers];
+    CountDownLatch done = new CountDownLatch(workers);
+    long end = System.nanoTime() + (long) (seconds * 1e9);
+    for (int w = 0; w < workers; w++) {
+      warmActivate(d, next, end, errors, w, done);
+    }
+    if (!done.await((long) (seconds * 1000) + REQUEST_TIMEOUT.toMillis() + 5000, TimeUnit.MILLISECONDS)) {
+      throw new IllegalStateException("the JIT warm-up did not finish");
+    }
+  }
+
+  private static void warmActivate(Driver d, AtomicLong next, long end, long[] errors, int w, CountDownLatch done) {
+    if (System.nanoTime() >= end) {
+      done.countDown();
+      return;
+    }
+    d.ping("act-w-" + next.getAndIncrement(), "").whenCompleteAsync((ok, err) -> {
+      if (err != null) errors[w]++;
+      warmActivate(d, next, end, errors, w, done);
+    }, d.system.dispatcher());
+  }
+
   /** One worker: takes the next identity, activates it, repeats until all are taken. */
   private static void activate(Driver d, int index, int n, AtomicLong next, Histogram hist, long[] errors, int w,
       CountDownLatch done) {
@@ -380,12 +439,12 @@ final class Grain {
       return;
     }
     long t0 = System.nanoTime();
-    d.ping("act-" + index + "-" + k, "").whenComplete((ok, err) -> {
+    d.ping("act-" + index + "-" + k, "").whenCompleteAsync((ok, err) -> {
       synchronized (hist) {
         if (err != null) errors[w]++;
         else hist.recordValue(Math.max(1, (System.nanoTime() - t0) / 1000));
       }
       activate(d, index, n, next, hist, errors, w, done);
-    });
+    }, d.system.dispatcher());
   }
 }
