@@ -71,7 +71,7 @@ pub enum AskError {
     #[error("an ask needs a timeout greater than zero")]
     InvalidTimeout,
     /// The actor had stopped, or stopped before handling the message.
-    #[error("the actor stopped before replying")]
+    #[error("the actor stopped, before or while this ask waited, and did not reply")]
     Stopped,
     /// The actor's bounded mailbox was full; the message was not enqueued.
     #[error("the actor's mailbox is full")]

@@ -412,7 +412,7 @@ fn draw(frame: &mut Frame<'_>, addr: SocketAddr, report: &anyhow::Result<PeriodR
         );
     }
     let worst = report.actors.first().map_or_else(
-        || "no monitored actors".to_owned(),
+        || NO_ACTORS.to_owned(),
         |a| format!("{}: {}", a.path, a.diagnosis.text),
     );
     frame.render_widget(
@@ -423,12 +423,21 @@ fn draw(frame: &mut Frame<'_>, addr: SocketAddr, report: &anyhow::Result<PeriodR
     );
 }
 
+/// What the views say when the report has no actor: monitoring is opt-in per actor, so a node
+/// that opted none in shows only its dispatchers.
+const NO_ACTORS: &str = "no monitored actors: monitoring is opt-in per actor; spawn with \
+    `Props::new(actor).monitored(true)`, or monitor every actor with `all-actors = true` in \
+    `[monitoring]` (or `monitoring = true` on a dispatcher); see docs/tuning.md";
+
 /// The same view as plain text.
 fn plain(report: &PeriodReport) -> String {
     let mut out = format!(
         "{:<32} {:<24} {:>6} {:>6} {:>5} {:>9} {:>9} {}\n",
         "actor", "verdict", "queue", "max", "util", "svc ms", "wait ms", "dispatcher"
     );
+    if report.actors.is_empty() {
+        out.push_str(&format!("({NO_ACTORS})\n"));
+    }
     for a in &report.actors {
         out.push_str(&format!(
             "{:<32} {:<24} {:>6} {:>6} {:>4.0}% {:>9.2} {:>9.2} {}\n",
@@ -580,6 +589,24 @@ mod tests {
             ),
             "{text}"
         );
+    }
+
+    #[test]
+    fn the_plain_view_of_a_node_with_no_monitored_actor_says_how_to_opt_in() {
+        let text = plain(&PeriodReport::default());
+        assert!(text.contains("no monitored actors"), "{text}");
+        assert!(text.contains("monitored(true)"), "{text}");
+        assert!(text.contains("all-actors = true"), "{text}");
+        let one = plain(
+            &serde_json::from_str(
+                r#"{"seconds":1.0,"actors":[{"path":"/user/a","dispatcher":"default",
+                "arrival_rate":1.0,"throughput":1.0,"queue":0,"max_queue":0,"utilization":0.0,
+                "service_ms":0.0,"waiting_ms":0.0,"blocking_share":0.0,
+                "diagnosis":{"verdict":"healthy","text":"healthy"}}],"dispatchers":[]}"#,
+            )
+            .unwrap(),
+        );
+        assert!(!one.contains("no monitored actors"), "{one}");
     }
 
     #[test]

@@ -62,6 +62,34 @@ async fn top_once_prints_the_nodes_actors_and_dispatchers() {
     system.shutdown().await.unwrap();
 }
 
+/// Monitoring is opt-in per actor: against a node that opted none in, `--once` says so and how
+/// to opt in, instead of an empty table.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn top_once_on_a_node_without_monitored_actors_says_how_to_opt_in() {
+    let system = ActorSystem::new("plain");
+    let echo = system.spawn(Props::new(Echo).named("echo")).unwrap();
+    echo.ask(Ping, Duration::from_secs(1)).await.unwrap();
+    let endpoint = rally_metrics::prometheus::serve(
+        &system,
+        "127.0.0.1:0".parse().unwrap(),
+        Duration::from_millis(20),
+    )
+    .await
+    .unwrap();
+    let addr = endpoint.local_addr().to_string();
+    let output = tokio::task::spawn_blocking(move || top_once(&addr))
+        .await
+        .unwrap();
+    let text = String::from_utf8_lossy(&output.stdout);
+    assert!(output.status.success(), "{output:?}");
+    assert!(!text.contains("/user/echo"), "{text}");
+    assert!(
+        text.contains("no monitored actors") && text.contains("monitored(true)"),
+        "{text}"
+    );
+    system.shutdown().await.unwrap();
+}
+
 #[test]
 fn top_once_without_a_node_fails_with_the_address() {
     // Bind and drop a port so that nothing listens on it.

@@ -171,6 +171,7 @@ async fn tell_ask_and_watch_across_processes_and_sigkill_fires_terminated() {
         .expect("Terminated after SIGKILL");
     let took = killed.elapsed();
     assert_eq!(terminated.path, target.path().clone());
+    assert_eq!(terminated.reason, rally_actor::TerminationReason::NodeDown);
     // Heartbeats every 100 ms, acceptable pause 600 ms: detection well inside 5 s.
     assert!(took < Duration::from_secs(5), "detection took {took:?}");
     eprintln!("SIGKILL detected after {took:?}");

@@ -41,7 +41,8 @@
 //! | `rally-remote` | nodes, remote refs, batching transport | [`remote`] (feature `remote`) |
 //! | `rally-wire` | the wire protocol, no I/O | used by `rally-remote` |
 //! | `rally-metrics` | period reports, the diagnosis, the `/metrics` endpoint | `rally::metrics` (feature `metrics`) |
-//! | `rally-cluster` | membership, member events, downing, a simulation harness | `rally::cluster` (feature `cluster`) |
+//! | `rally-cluster` | membership, member events, downing, the cluster singleton, virtual actors | `rally::cluster` (feature `cluster`) |
+//! | `rally-state` | state stores for virtual actors: in memory, SQLite, PostgreSQL | `rally::state` (feature `state`) |
 //! | `rally-test` | probes, paused time, the multi-node simulation | `rally::sim` (feature `sim`); the rest a dev-dependency of yours |
 //!
 //! # Features
@@ -52,7 +53,10 @@
 //! | `monitoring` | yes | the counters behind [`monitor`]; off, they compile to a no-op |
 //! | `toml` | yes | [`SystemConfig::from_toml`] and `from_file` |
 //! | `metrics` | no | `rally::metrics`: the period recorder, the diagnosis and the HTTP endpoint `rally top` reads |
-//! | `cluster` | no | `rally::cluster`: membership, member events, downing (turns on `remote`) |
+//! | `cluster` | no | `rally::cluster`: membership, member events, downing, the cluster singleton and virtual actors (turns on `remote`) |
+//! | `etcd` | no | the etcd membership provider with lease-based downing, `rally::cluster::provider::EtcdProvider` (turns on `cluster`; building it needs `protoc`) |
+//! | `state` | no | `rally::state`: state stores for virtual actors, in memory and in one SQLite file (bundled SQLite, built from C) |
+//! | `state-postgres` | no | `rally::state::PostgresStore`, for members on many machines (turns on `state`) |
 //! | `sim` | no | `rally::sim`: N nodes in one process on simulated time and network, for tests (turns on `cluster`) |
 //!
 //! # Logs

@@ -45,7 +45,13 @@ async fn ask_errors_are_typed() {
     actor.stop();
     // Stop overtakes the queued ask, which is answered with Stopped, not left hanging.
     assert_eq!(pending.await, Err(AskError::Stopped));
-    assert_eq!(actor.ask(Incr, T).await, Err(AskError::Stopped));
+    let late = actor.ask(Incr, T).await;
+    assert_eq!(late, Err(AskError::Stopped));
+    // The words fit an ask sent after the stop too, not only one the stop overtook.
+    assert_eq!(
+        late.unwrap_err().to_string(),
+        "the actor stopped, before or while this ask waited, and did not reply"
+    );
 }
 
 /// Stashes `Get` until `Open` arrives.
