@@ -185,20 +185,58 @@ impl Cluster {
         config: ClusterConfig,
         provider: impl Provider,
     ) -> Result<Self, JoinError> {
-        Self::start(
-            Self::member_id(node)
-                .with_roles(config.roles.iter().cloned())
-                .with_kinds(config.kinds.iter().cloned()),
-            config,
-            provider,
-            Some(system.clone()),
-        )
+        let local = Self::member_id(node)
+            .with_roles(config.roles.iter().cloned())
+            .with_kinds(config.kinds.iter().cloned());
+        Self::join_as(system, local, config, provider)
+    }
+
+    /// Joins as `local` (whose roles and kinds are the ones it declares; `config.roles` and
+    /// `config.kinds` are not read) with any [`Provider`], its events published on `system`'s
+    /// event stream and its membership figures on `system`'s monitor (so a metrics endpoint
+    /// exports them), as [`join`](Self::join) does. For an identity chosen by the caller:
+    /// `rally::sim::join` takes the generation from the simulated clock, for example.
+    ///
+    /// # Errors
+    ///
+    /// As [`join`](Self::join).
+    ///
+    /// # Panics
+    ///
+    /// Outside a tokio runtime.
+    ///
+    /// # Example
+    ///
+    /// ```
+    /// use rally::ActorSystem;
+    /// use rally::cluster::provider::{MemoryNetwork, MemoryProvider};
+    /// use rally::cluster::{Cluster, ClusterConfig, MemberId};
+    /// use rally::remote::Incarnation;
+    ///
+    /// # #[tokio::main] async fn main() {
+    /// let system = ActorSystem::new("c");
+    /// let me = MemberId::new("rally://c@mem:1".parse().unwrap(), Incarnation(1), 1);
+    /// let provider = MemoryProvider::new(&MemoryNetwork::new());
+    /// let cluster = Cluster::join_as(&system, me, ClusterConfig::default(), provider).unwrap();
+    /// let figures = system.monitor().snapshot().figures;
+    /// assert!(figures.iter().any(|f| f.name == "rally_cluster_members"));
+    /// # drop(cluster);
+    /// # }
+    /// ```
+    pub fn join_as(
+        system: &ActorSystem,
+        local: MemberId,
+        config: ClusterConfig,
+        provider: impl Provider,
+    ) -> Result<Self, JoinError> {
+        Self::start(local, config, provider, Some(system.clone()))
     }
 
     /// Joins as `local` (whose roles and kinds are the ones it declares; `config.roles` and
     /// `config.kinds` are not read)
     /// with any [`Provider`]. With no actor system, its events go only to its own streams and
-    /// its membership figures only to [`stats`](Self::stats), not to a metrics endpoint.
+    /// its membership figures only to [`stats`](Self::stats), not to a metrics endpoint:
+    /// [`join_as`](Self::join_as) takes a system for them.
     ///
     /// # Errors
     ///

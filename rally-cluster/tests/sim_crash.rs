@@ -8,8 +8,7 @@ mod sim_support;
 use std::time::Duration;
 
 use rally::cluster::ClusterConfig;
-use rally::sim::{SimLog, Simulation};
-use sim_support::{assert_never_two, down_at, hosting, incarnations_seen, members, names, seen_up};
+use sim_support::{assert_never_two, down_at, formed, hosting, incarnations_seen, seen_up};
 
 const SEEDS: u64 = 10;
 
@@ -21,18 +20,7 @@ fn a_crashed_member_is_downed_within_the_bound_and_its_restart_rejoins_as_a_new_
     let config = ClusterConfig::default();
     let d = config.detection_bound(5);
     for seed in 0..SEEDS {
-        let names = names(5);
-        let log = SimLog::new();
-        let mut simulation = Simulation::new(seed);
-        members(&mut simulation, &names, &log);
-        simulation
-            .run_until(Duration::from_secs(60), || {
-                names.iter().all(|n| seen_up(&log, n) == 5) && hosting(&log).len() == 1
-            })
-            .unwrap_or_else(|e| panic!("seed {seed}: no 5 members up with a singleton: {e}"));
-        simulation
-            .run_for(Duration::from_millis(seed * 37 % 1000))
-            .unwrap();
+        let (mut simulation, log, names) = formed(seed);
 
         // Crash the singleton's host.
         let crashed = hosting(&log).remove(0);

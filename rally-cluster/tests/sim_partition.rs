@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use rally::cluster::ClusterConfig;
 use rally::sim::{Logged, SimLog, Simulation};
-use sim_support::{Log, assert_never_two, down_at, hosting, members, names, replayable, seen_up};
+use sim_support::{Log, assert_never_two, down_at, formed, hosting, names, replayable, seen_up};
 
 /// Seeds of the partition test: each is about a third of a second of real time.
 const SEEDS: u64 = 40;
@@ -34,24 +34,7 @@ fn partition_run(seed: u64) -> Vec<Logged<Log>> {
 
 /// [`partition_run`], returning the simulation to go on with.
 fn cut(seed: u64) -> Cut {
-    let names = names(5);
-    let log = SimLog::new();
-    let mut simulation = Simulation::new(seed);
-    members(&mut simulation, &names, &log);
-    simulation
-        .run_until(Duration::from_secs(60), || {
-            names.iter().all(|n| seen_up(&log, n) == 5) && hosting(&log).len() == 1
-        })
-        .unwrap_or_else(|e| {
-            panic!(
-                "seed {seed}: no 5 members up with a singleton: {e}; {:#?}",
-                log.entries()
-            )
-        });
-    // The cut comes at a different phase of probing in each seed.
-    simulation
-        .run_for(Duration::from_millis(seed * 37 % 1000))
-        .unwrap();
+    let (mut simulation, log, names) = formed(seed);
     let host = hosting(&log).remove(0);
     let others: Vec<&String> = names.iter().filter(|n| **n != host).collect();
     let other = others[(seed % 4) as usize].clone();
@@ -209,7 +192,7 @@ fn back_after_down(log: &SimLog<Log>, host: &str, about: &str) -> Vec<Log> {
     };
     entries[down + 1..]
         .iter()
-        .filter(|e| matches!(&e.entry, Log::Event { host: h, about: a, incarnation, event }
+        .filter(|e| matches!(&e.entry, Log::Event { host: h, about: a, incarnation, event, .. }
             if h == host && a == about && incarnation == life && *event != "removed" && *event != "down"))
         .map(|e| e.entry.clone())
         .collect()
@@ -229,6 +212,38 @@ fn a_seed_replays_the_same_log_exactly() {
     for seed in [7, 19] {
         let first = replayable(&partition_run(seed));
         let second = replayable(&partition_run(seed));
+        // The generations (ages) each host saw, and who ran the singleton when: the same.
+        let generations = |log: &[(Duration, Log)]| {
+            log.iter()
+                .filter_map(|(_, e)| match e {
+                    Log::Event {
+                        about,
+                        incarnation,
+                        generation,
+                        ..
+                    } => Some(((about.clone(), *incarnation), *generation)),
+                    _ => None,
+                })
+                .collect::<std::collections::BTreeMap<_, _>>()
+        };
+        let starts = |log: &[(Duration, Log)]| {
+            log.iter()
+                .filter(|(_, e)| matches!(e, Log::Start(_)))
+                .cloned()
+                .collect::<Vec<_>>()
+        };
+        assert_eq!(generations(&first).len(), 5, "seed {seed}: five lives");
+        assert_eq!(
+            generations(&first),
+            generations(&second),
+            "seed {seed}: the same generations"
+        );
+        assert!(starts(&first).len() >= 2, "seed {seed}: a takeover");
+        assert_eq!(
+            starts(&first),
+            starts(&second),
+            "seed {seed}: the singleton on the same hosts at the same instants"
+        );
         let diverged = first.iter().zip(&second).position(|(a, b)| a != b);
         assert!(
             first.len() == second.len() && diverged.is_none(),

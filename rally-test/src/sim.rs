@@ -10,7 +10,9 @@
 //!
 //! - [`Simulation`]: the hosts and the network; [`run_for`](Simulation::run_for),
 //!   [`run_until`](Simulation::run_until), [`partition`](Simulation::partition) /
-//!   [`heal`](Simulation::heal), [`delay`](Simulation::delay), [`crash`](Simulation::crash) /
+//!   [`heal`](Simulation::heal), [`delay`](Simulation::delay),
+//!   [`drop_connections`](Simulation::drop_connections) and
+//!   [`start_random_faults`](Simulation::start_random_faults), [`crash`](Simulation::crash) /
 //!   [`restart`](Simulation::restart).
 //! - [`node_config`] and [`start_node`]: a [`RemoteNode`] on the simulated network;
 //!   [`join`]: a cluster member whose gossip draws its random choices from the seed.
@@ -60,10 +62,14 @@
 //! assert!(took < Duration::from_secs(10), "downed {took:?} after the crash");
 //! ```
 
+use std::cell::RefCell;
 use std::future::Future;
 use std::io;
+use std::net::IpAddr;
 use std::pin::Pin;
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, PoisonError, Weak};
+use std::task::{Context, Poll, Waker};
 use std::time::Duration;
 
 use rally_actor::ActorSystem;
@@ -71,6 +77,7 @@ use rally_cluster::provider::GossipProvider;
 use rally_cluster::{Cluster, ClusterConfig, JoinError};
 use rally_remote::transport::{BoxStream, Incoming, Listener, Transport};
 use rally_remote::{NodeAddress, RemoteConfig, RemoteNode, StartError};
+use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 
 /// The port every simulated node listens on (each host has its own address, so one port
 /// serves all).
@@ -127,7 +134,7 @@ impl Transport for SimTransport {
     ) -> Pin<Box<dyn Future<Output = io::Result<BoxStream>> + Send + 'a>> {
         Box::pin(async move {
             let stream = turmoil::net::TcpStream::connect((host, port)).await?;
-            Ok(Box::pin(stream) as BoxStream)
+            Ok(Box::pin(SimStream::new(stream)?) as BoxStream)
         })
     }
 
@@ -161,6 +168,7 @@ impl Listener for SimListener {
     ) -> Pin<Box<dyn Future<Output = io::Result<(Incoming, String)>> + Send + '_>> {
         Box::pin(async move {
             let (stream, peer) = self.listener.accept().await?;
+            let stream = SimStream::new(stream)?;
             let incoming: Incoming = Box::pin(async move { Ok(Box::pin(stream) as BoxStream) });
             Ok((incoming, peer.to_string()))
         })
@@ -168,6 +176,158 @@ impl Listener for SimListener {
 
     fn local_addr(&self) -> io::Result<(String, u16)> {
         Ok((self.host.clone(), self.port))
+    }
+}
+
+/// The connections of one simulation between two hosts, so that a test can break them
+/// ([`Simulation::drop_connections`]) as a lost TCP connection breaks: both ends get an I/O
+/// error, and the software reconnects if it wants to.
+#[derive(Default)]
+struct Connections {
+    live: Mutex<Vec<(IpAddr, IpAddr, Weak<Connection>)>>,
+}
+
+impl Connections {
+    /// Registers a connection between `a` and `b`.
+    fn add(&self, a: IpAddr, b: IpAddr, connection: &Arc<Connection>) {
+        let mut live = self.live.lock().unwrap_or_else(PoisonError::into_inner);
+        live.retain(|(_, _, c)| c.strong_count() > 0);
+        live.push((a, b, Arc::downgrade(connection)));
+    }
+
+    /// Breaks every open connection between `a` and `b` (either way); returns how many.
+    fn break_between(&self, a: IpAddr, b: IpAddr) -> usize {
+        let mut live = self.live.lock().unwrap_or_else(PoisonError::into_inner);
+        let mut broken = 0;
+        live.retain(|(x, y, connection)| {
+            let Some(connection) = connection.upgrade() else {
+                return false;
+            };
+            if (*x, *y) == (a, b) || (*x, *y) == (b, a) {
+                // Each end of a connection is registered: count a connection once.
+                if connection.break_now() && *x == a {
+                    broken += 1;
+                }
+                return false;
+            }
+            true
+        });
+        broken
+    }
+}
+
+/// One end of a simulated connection: broken or not, and who waits on it.
+#[derive(Default)]
+struct Connection {
+    broken: AtomicBool,
+    waiting: Mutex<[Option<Waker>; 2]>,
+}
+
+impl Connection {
+    /// Marks the connection broken and wakes whoever waits on it; false if it already was.
+    fn break_now(&self) -> bool {
+        if self.broken.swap(true, Ordering::SeqCst) {
+            return false;
+        }
+        let waiting =
+            std::mem::take(&mut *self.waiting.lock().unwrap_or_else(PoisonError::into_inner));
+        for waker in waiting.into_iter().flatten() {
+            waker.wake();
+        }
+        true
+    }
+
+    fn check(&self) -> io::Result<()> {
+        if self.broken.load(Ordering::SeqCst) {
+            Err(io::Error::new(
+                io::ErrorKind::ConnectionReset,
+                "the simulation broke this connection",
+            ))
+        } else {
+            Ok(())
+        }
+    }
+
+    /// Remembers who waits to read (`0`) or write (`1`), to wake it on a break.
+    fn wait(&self, side: usize, cx: &Context<'_>) {
+        let mut waiting = self.waiting.lock().unwrap_or_else(PoisonError::into_inner);
+        match &waiting[side] {
+            Some(waker) if waker.will_wake(cx.waker()) => {}
+            _ => waiting[side] = Some(cx.waker().clone()),
+        }
+    }
+}
+
+thread_local! {
+    /// The connections of the simulation whose step runs on this thread (turmoil runs every
+    /// host on the thread that steps the simulation).
+    static CONNECTIONS: RefCell<Option<Arc<Connections>>> = const { RefCell::new(None) };
+}
+
+/// A simulated TCP stream that the simulation can break.
+struct SimStream {
+    stream: turmoil::net::TcpStream,
+    connection: Arc<Connection>,
+}
+
+impl SimStream {
+    fn new(stream: turmoil::net::TcpStream) -> io::Result<Self> {
+        let connection = Arc::new(Connection::default());
+        let (local, peer) = (stream.local_addr()?.ip(), stream.peer_addr()?.ip());
+        CONNECTIONS.with(|connections| {
+            if let Some(connections) = &*connections.borrow() {
+                connections.add(local, peer, &connection);
+            }
+        });
+        Ok(Self { stream, connection })
+    }
+
+    fn poll<T>(
+        &mut self,
+        side: usize,
+        cx: &mut Context<'_>,
+        op: impl FnOnce(Pin<&mut turmoil::net::TcpStream>, &mut Context<'_>) -> Poll<io::Result<T>>,
+    ) -> Poll<io::Result<T>> {
+        self.connection.check()?;
+        let polled = op(Pin::new(&mut self.stream), cx);
+        if polled.is_pending() {
+            self.connection.wait(side, cx);
+            // A break between the check and the wait would be missed otherwise.
+            self.connection.check()?;
+        }
+        polled
+    }
+}
+
+impl AsyncRead for SimStream {
+    fn poll_read(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<io::Result<()>> {
+        self.poll(0, cx, |stream, cx| stream.poll_read(cx, buf))
+    }
+}
+
+impl AsyncWrite for SimStream {
+    fn poll_write(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<io::Result<usize>> {
+        self.poll(1, cx, |stream, cx| stream.poll_write(cx, buf))
+    }
+
+    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        self.poll(1, cx, |stream, cx| stream.poll_flush(cx))
+    }
+
+    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        // Closing a broken connection succeeds: there is nothing left to close.
+        if self.connection.check().is_err() {
+            return Poll::Ready(Ok(()));
+        }
+        Pin::new(&mut self.stream).poll_shutdown(cx)
     }
 }
 
@@ -247,6 +407,9 @@ pub enum SimError {
     /// No host of that name was added with [`Simulation::host`].
     #[error("no simulated host named {0:?}")]
     UnknownHost(String),
+    /// [`RandomFaults`] out of range: a zero interval, or a probability outside 0–1.
+    #[error("invalid random faults: {0}")]
+    InvalidFaults(&'static str),
 }
 
 /// Settings of a [`Simulation`].
@@ -308,6 +471,11 @@ impl SimBuilder {
             sim,
             seed: self.seed,
             hosts: Vec::new(),
+            latency: (self.min_latency, self.max_latency),
+            connections: Arc::default(),
+            random: None,
+            faults: Vec::new(),
+            rng: mix(self.seed, "random faults"),
         }
     }
 }
@@ -323,6 +491,134 @@ pub struct Simulation {
     sim: turmoil::Sim<'static>,
     seed: u64,
     hosts: Vec<String>,
+    /// The links' latency bounds from the builder, restored after a random delay spike.
+    latency: (Duration, Duration),
+    connections: Arc<Connections>,
+    random: Option<Random>,
+    faults: Vec<Logged<Fault>>,
+    /// The random faults' generator (SplitMix64), seeded from the simulation's seed.
+    rng: u64,
+}
+
+/// The random faults running, and what they changed that must be undone.
+struct Random {
+    faults: RandomFaults,
+    next_at: Duration,
+    spiked: Vec<(String, String)>,
+}
+
+/// Faults drawn from the seed, for [`Simulation::start_random_faults`]: every `interval` of
+/// simulated time, each link between two hosts has its connections broken with
+/// `break_probability`, and is slowed to `spike` latency (both ways, for that interval) with
+/// `spike_probability`.
+///
+/// This is how packet loss looks to a TCP user: the simulated TCP, like a real one, never
+/// loses bytes inside a connection (turmoil's does not retransmit, so a lost segment would
+/// stall the stream forever instead); a connection breaks (both ends get an I/O error, the
+/// remoting reconnects) or stalls while segments are retransmitted.
+///
+/// # Example
+///
+/// ```
+/// use std::time::Duration;
+/// use rally::sim::RandomFaults;
+///
+/// let faults = RandomFaults::every(Duration::from_millis(500))
+///     .breaks(0.05)
+///     .delay_spikes(0.02, Duration::from_millis(120));
+/// assert_eq!(faults.break_probability, 0.05);
+/// ```
+#[derive(Debug, Clone, PartialEq)]
+#[non_exhaustive]
+pub struct RandomFaults {
+    /// How often the dice are thrown for each link.
+    pub interval: Duration,
+    /// The probability that a link's connections are broken at each throw.
+    pub break_probability: f64,
+    /// The probability that a link is slowed down for the next interval at each throw.
+    pub spike_probability: f64,
+    /// The latency of a slowed-down link.
+    pub spike: Duration,
+}
+
+impl RandomFaults {
+    /// No faults yet, thrown every `interval`; add them with [`breaks`](Self::breaks) and
+    /// [`delay_spikes`](Self::delay_spikes).
+    ///
+    /// # Example
+    ///
+    /// See [`RandomFaults`].
+    pub fn every(interval: Duration) -> Self {
+        Self {
+            interval,
+            break_probability: 0.0,
+            spike_probability: 0.0,
+            spike: Duration::ZERO,
+        }
+    }
+
+    /// Breaks each link's connections with `probability` at each throw.
+    ///
+    /// # Example
+    ///
+    /// See [`RandomFaults`].
+    #[must_use]
+    pub fn breaks(mut self, probability: f64) -> Self {
+        self.break_probability = probability;
+        self
+    }
+
+    /// Slows each link down to `latency` for an interval with `probability` at each throw.
+    ///
+    /// # Example
+    ///
+    /// See [`RandomFaults`].
+    #[must_use]
+    pub fn delay_spikes(mut self, probability: f64, latency: Duration) -> Self {
+        self.spike_probability = probability;
+        self.spike = latency;
+        self
+    }
+
+    fn validate(&self) -> Result<(), SimError> {
+        if self.interval.is_zero() {
+            return Err(SimError::InvalidFaults("the interval is zero"));
+        }
+        for p in [self.break_probability, self.spike_probability] {
+            if !(0.0..=1.0).contains(&p) {
+                return Err(SimError::InvalidFaults("a probability is not within 0–1"));
+            }
+        }
+        Ok(())
+    }
+}
+
+/// A fault the simulation caused, as [`Simulation::faults`] lists it.
+///
+/// # Example
+///
+/// See [`Simulation::drop_connections`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Fault {
+    /// The connections between hosts `a` and `b` were broken (`connections` were open).
+    Broke {
+        /// One host.
+        a: String,
+        /// The other.
+        b: String,
+        /// How many connections were open between them and broke.
+        connections: usize,
+    },
+    /// The link between `a` and `b` was slowed down to `latency` for an interval.
+    Spike {
+        /// One host.
+        a: String,
+        /// The other.
+        b: String,
+        /// The latency of every message on the link during the spike.
+        latency: Duration,
+    },
 }
 
 impl std::fmt::Debug for Simulation {
@@ -472,10 +768,186 @@ impl Simulation {
     }
 
     fn step(&mut self) -> Result<(), SimError> {
-        self.sim
-            .step()
+        self.throw_random_faults();
+        let previous = CONNECTIONS.with(|c| c.replace(Some(Arc::clone(&self.connections))));
+        let stepped = self.sim.step();
+        CONNECTIONS.with(|c| c.replace(previous));
+        stepped
             .map(drop)
             .map_err(|e| SimError::Failed(e.to_string()))
+    }
+
+    /// Breaks every open connection between a host of `a` and a host of `b`, as a lost TCP
+    /// connection breaks: both ends get an I/O error at once (what was in flight is lost), and
+    /// the software reconnects if it wants to (Rally's remoting does, and re-sends nothing).
+    /// Returns how many connections broke. New connections between them work at once.
+    ///
+    /// # Errors
+    ///
+    /// [`SimError::UnknownHost`] for a name no [`host`](Self::host) call added.
+    ///
+    /// # Example
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use rally::sim::{Fault, Simulation, SimTransport};
+    /// use rally::remote::transport::Transport;
+    ///
+    /// let mut simulation = Simulation::new(1);
+    /// simulation.host("server", || async {
+    ///     let mut listener = SimTransport.bind("server", 2552).await.unwrap();
+    ///     let (incoming, _) = listener.accept().await.unwrap();
+    ///     let stream = incoming.await.unwrap();
+    ///     (listener, stream)
+    /// });
+    /// simulation.host("client", || async { SimTransport.connect("server", 2552).await.unwrap() });
+    /// simulation.run_for(Duration::from_millis(50)).unwrap();
+    /// assert_eq!(simulation.drop_connections(&["client"], &["server"]).unwrap(), 1);
+    /// assert!(matches!(simulation.faults()[0].entry, Fault::Broke { connections: 1, .. }));
+    /// ```
+    pub fn drop_connections(&mut self, a: &[&str], b: &[&str]) -> Result<usize, SimError> {
+        for name in a.iter().chain(b) {
+            self.known(name)?;
+        }
+        let mut broken = 0;
+        for x in a {
+            for y in b {
+                if x != y {
+                    broken += self.break_link(x, y);
+                }
+            }
+        }
+        Ok(broken)
+    }
+
+    fn break_link(&mut self, a: &str, b: &str) -> usize {
+        let connections = self
+            .connections
+            .break_between(self.sim.lookup(a), self.sim.lookup(b));
+        self.faults.push(Logged {
+            at: self.sim.elapsed(),
+            entry: Fault::Broke {
+                a: a.to_owned(),
+                b: b.to_owned(),
+                connections,
+            },
+        });
+        connections
+    }
+
+    /// Turns on faults drawn from the seed (see [`RandomFaults`]), from the next step on,
+    /// until [`stop_random_faults`](Self::stop_random_faults). The same seed throws the same
+    /// faults at the same instants; [`faults`](Self::faults) lists them.
+    ///
+    /// # Errors
+    ///
+    /// [`SimError::InvalidFaults`] for a zero interval or a probability outside 0–1 (nothing
+    /// changes).
+    ///
+    /// # Example
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use rally::sim::{RandomFaults, Simulation};
+    ///
+    /// let mut simulation = Simulation::new(1);
+    /// simulation.host("a", || async {});
+    /// simulation.host("b", || async {});
+    /// let faults = RandomFaults::every(Duration::from_millis(100)).delay_spikes(0.5, Duration::from_millis(50));
+    /// simulation.start_random_faults(faults).unwrap();
+    /// simulation.run_for(Duration::from_secs(2)).unwrap();
+    /// simulation.stop_random_faults();
+    /// assert!(!simulation.faults().is_empty());
+    /// assert!(simulation.start_random_faults(RandomFaults::every(Duration::ZERO)).is_err());
+    /// ```
+    pub fn start_random_faults(&mut self, faults: RandomFaults) -> Result<(), SimError> {
+        faults.validate()?;
+        self.stop_random_faults();
+        self.random = Some(Random {
+            faults,
+            next_at: self.sim.elapsed(),
+            spiked: Vec::new(),
+        });
+        Ok(())
+    }
+
+    /// Turns random faults off; links slowed down by a spike get their usual latency back.
+    ///
+    /// # Example
+    ///
+    /// See [`start_random_faults`](Self::start_random_faults).
+    pub fn stop_random_faults(&mut self) {
+        if let Some(random) = self.random.take() {
+            self.restore(&random.spiked);
+        }
+    }
+
+    /// Every fault the simulation caused so far ([`drop_connections`](Self::drop_connections)
+    /// and random faults), stamped with simulated time.
+    ///
+    /// # Example
+    ///
+    /// See [`drop_connections`](Self::drop_connections).
+    pub fn faults(&self) -> &[Logged<Fault>] {
+        &self.faults
+    }
+
+    fn restore(&self, links: &[(String, String)]) {
+        let (min, max) = self.latency;
+        for (a, b) in links {
+            self.sim.set_link_latency(a.as_str(), b.as_str(), min);
+            self.sim
+                .set_link_max_message_latency(a.as_str(), b.as_str(), max);
+        }
+    }
+
+    /// A number in 0–1 from the random faults' generator (SplitMix64).
+    fn draw(&mut self) -> f64 {
+        self.rng = self.rng.wrapping_add(0x9e37_79b9_7f4a_7c15);
+        let mut z = self.rng;
+        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+        z ^= z >> 31;
+        (z >> 11) as f64 / (1u64 << 53) as f64
+    }
+
+    fn throw_random_faults(&mut self) {
+        let now = self.sim.elapsed();
+        let Some(random) = &mut self.random else {
+            return;
+        };
+        if now < random.next_at {
+            return;
+        }
+        random.next_at = now + random.faults.interval;
+        let faults = random.faults.clone();
+        let spiked = std::mem::take(&mut random.spiked);
+        self.restore(&spiked);
+        let hosts = self.hosts.clone();
+        let mut spikes = Vec::new();
+        for (i, a) in hosts.iter().enumerate() {
+            for b in &hosts[i + 1..] {
+                if self.draw() < faults.break_probability {
+                    self.break_link(a, b);
+                }
+                if self.draw() < faults.spike_probability {
+                    self.sim
+                        .set_link_latency(a.as_str(), b.as_str(), faults.spike);
+                    self.faults.push(Logged {
+                        at: now,
+                        entry: Fault::Spike {
+                            a: a.clone(),
+                            b: b.clone(),
+                            latency: faults.spike,
+                        },
+                    });
+                    spikes.push((a.clone(), b.clone()));
+                }
+            }
+        }
+        if let Some(random) = &mut self.random {
+            random.spiked = spikes;
+        }
     }
 
     /// Cuts every link between a host of `a` and a host of `b`, both ways, as a firewall that
@@ -641,7 +1113,8 @@ pub fn host_seed() -> Option<u64> {
 }
 
 /// Joins the cluster as [`Cluster::join`] does (gossip over `node`), with the membership
-/// protocol's random choices drawn from [`host_seed`], so that a seed replays the run.
+/// protocol's random choices drawn from [`host_seed`] and the member's generation (its age,
+/// which decides the oldest member) from the simulated clock, so that a seed replays the run.
 ///
 /// # Errors
 ///
@@ -661,7 +1134,22 @@ pub fn join(
 ) -> Result<Cluster, JoinError> {
     let seed = host_seed().expect("sim::join runs in a simulated host's software future");
     let provider = GossipProvider::new(system, node).with_seed(seed);
-    Cluster::join_using(system, node, config, provider)
+    let mut local = Cluster::member_id(node)
+        .with_roles(config.roles.iter().cloned())
+        .with_kinds(config.kinds.iter().cloned());
+    local.generation = generation();
+    Cluster::join_as(system, local, config, provider)
+}
+
+/// A member's generation (its age) under the simulation: milliseconds since the Unix epoch
+/// on the simulated wall clock (a fixed start date plus simulated time), so that who is the
+/// oldest member replays with the seed. Production takes the real wall clock
+/// ([`Cluster::member_id`]).
+fn generation() -> u64 {
+    let since_epoch = turmoil::since_epoch().expect("inside a simulated host");
+    u64::try_from(since_epoch.as_millis())
+        .unwrap_or(u64::MAX)
+        .max(1)
 }
 
 /// The simulated time now, inside a [`Simulation`]'s host; `None` outside one.
@@ -807,6 +1295,7 @@ mod tests {
             simulation.partition(&["a"], &["b"]),
             simulation.heal(&["b"], &["a"]),
             simulation.delay(&["a"], &["b"], Duration::from_millis(1)),
+            simulation.drop_connections(&["a"], &["b"]).map(drop),
         ] {
             assert!(matches!(result, Err(SimError::UnknownHost(name)) if name == "b"));
         }
@@ -838,6 +1327,206 @@ mod tests {
         assert_eq!(seeds.len(), 3, "every life its own seed: {first:?}");
         assert_eq!(lives(3), first, "the same seed, the same lives");
         assert_ne!(lives(4), first, "another seed, other lives");
+    }
+
+    /// A broken connection fails both ends at once (a reader waiting on it is woken with the
+    /// error, a writer gets it at its next write), and a new connection between the same
+    /// hosts works.
+    #[test]
+    fn a_dropped_connection_fails_both_ends_and_a_new_one_works() {
+        let log = SimLog::new();
+        let mut simulation = Simulation::new(1);
+        let server_log = log.clone();
+        simulation.host("server", move || {
+            let log = server_log.clone();
+            async move {
+                let mut listener = SimTransport.bind("server", PORT).await.unwrap();
+                loop {
+                    let (incoming, _) = listener.accept().await.unwrap();
+                    let mut stream = incoming.await.unwrap();
+                    let log = log.clone();
+                    tokio::spawn(async move {
+                        let mut byte = [0u8; 1];
+                        loop {
+                            match stream.read_exact(&mut byte).await {
+                                Ok(_) => log.record(format!("server read {}", byte[0])),
+                                Err(e) => {
+                                    log.record(format!("server error {:?}", e.kind()));
+                                    break;
+                                }
+                            }
+                        }
+                    });
+                }
+            }
+        });
+        let client_log = log.clone();
+        simulation.host("client", move || {
+            let log = client_log.clone();
+            async move {
+                for attempt in 0..2u8 {
+                    let mut stream = SimTransport.connect("server", PORT).await.unwrap();
+                    let mut sent = 0u8;
+                    loop {
+                        if let Err(e) = stream.write_all(&[attempt * 100 + sent]).await {
+                            log.record(format!("client error {:?}", e.kind()));
+                            break;
+                        }
+                        sent += 1;
+                        tokio::time::sleep(Duration::from_millis(10)).await;
+                    }
+                }
+            }
+        });
+        let has = |log: &SimLog<String>, text: &str| log.entries().iter().any(|e| e.entry == text);
+        simulation
+            .run_until(Duration::from_secs(1), || has(&log, "server read 3"))
+            .unwrap();
+        assert_eq!(
+            simulation
+                .drop_connections(&["server"], &["client"])
+                .unwrap(),
+            1
+        );
+        let at = simulation.elapsed();
+        simulation
+            .run_until(Duration::from_secs(1), || {
+                has(&log, "server error ConnectionReset")
+                    && has(&log, "client error ConnectionReset")
+            })
+            .unwrap();
+        let server_error = log
+            .entries()
+            .into_iter()
+            .find(|e| e.entry == "server error ConnectionReset")
+            .unwrap();
+        assert!(
+            server_error.at <= at + Duration::from_millis(2),
+            "the waiting reader is woken at once: {server_error:?}, broken at {at:?}"
+        );
+        // The second connection carries bytes again.
+        simulation
+            .run_until(Duration::from_secs(1), || has(&log, "server read 102"))
+            .unwrap();
+        assert_eq!(
+            simulation.faults(),
+            [Logged {
+                at,
+                entry: Fault::Broke {
+                    a: "server".to_owned(),
+                    b: "client".to_owned(),
+                    connections: 1
+                }
+            }]
+        );
+    }
+
+    /// Random faults come from the seed: the same seed throws the same faults at the same
+    /// instants, another seed others; with probability 1 every link breaks at every throw.
+    #[test]
+    fn random_faults_replay_from_the_seed() {
+        let faults = |seed: u64, faults: RandomFaults| {
+            let mut simulation = Simulation::new(seed);
+            for name in ["a", "b", "c"] {
+                simulation.host(name, || async {});
+            }
+            simulation.start_random_faults(faults).unwrap();
+            simulation.run_for(Duration::from_secs(3)).unwrap();
+            simulation.stop_random_faults();
+            simulation.run_for(Duration::from_secs(1)).unwrap();
+            simulation.faults().to_vec()
+        };
+        let some = RandomFaults::every(Duration::from_millis(100))
+            .breaks(0.2)
+            .delay_spikes(0.1, Duration::from_millis(300));
+        let first = faults(5, some.clone());
+        assert!(
+            first.iter().any(|f| matches!(f.entry, Fault::Broke { .. }))
+                && first.iter().any(|f| matches!(f.entry, Fault::Spike { .. })),
+            "{first:?}"
+        );
+        assert!(
+            first.iter().all(|f| f.at < Duration::from_secs(3)),
+            "none after the stop"
+        );
+        assert_eq!(faults(5, some.clone()), first);
+        assert_ne!(faults(6, some), first);
+        // Three links, 30 throws: every one breaks.
+        let all = faults(
+            5,
+            RandomFaults::every(Duration::from_millis(100)).breaks(1.0),
+        );
+        assert_eq!(all.len(), 3 * 30, "{all:?}");
+    }
+
+    #[test]
+    fn invalid_random_faults_are_refused() {
+        let mut simulation = Simulation::new(1);
+        for faults in [
+            RandomFaults::every(Duration::ZERO),
+            RandomFaults::every(Duration::from_millis(1)).breaks(1.5),
+            RandomFaults::every(Duration::from_millis(1)).delay_spikes(-0.1, Duration::ZERO),
+            RandomFaults::every(Duration::from_millis(1)).breaks(f64::NAN),
+        ] {
+            assert!(
+                matches!(
+                    simulation.start_random_faults(faults.clone()),
+                    Err(SimError::InvalidFaults(_))
+                ),
+                "{faults:?}"
+            );
+        }
+    }
+
+    /// A spike slows a link for one interval, then the link has its usual latency again: a
+    /// byte sent every 10 ms arrives within the usual 1–5 ms outside spikes.
+    #[test]
+    fn a_delay_spike_lasts_one_interval() {
+        let log = SimLog::new();
+        let mut simulation = Simulation::new(2);
+        let server_log = log.clone();
+        simulation.host("server", move || {
+            let log = server_log.clone();
+            async move {
+                let mut listener = SimTransport.bind("server", PORT).await.unwrap();
+                let (incoming, _) = listener.accept().await.unwrap();
+                let mut stream = incoming.await.unwrap();
+                let mut sent_at = [0u8; 8];
+                while stream.read_exact(&mut sent_at).await.is_ok() {
+                    let sent = Duration::from_millis(u64::from_be_bytes(sent_at));
+                    log.record(now().unwrap() - sent);
+                }
+            }
+        });
+        simulation.host("client", || async {
+            let mut stream = SimTransport.connect("server", PORT).await.unwrap();
+            loop {
+                let at = u64::try_from(now().unwrap().as_millis()).unwrap();
+                if stream.write_all(&at.to_be_bytes()).await.is_err() {
+                    break;
+                }
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
+        });
+        simulation.run_for(Duration::from_millis(200)).unwrap();
+        let before = log.entries().len();
+        let spike = RandomFaults::every(Duration::from_millis(200))
+            .delay_spikes(1.0, Duration::from_millis(50));
+        simulation.start_random_faults(spike).unwrap();
+        simulation.run_for(Duration::from_millis(150)).unwrap();
+        simulation.stop_random_faults();
+        simulation.run_for(Duration::from_millis(300)).unwrap();
+        let took: Vec<Duration> = log.entries()[before..].iter().map(|e| e.entry).collect();
+        let slow = took
+            .iter()
+            .filter(|t| **t >= Duration::from_millis(45))
+            .count();
+        assert!(slow >= 5, "messages during the spike took 50 ms: {took:?}");
+        let tail = &took[took.len() - 10..];
+        assert!(
+            tail.iter().all(|t| *t <= Duration::from_millis(6)),
+            "after the spike the usual latency: {took:?}"
+        );
     }
 
     /// Bytes sent during a partition arrive after the heal, on the same connection, in order:

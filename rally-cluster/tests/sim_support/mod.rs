@@ -18,12 +18,14 @@ pub(crate) const CLUSTER: &str = "simtest";
 pub(crate) enum Log {
     /// `host`'s software started (again, after a restart).
     Boot(String),
-    /// `host` saw `event` about the member on host `about` (incarnation `incarnation`).
+    /// `host` saw `event` about the member on host `about` (incarnation `incarnation`,
+    /// generation `generation`: its age, from the simulated clock).
     Event {
         host: String,
         event: &'static str,
         about: String,
         incarnation: u64,
+        generation: u64,
     },
     /// The singleton's instance was created on `host`.
     Start(String),
@@ -139,7 +141,38 @@ fn event_entry(host: &str, event: &MemberEvent) -> Log {
         event: name,
         about: member.address.host.clone(),
         incarnation: member.incarnation.0,
+        generation: member.generation,
     }
+}
+
+/// Five members (`n1`…`n5`) up with the singleton running on one of them, then a pause that
+/// puts what comes next at a different phase of probing on each seed.
+pub(crate) fn formed(seed: u64) -> (Simulation, SimLog<Log>, Vec<String>) {
+    let names = names(5);
+    let log = SimLog::new();
+    let mut simulation = Simulation::new(seed);
+    members(&mut simulation, &names, &log);
+    simulation
+        .run_until(Duration::from_secs(60), || {
+            names.iter().all(|n| seen_up(&log, n) == 5) && hosting(&log).len() == 1
+        })
+        .unwrap_or_else(|e| {
+            panic!(
+                "seed {seed}: no 5 members up with a singleton: {e}; {:#?}",
+                log.entries()
+            )
+        });
+    simulation
+        .run_for(Duration::from_millis(seed * 37 % 1000))
+        .unwrap();
+    (simulation, log, names)
+}
+
+/// Whether any host saw any member unreachable or down, and the first such entry.
+pub(crate) fn first_trouble(log: &SimLog<Log>) -> Option<rally::sim::Logged<Log>> {
+    log.entries().into_iter().find(|e| {
+        matches!(&e.entry, Log::Event { event, .. } if matches!(*event, "unreachable" | "down"))
+    })
 }
 
 /// How many distinct members `host` has seen up (itself included), since its latest start.
@@ -156,6 +189,7 @@ pub(crate) fn seen_up(log: &SimLog<Log>, host: &str) -> usize {
             event,
             about,
             incarnation,
+            ..
         } = &e.entry
             && h == host
         {
@@ -234,6 +268,7 @@ pub(crate) fn incarnations_seen(log: &SimLog<Log>, host: &str, about: &str) -> V
             event: "up",
             about: a,
             incarnation,
+            ..
         } = &e.entry
             && h == host
             && a == about
@@ -260,7 +295,7 @@ pub(crate) fn down_at(log: &SimLog<Log>, host: &str, about: &str) -> Option<Dura
 
 /// The log without incarnations (drawn from the operating system's randomness, not from the
 /// seed: see `docs/testing.md`), each replaced by its rank among the incarnations seen of the
-/// same host.
+/// same host. Generations stay: they come from the simulated clock.
 pub(crate) fn replayable(log: &[rally::sim::Logged<Log>]) -> Vec<(Duration, Log)> {
     let mut ranks: Vec<(String, u64)> = Vec::new();
     log.iter()
@@ -271,6 +306,7 @@ pub(crate) fn replayable(log: &[rally::sim::Logged<Log>]) -> Vec<(Duration, Log)
                     event,
                     about,
                     incarnation,
+                    generation,
                 } => {
                     let rank = match ranks
                         .iter()
@@ -288,6 +324,7 @@ pub(crate) fn replayable(log: &[rally::sim::Logged<Log>]) -> Vec<(Duration, Log)
                         event,
                         about: about.clone(),
                         incarnation: rank as u64,
+                        generation: *generation,
                     }
                 }
                 other => other.clone(),
