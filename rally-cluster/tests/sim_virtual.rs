@@ -273,3 +273,48 @@ fn under_a_partition_no_identity_is_ever_active_twice_and_the_three_serve_all() 
         eprintln!("{context}: {starts} activations");
     }
 }
+
+/// Under random connection breaks and delay spikes (as in `sim_faults.rs`) for 20 s, with
+/// calls from every member: no identity is ever active twice at once, and every member is
+/// served again once the faults stop.
+#[test]
+fn under_random_connection_breaks_no_identity_is_ever_active_twice() {
+    // Seeds of their own: the activation hook finds the log by seed.
+    for seed in 1000..1004 {
+        let log = SimLog::new();
+        LOGS.lock().unwrap().push((seed, log.clone()));
+        let mut simulation = Simulation::new(seed);
+        members(&mut simulation, seed, &log);
+        simulation.run_for(Duration::from_secs(5)).unwrap();
+        let faults = sim::RandomFaults::every(Duration::from_millis(500))
+            .breaks(0.05)
+            .delay_spikes(0.02, Duration::from_millis(100));
+        simulation.start_random_faults(faults).unwrap();
+        simulation.run_for(Duration::from_secs(20)).unwrap();
+        simulation.stop_random_faults();
+        let calm = simulation.elapsed() + Duration::from_secs(2);
+        simulation.run_for(Duration::from_secs(5)).unwrap();
+        let context = format!("seed {seed}");
+        let broke = simulation
+            .faults()
+            .iter()
+            .filter(|f| matches!(f.entry, sim::Fault::Broke { connections, .. } if connections > 0))
+            .count();
+        assert!(broke >= 5, "{context}: links broke ({broke})");
+        assert_never_two(&log, &context);
+        for name in names() {
+            let served = log
+                .entries()
+                .iter()
+                .filter(|e| e.at >= calm && matches!(&e.entry, Log::Served { from, .. } if *from == name))
+                .count();
+            assert!(served > 0, "{context}: {name} is served after the faults");
+        }
+        let starts = log
+            .entries()
+            .iter()
+            .filter(|e| matches!(e.entry, Log::Start { .. }))
+            .count();
+        eprintln!("{context}: {broke} link breaks, {starts} activations");
+    }
+}
