@@ -180,7 +180,11 @@ async fn members_join_see_each_other_and_leave_without_being_downed() {
     let etcd = Etcd::start("join").await;
     let (a, mut a_events) = join(&etcd, id(1), 5, 1000);
     let (b, _b_events) = join(&etcd, id(2).with_kinds(["cart"]), 5, 1000);
-    let (c, mut c_events) = join(&etcd, id(3), 5, 1000);
+    // C joins with an actor system: its membership figures go to the system's monitor.
+    let system = rally_actor::ActorSystem::new("etcdtest");
+    let provider = EtcdProvider::new(etcd_config(&etcd, 5, 1000)).expect("valid");
+    let c = Cluster::join_as(&system, id(3), lease_config(), provider).expect("joins");
+    let mut c_events = c.events();
     // B and C register in either order: wait until A has seen both up, C has seen B.
     until_all(
         &mut a_events,
@@ -193,6 +197,22 @@ async fn members_join_see_each_other_and_leave_without_being_downed() {
     assert!(seen.iter().all(|m| m.status == MemberStatus::Up));
     let b_seen = seen.iter().find(|m| m.id == id(2)).expect("b is known");
     assert!(b_seen.id.hosts_kind("cart"), "kinds travel through etcd");
+    // What a member sends to etcd is counted beside what it receives: the lease grant, the
+    // read, the registration, the watch and the keep-alives, with their keys and values.
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    let stats = a.stats();
+    assert!(
+        stats.packets_out >= 5 && stats.bytes_out > 100 && stats.bytes_in > 0,
+        "{stats:?}"
+    );
+    let sent = system
+        .monitor()
+        .snapshot()
+        .figures
+        .into_iter()
+        .find(|f| f.name == "rally_cluster_membership_bytes_sent_total")
+        .expect("a member joined with a system exports its figures");
+    assert!(sent.value > 100.0, "{sent:?}");
     // A graceful leave: Leaving, then Removed, never Down.
     b.leave().await.expect("leaves");
     until(

@@ -306,7 +306,9 @@ fn under_random_connection_breaks_no_identity_is_ever_active_twice() {
             let served = log
                 .entries()
                 .iter()
-                .filter(|e| e.at >= calm && matches!(&e.entry, Log::Served { from, .. } if *from == name))
+                .filter(|e| {
+                    e.at >= calm && matches!(&e.entry, Log::Served { from, .. } if *from == name)
+                })
                 .count();
             assert!(served > 0, "{context}: {name} is served after the faults");
         }

@@ -24,7 +24,7 @@ use serde::{Deserialize, Serialize};
 use tokio::sync::mpsc;
 use tokio::time::{Instant, timeout};
 
-use self::view::{LeaseView, Registration, key_of};
+use self::view::{LEASE_ID_BYTES, LeaseView, Registration, key_of};
 use super::{Command, Provider, ProviderContext, ProviderStartError, ProviderTask, ViewPublisher};
 use crate::config::duration;
 use crate::downing::DowningStrategy;
@@ -221,6 +221,8 @@ enum Input {
     Put(String, Vec<u8>),
     Delete(String),
     KeepAlive(Instant, i64),
+    /// A request carrying this many bytes of keys, values and lease ids went to etcd.
+    Sent(usize),
 }
 
 async fn run(config: EtcdConfig, context: ProviderContext) {
@@ -243,9 +245,10 @@ async fn run(config: EtcdConfig, context: ProviderContext) {
     );
     publish(&mut view, &publisher);
     // Register: retried until it succeeds, unless the member is told to stop first.
+    let mut sent = Vec::new();
     let registered = loop {
         tokio::select! {
-            result = register(&config, &root, &view) => match result {
+            result = register(&config, &root, &view, &mut sent) => match result {
                 Ok(registered) => break Some(registered),
                 Err(e) => {
                     tracing::warn!(error = %e, "registering in etcd; retrying");
@@ -268,6 +271,9 @@ async fn run(config: EtcdConfig, context: ProviderContext) {
             },
         }
     };
+    for bytes in sent {
+        view.sent(bytes);
+    }
     let Some((client, registration, snapshot, revision, sent_at)) = registered else {
         publish(&mut view, &publisher);
         publisher.close();
@@ -298,10 +304,13 @@ async fn run(config: EtcdConfig, context: ProviderContext) {
                 Input::Put(key, value) => view.put(&key, &value),
                 Input::Delete(key) => view.delete(&key),
                 Input::KeepAlive(sent_at, ttl) => view.keep_alive(sent_at.into_std(), ttl),
+                Input::Sent(bytes) => view.sent(bytes),
             },
             command = commands.recv() => match command {
                 Some(Command::Down(member)) => {
-                    down(&client, &config, &view, &member).await;
+                    for bytes in down(&client, &config, &view, &member).await {
+                        view.sent(bytes);
+                    }
                     if member == view.local().id {
                         view.down_local();
                     }
@@ -346,16 +355,25 @@ type Registered = (Client, Registration, Vec<(String, Vec<u8>)>, i64, Instant);
 /// (compare-and-swap), deleting the registrations of earlier lives at its address in the same
 /// transaction. Returns the prefix as it was read before the transaction and the revision of
 /// that read, for the watch to start after.
-async fn register(config: &EtcdConfig, root: &str, view: &LeaseView) -> Result<Registered, String> {
+///
+/// Adds the size of every request it sends to `sent`.
+async fn register(
+    config: &EtcdConfig,
+    root: &str,
+    view: &LeaseView,
+    sent: &mut Vec<usize>,
+) -> Result<Registered, String> {
     let attempt = async {
         let mut client = connect(config).await.map_err(|e| e.to_string())?;
         let sent_at = Instant::now();
         let ttl = i64::try_from(config.lease_ttl.as_secs()).unwrap_or(i64::MAX);
+        sent.push(LEASE_ID_BYTES);
         let lease = client
             .lease_grant(ttl, None)
             .await
             .map_err(|e| e.to_string())?
             .id();
+        sent.push(root.len());
         let existing = client
             .get(root, Some(GetOptions::new().with_prefix()))
             .await
@@ -372,7 +390,7 @@ async fn register(config: &EtcdConfig, root: &str, view: &LeaseView) -> Result<R
                 && key_of(root, &r.member) == key
                 && local.supersedes(&r.member)
             {
-                superseded.push(TxnOp::delete(key.clone(), None));
+                superseded.push((key.clone(), TxnOp::delete(key.clone(), None)));
                 continue;
             }
             snapshot.push((key, kv.value().to_vec()));
@@ -383,22 +401,31 @@ async fn register(config: &EtcdConfig, root: &str, view: &LeaseView) -> Result<R
             leaving: false,
         };
         let key = view.local_key();
+        let value = registration.encode();
+        sent.push(
+            key.len() * 2
+                + value.len()
+                + LEASE_ID_BYTES
+                + superseded.iter().map(|(k, _)| k.len()).sum::<usize>(),
+        );
         let mut operations = vec![TxnOp::put(
             key.clone(),
-            registration.encode(),
+            value,
             Some(PutOptions::new().with_lease(lease)),
         )];
-        operations.extend(superseded);
+        operations.extend(superseded.into_iter().map(|(_, op)| op));
         let local_id = registration.member.clone();
         let txn = Txn::new()
             .when([Compare::create_revision(key.as_str(), CompareOp::Equal, 0)])
             .and_then(operations);
         let response = client.txn(txn).await.map_err(|e| e.to_string())?;
         if !response.succeeded() {
+            sent.push(LEASE_ID_BYTES);
             let _ = client.lease_revoke(lease).await;
             // An earlier attempt of this member whose answer was lost registered it under
             // a lease nobody keeps alive: delete that registration (if it is still ours),
             // and register afresh at the next attempt.
+            sent.push(key.len());
             let stale = client
                 .get(key.as_str(), None)
                 .await
@@ -406,6 +433,7 @@ async fn register(config: &EtcdConfig, root: &str, view: &LeaseView) -> Result<R
             if let Some(kv) = stale.kvs().first()
                 && Registration::decode(kv.value()).is_some_and(|r| r.member == local_id)
             {
+                sent.push(key.len() * 2 + kv.value().len());
                 let _ = client
                     .txn(
                         Txn::new()
@@ -436,6 +464,9 @@ async fn watch(
         let options = WatchOptions::new()
             .with_prefix()
             .with_start_revision(revision + 1);
+        if inputs.send(Input::Sent(root.len())).await.is_err() {
+            return;
+        }
         if let Ok(Ok(mut stream)) = timeout(
             config.request_timeout,
             client.watch(root.as_str(), Some(options)),
@@ -463,6 +494,9 @@ async fn watch(
         // Resynchronize: the whole prefix, then watch from its revision.
         loop {
             tokio::time::sleep(config.keep_alive).await;
+            if inputs.send(Input::Sent(root.len())).await.is_err() {
+                return;
+            }
             let read = timeout(
                 config.request_timeout,
                 client.get(root.as_str(), Some(GetOptions::new().with_prefix())),
@@ -512,6 +546,9 @@ async fn keep_alive(
         let Some((keeper, answers)) = stream.as_mut() else {
             continue;
         };
+        if inputs.send(Input::Sent(LEASE_ID_BYTES)).await.is_err() {
+            return;
+        }
         let answered = timeout(config.request_timeout, async {
             keeper.keep_alive().await?;
             answers.message().await
@@ -534,10 +571,17 @@ async fn keep_alive(
 
 /// An operator's down: deletes the member's registration only if it is still the one this
 /// member saw (compare-and-swap), and revokes its lease so it learns at its next keep-alive.
-async fn down(client: &Client, config: &EtcdConfig, view: &LeaseView, member: &crate::MemberId) {
+/// Returns the sizes of the requests it sent.
+async fn down(
+    client: &Client,
+    config: &EtcdConfig,
+    view: &LeaseView,
+    member: &crate::MemberId,
+) -> Vec<usize> {
     let Some((key, registration)) = view.registration_of(member) else {
-        return;
+        return Vec::new();
     };
+    let sent = vec![key.len() * 2 + registration.encode().len(), LEASE_ID_BYTES];
     let mut client = client.clone();
     let txn = Txn::new()
         .when([Compare::value(
@@ -557,6 +601,7 @@ async fn down(client: &Client, config: &EtcdConfig, view: &LeaseView, member: &c
     {
         tracing::warn!(%member, error = %e, "downing a member in etcd");
     }
+    sent
 }
 
 /// A graceful leave: the registration says `leaving`, then the lease is revoked (which
@@ -565,6 +610,8 @@ async fn leave(client: &Client, config: &EtcdConfig, view: &mut LeaseView, lease
     let mut client = client.clone();
     if let Some(registration) = view.leave() {
         let key = view.local_key();
+        view.sent(key.len() + registration.encode().len() + LEASE_ID_BYTES);
+        view.sent(LEASE_ID_BYTES);
         let attempt = async {
             client
                 .put(

@@ -30,6 +30,10 @@ impl Registration {
     }
 }
 
+/// The bytes of a lease id (or a lease's TTL) in a request: what a keep-alive, a grant or a
+/// revoke carries.
+pub(crate) const LEASE_ID_BYTES: usize = 8;
+
 /// The key of `member` under `root` (`<prefix>/<cluster>/members/`).
 pub(crate) fn key_of(root: &str, member: &MemberId) -> String {
     format!(
@@ -197,6 +201,13 @@ impl LeaseView {
         }
     }
 
+    /// A request to etcd carrying `bytes` of keys, values and lease ids was sent (what the
+    /// membership figures count as sent: the payload, not gRPC's framing).
+    pub(crate) fn sent(&mut self, bytes: usize) {
+        self.stats.packets_out += 1;
+        self.stats.bytes_out += bytes as u64;
+    }
+
     /// A keep-alive sent at `sent_at` was answered with `ttl` seconds left (0: the lease is
     /// gone).
     pub(crate) fn keep_alive(&mut self, sent_at: Instant, ttl: i64) {
@@ -319,6 +330,25 @@ mod tests {
         );
         view.drain_events();
         view
+    }
+
+    #[test]
+    fn requests_sent_are_counted_with_their_bytes_beside_what_is_received() {
+        let now = Instant::now();
+        let mut view = registered_view(now);
+        let (key, value) = reg(&id(2, 2, 2), false);
+        view.sent(key.len() + value.len());
+        view.sent(LEASE_ID_BYTES);
+        view.put(&key, &value);
+        let stats = view.stats();
+        assert_eq!(
+            (stats.packets_out, stats.bytes_out),
+            (2, (key.len() + value.len() + LEASE_ID_BYTES) as u64)
+        );
+        assert_eq!(
+            (stats.packets_in, stats.bytes_in),
+            (1, (key.len() + value.len()) as u64)
+        );
     }
 
     #[test]
