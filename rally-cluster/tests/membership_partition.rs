@@ -9,7 +9,7 @@ use std::collections::HashMap;
 use std::time::Duration;
 
 use rally_cluster::sim::Simulation;
-use rally_cluster::{ClusterConfig, MemberEvent, MemberId, MemberStatus};
+use rally_cluster::{ClusterConfig, DowningStrategy, MemberEvent, MemberId, MemberStatus};
 use rand::seq::SliceRandom;
 use rand::{Rng, SeedableRng};
 use support::{config, converged, first_seen};
@@ -155,4 +155,77 @@ fn a_healed_partition_does_not_bring_downed_members_back() {
     let back = sim.add_member_at(two[0].address.port, &config);
     assert!(sim.run_until(Duration::from_secs(10), Simulation::converged));
     assert_eq!(sim.status_seen_by(&three[0], &back), Some(MemberStatus::Up));
+}
+
+/// Every downing strategy resolves a 2|3 cut as `docs/cluster-protocol.md` says, end to end
+/// through the membership core (not only the pure `decide`): static-quorum of 3 keeps the
+/// three, keep-oldest keeps the side of the oldest even when it is the two, down-all downs
+/// all five; in each case no member takes over from one that is still running.
+#[test]
+fn every_downing_strategy_resolves_a_two_three_cut_as_documented() {
+    let strategies = [
+        (
+            "static-quorum 3",
+            DowningStrategy::StaticQuorum { quorum_size: 3 },
+        ),
+        (
+            "keep-oldest",
+            DowningStrategy::KeepOldest {
+                down_if_alone: false,
+                role: None,
+            },
+        ),
+        ("down-all", DowningStrategy::DownAll),
+    ];
+    for (name, strategy) in strategies {
+        let mut config = config();
+        config.downing = strategy.clone();
+        let margin = config.takeover_margin(5);
+        for seed in 0..10 {
+            let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
+            let (mut sim, mut members) = converged(seed, 5, &config);
+            sim.run_for(Duration::from_millis(rng.random_range(0..3000)));
+            members.sort();
+            let oldest = members.remove(0);
+            members.shuffle(&mut rng);
+            // The oldest and one other against three.
+            let two = vec![oldest, members.remove(0)];
+            let three = members;
+            sim.partition(&[&two, &three]);
+            let (survivors, stopped): (Vec<&MemberId>, Vec<&MemberId>) = match &strategy {
+                DowningStrategy::StaticQuorum { .. } => {
+                    (three.iter().collect(), two.iter().collect())
+                }
+                DowningStrategy::KeepOldest { .. } => {
+                    (two.iter().collect(), three.iter().collect())
+                }
+                _ => (Vec::new(), two.iter().chain(&three).collect()),
+            };
+            let context = format!("{name}, seed {seed}");
+            let settled = sim.run_until(Duration::from_secs(60), |sim| {
+                stopped
+                    .iter()
+                    .all(|m| sim.core(m).is_some_and(|c| c.is_stopped()))
+                    && survivors.iter().all(|observer| {
+                        stopped
+                            .iter()
+                            .all(|m| sim.status_seen_by(observer, m) == Some(MemberStatus::Down))
+                    })
+            });
+            assert!(settled, "{context}: not settled 60 s after the cut");
+            for m in &stopped {
+                assert_eq!(
+                    sim.core(m).unwrap().local().status,
+                    MemberStatus::Down,
+                    "{context}: {m} downed itself"
+                );
+            }
+            // Quiet for a while: the survivors stay.
+            sim.run_for(Duration::from_secs(10));
+            for m in &survivors {
+                assert!(!sim.core(m).unwrap().is_stopped(), "{context}: {m} stopped");
+            }
+            assert_no_two_owners(&sim, margin, seed);
+        }
+    }
 }
