@@ -265,7 +265,46 @@ impl<A: Actor> Context<A> {
     }
 
     /// Watches another actor: this actor receives [`Terminated`] once when it stops, at once if
-    /// it has already stopped.
+    /// it has already stopped. Its `reason` says why: stopped, failed (with the error), or its
+    /// node went down. The watched actor may be local or on another node.
+    ///
+    /// # Example
+    ///
+    /// ```
+    /// use rally::prelude::*;
+    /// use rally::{Terminated, TerminationReason};
+    ///
+    /// struct Worker;
+    /// impl Actor for Worker {}
+    ///
+    /// /// Tells `report` why the worker ended.
+    /// struct Watcher {
+    ///     worker: ActorRef<Worker>,
+    ///     report: tokio::sync::mpsc::UnboundedSender<TerminationReason>,
+    /// }
+    /// impl Actor for Watcher {
+    ///     async fn started(&mut self, ctx: &mut Context<Self>) -> ActorResult<()> {
+    ///         ctx.watch(&self.worker);
+    ///         Ok(())
+    ///     }
+    /// }
+    /// impl Handler<Terminated> for Watcher {
+    ///     async fn handle(&mut self, t: Terminated, _: &mut Context<Self>) -> ActorResult<()> {
+    ///         let _ = self.report.send(t.reason);
+    ///         Ok(())
+    ///     }
+    /// }
+    ///
+    /// # #[tokio::main] async fn main() {
+    /// let system = ActorSystem::new("doc");
+    /// let worker = system.spawn(Worker).unwrap();
+    /// let (report, mut reasons) = tokio::sync::mpsc::unbounded_channel();
+    /// system.spawn(Watcher { worker: worker.clone(), report }).unwrap();
+    /// worker.stop();
+    /// assert_eq!(reasons.recv().await, Some(TerminationReason::Stopped));
+    /// # system.shutdown().await.unwrap();
+    /// # }
+    /// ```
     pub fn watch<T: Actor>(&mut self, other: &ActorRef<T>)
     where
         A: Handler<Terminated>,

@@ -100,6 +100,13 @@ impl Default for Resizer {
 
 /// A handle that routes messages to a group of actors of type `A`.
 ///
+/// A `Router` is a value owned by one caller (`tell` and `ask` take `&mut self`), not an actor.
+/// For a router that is an actor, [`Pool`](crate::Pool): spawned under a supervisor and
+/// restarted with it, one `ActorRef` cloned into many tasks, watched, exposed to other nodes.
+/// A `Router` is for what a pool does not do: keyed routing ([`Routing::ConsistentHashing`]
+/// with [`tell_keyed`](Self::tell_keyed)), [`broadcast`](Self::broadcast), routing over
+/// actors you spawned yourself ([`group`](Self::group)), and a [`Resizer`].
+///
 /// # Example
 ///
 /// ```

@@ -43,6 +43,17 @@ pub struct PhiAccrualConfig {
 }
 
 /// A [`PhiAccrualConfig`] setting out of range: the setting's name and what is wrong.
+///
+/// # Example
+///
+/// ```
+/// use rally::remote::PhiAccrualConfig;
+///
+/// let mut config = PhiAccrualConfig::default();
+/// config.threshold = -1.0;
+/// let error = config.validate().unwrap_err();
+/// assert_eq!(error.0, "threshold");
+/// ```
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("failure detector setting {0}: {1}")]
 pub struct InvalidPhiAccrualConfig(pub &'static str, pub String);

@@ -31,6 +31,19 @@ impl fmt::Display for NodeAddress {
 }
 
 /// Why a node address did not parse.
+///
+/// # Example
+///
+/// ```
+/// use rally::remote::{AddressParseError, NodeAddress};
+///
+/// let missing_port = "rally://b@10.0.0.2".parse::<NodeAddress>();
+/// assert_eq!(missing_port, Err(AddressParseError::Port));
+/// assert_eq!(
+///     "b@10.0.0.2:2552".parse::<NodeAddress>().unwrap_err().to_string(),
+///     "a node address starts with rally://"
+/// );
+/// ```
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[non_exhaustive]
 pub enum AddressParseError {
@@ -74,6 +87,14 @@ impl FromStr for NodeAddress {
 
 /// A node's incarnation: random per start, so a restarted node is told apart from its
 /// previous life at the same address.
+///
+/// # Example
+///
+/// ```
+/// use rally::remote::Incarnation;
+///
+/// assert_eq!(Incarnation(0x2a).to_string(), "000000000000002a");
+/// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct Incarnation(pub u64);
 
@@ -84,6 +105,17 @@ impl fmt::Display for Incarnation {
 }
 
 /// A node address plus its incarnation.
+///
+/// # Example
+///
+/// ```
+/// use rally::remote::{Incarnation, NodeAddress, UniqueAddress};
+///
+/// let address: NodeAddress = "rally://b@10.0.0.2:2552".parse().unwrap();
+/// let before = UniqueAddress { address: address.clone(), incarnation: Incarnation(1) };
+/// let restarted = UniqueAddress { address, incarnation: Incarnation(2) };
+/// assert_ne!(before, restarted, "same address, another life of the node");
+/// ```
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct UniqueAddress {
     /// Where it listens.
