@@ -12,6 +12,36 @@ use crate::store::{BoxFuture, Claim, Epoch, StateStore, StoreError, check_key, f
 /// single-row write, short enough that a wedged process is reported rather than waited on.
 const BUSY_TIMEOUT: Duration = Duration::from_secs(5);
 
+/// The first waits for another process's write lock are short: that process holds it for one
+/// batch's commit, tens to hundreds of microseconds. (SQLite's own busy timeout sleeps 1, 2,
+/// 5, 10 ms and longer between tries, so a claim that met the other member's commit waited
+/// a millisecond or more for a lock free long before.)
+const BUSY_FAST_TRIES: u32 = 20;
+const BUSY_FAST_PAUSE: Duration = Duration::from_micros(50);
+/// Past the fast tries, one try a millisecond until [`BUSY_TIMEOUT`].
+const BUSY_SLOW_PAUSE: Duration = Duration::from_millis(1);
+
+/// Whether to try again after `tries` failed tries for a lock another process holds (SQLite's
+/// busy handler; it sleeps before saying yes). Gives up after about [`BUSY_TIMEOUT`].
+fn busy_wait(tries: i32) -> bool {
+    let tries = u32::try_from(tries).unwrap_or(0);
+    let slow_tries =
+        u32::try_from(BUSY_TIMEOUT.as_micros() / BUSY_SLOW_PAUSE.as_micros()).unwrap_or(u32::MAX);
+    if tries < BUSY_FAST_TRIES {
+        std::thread::sleep(BUSY_FAST_PAUSE);
+        true
+    } else if tries - BUSY_FAST_TRIES < slow_tries {
+        std::thread::sleep(BUSY_SLOW_PAUSE);
+        true
+    } else {
+        false
+    }
+}
+
+/// How long the checkpointer lets writes gather after the first commit it is told of before it
+/// copies the write-ahead log into the database file (see [`checkpoints`]).
+const CHECKPOINT_PERIOD: Duration = Duration::from_millis(100);
+
 /// Turns on WAL and creates the table. WAL lets readers in other processes go on during a
 /// write; NORMAL syncs at checkpoints, which keeps every committed epoch across a process
 /// crash. Processes that open a new file at the same moment race to change its journal
@@ -106,19 +136,38 @@ impl SqliteStore {
     /// every operation waiting (up to 256) and runs them in one transaction, so one commit
     /// serves as many activations as arrived while the previous one ran, and a lone operation
     /// waits for nothing (no timer). Each operation is still one compare-and-set statement:
-    /// batching changes only how many of them share a commit.
+    /// batching changes only how many of them share a commit. A second thread copies the
+    /// write-ahead log into the file (a passive checkpoint, at most every 100 ms while there
+    /// are writes), so no commit waits for that copy and its fsyncs; a lock held by another
+    /// process's commit is tried again every 50 µs at first, then every millisecond, for up
+    /// to 5 s.
     ///
     /// # Errors
     ///
     /// [`StoreError::Backend`] if the file cannot be opened or the table created.
     pub fn open(path: impl AsRef<Path>) -> Result<Self, StoreError> {
+        let path = path.as_ref();
         let connection = Connection::open(path).map_err(backend)?;
-        connection.busy_timeout(BUSY_TIMEOUT).map_err(backend)?;
+        connection.busy_handler(Some(busy_wait)).map_err(backend)?;
         set_up(&connection)?;
+        // Checkpoints run on a thread of their own (below), not in the commit that crossed
+        // SQLite's threshold: that commit's operations would wait for the copy and its fsyncs.
+        connection
+            .pragma_update(None, "wal_autocheckpoint", 0)
+            .map_err(backend)?;
+        let checkpointer = Connection::open(path).map_err(backend)?;
+        checkpointer
+            .busy_handler(Some(busy_wait))
+            .map_err(backend)?;
+        let (committed, commits) = std::sync::mpsc::sync_channel(1);
+        std::thread::Builder::new()
+            .name("rally-sqlite-checkpoint".into())
+            .spawn(move || checkpoints(&checkpointer, &commits))
+            .map_err(|e| StoreError::Backend(format!("sqlite thread: {e}")))?;
         let (jobs, queue) = mpsc::unbounded_channel();
         std::thread::Builder::new()
             .name("rally-sqlite".into())
-            .spawn(move || serve(&connection, queue))
+            .spawn(move || serve(&connection, queue, &committed))
             .map_err(|e| StoreError::Backend(format!("sqlite thread: {e}")))?;
         Ok(Self { jobs })
     }
@@ -274,7 +323,12 @@ impl StateStore for SqliteStore {
 /// The store's thread: until every handle is dropped, takes the operations waiting, runs them
 /// in one transaction and answers each after the commit. A statement that fails fails only its
 /// own operation; a transaction that cannot begin or commit fails every operation in it.
-fn serve(connection: &Connection, mut queue: mpsc::UnboundedReceiver<Job>) {
+/// `checkpointer` is told (without waiting) that a transaction committed.
+fn serve(
+    connection: &Connection,
+    mut queue: mpsc::UnboundedReceiver<Job>,
+    checkpointer: &std::sync::mpsc::SyncSender<()>,
+) {
     let mut batch = Vec::with_capacity(MAX_BATCH);
     while let Some(job) = queue.blocking_recv() {
         batch.push(job);
@@ -297,10 +351,28 @@ fn serve(connection: &Connection, mut queue: mpsc::UnboundedReceiver<Job>) {
         let committed = began.and_then(|()| connection.execute_batch("COMMIT").map_err(backend));
         if committed.is_err() {
             let _ = connection.execute_batch("ROLLBACK");
+        } else {
+            // Full: the checkpointer has been told already.
+            let _ = checkpointer.try_send(());
         }
         for answer in answers {
             answer(committed.clone());
         }
+    }
+}
+
+/// The checkpointer's thread: once told of a commit, lets writes gather for
+/// [`CHECKPOINT_PERIOD`], then copies what the write-ahead log holds into the database file
+/// (a passive checkpoint: it takes no lock that writers wait on, in this process or another).
+/// Ends when the store's thread has ended. A committed transaction is in the log (written
+/// before its commit returned) whether or not it was copied yet: checkpoints bound the log's
+/// size, they are not what keeps an epoch across a process crash.
+fn checkpoints(connection: &Connection, commits: &std::sync::mpsc::Receiver<()>) {
+    while commits.recv().is_ok() {
+        std::thread::sleep(CHECKPOINT_PERIOD);
+        while commits.try_recv().is_ok() {}
+        // One that fails (the file gone, say) is tried again after the next commit.
+        let _ = connection.query_row("PRAGMA wal_checkpoint(PASSIVE)", [], |_| Ok(()));
     }
 }
 

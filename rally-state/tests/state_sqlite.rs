@@ -179,3 +179,38 @@ fn many_opens_of_one_new_file_at_once_all_succeed() {
         let _ = std::fs::remove_dir_all(&dir);
     }
 }
+
+/// What is committed reaches the database file while the store stays open and idle: a
+/// checkpointer copies the write-ahead log in the background (no commit does it on the way,
+/// so none waits for it), which keeps the log from growing without bound.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn commits_are_copied_into_the_database_file_in_the_background() {
+    let db = TempDb::new("checkpoint");
+    let store = SqliteStore::open(db.path()).unwrap();
+    let claims: Vec<_> = (0..2000)
+        .map(|i| {
+            let store = store.clone();
+            tokio::spawn(async move {
+                let identity = format!("identity-{i:05}");
+                store.claim("kind", &identity, "rally://member@127.0.0.1:4000#1").await
+            })
+        })
+        .collect();
+    for claim in claims {
+        assert!(matches!(claim.await.unwrap(), Ok(Claim::Granted(1))));
+    }
+    // 2,000 rows of about 60 bytes: over 64 KiB once in the file, not just in its log.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    loop {
+        let size = std::fs::metadata(db.path()).unwrap().len();
+        if size >= 64 * 1024 {
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the database file is still {size} bytes: the log was never copied into it"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+    drop(store);
+}
