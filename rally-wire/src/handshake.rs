@@ -105,6 +105,22 @@ pub enum RejectReason {
     WrongCluster = 6,
 }
 
+impl std::fmt::Display for RejectReason {
+    /// The reason in words, as the refused client's error shows it.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Self::BadProof => "this node's proof is wrong (different secret?)",
+            Self::WrongAddress => "the server is not the node this one called",
+            Self::Quarantined => "this node's incarnation is quarantined there",
+            Self::UnsupportedVersion => {
+                "this node speaks a protocol version the server does not support"
+            }
+            Self::Protocol => "this node broke the handshake protocol",
+            Self::WrongCluster => "this node belongs to another cluster",
+        })
+    }
+}
+
 impl RejectReason {
     fn from_u8(byte: u8) -> Option<Self> {
         Some(match byte {
@@ -152,7 +168,7 @@ pub enum HandshakeError {
         found: NodeAddress,
     },
     /// The server refused us.
-    #[error("rejected by the server: {0:?}")]
+    #[error("rejected by the server: {0}")]
     Rejected(RejectReason),
     /// The client's incarnation is quarantined here.
     #[error("{0} is quarantined")]
@@ -902,6 +918,18 @@ mod tests {
             s.unwrap().unwrap_err(),
             HandshakeError::Quarantined(_)
         ));
+    }
+
+    #[test]
+    fn a_refused_client_reads_the_reason_in_words() {
+        assert_eq!(
+            HandshakeError::Rejected(RejectReason::UnsupportedVersion).to_string(),
+            "rejected by the server: this node speaks a protocol version the server does not support"
+        );
+        assert_eq!(
+            HandshakeError::Rejected(RejectReason::BadProof).to_string(),
+            "rejected by the server: this node's proof is wrong (different secret?)"
+        );
     }
 
     #[test]
