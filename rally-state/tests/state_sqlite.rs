@@ -192,7 +192,9 @@ async fn commits_are_copied_into_the_database_file_in_the_background() {
             let store = store.clone();
             tokio::spawn(async move {
                 let identity = format!("identity-{i:05}");
-                store.claim("kind", &identity, "rally://member@127.0.0.1:4000#1").await
+                store
+                    .claim("kind", &identity, "rally://member@127.0.0.1:4000#1")
+                    .await
             })
         })
         .collect();
