@@ -273,6 +273,16 @@ fn real_rep(n: usize, config: &ClusterConfig, rest: Option<Duration>) -> anyhow:
     })
 }
 
+/// The settings every member runs with, read from `ClusterConfig::default()` (so the report
+/// cannot drift from the defaults it ran).
+fn defaults_described() -> String {
+    let c = ClusterConfig::default();
+    format!(
+        "ClusterConfig::default() (gossip provider; downing {:?}, stable-after {:?}, probe {:?}, gossip {:?})",
+        c.downing, c.stable_after, c.probe_period, c.gossip_period
+    )
+}
+
 fn measure_rest(members: &[LiveMember], period: Duration) -> anyhow::Result<RestFigures> {
     let snapshot = || -> anyhow::Result<(u64, u64, u64)> {
         let mut totals = (0, 0, 0);
@@ -486,10 +496,7 @@ pub(crate) fn convergence(args: &ConvergenceArgs) -> anyhow::Result<()> {
         .param("reps", reps as u64)
         .param("sim_reps", sim_reps as u64)
         .param("rest_seconds", rest_seconds)
-        .param(
-            "config",
-            "ClusterConfig::default() (gossip provider; stable-after 5 s, probe 500 ms, gossip 200 ms, keep-majority)",
-        )
+        .param("config", defaults_described())
         .param(
             "real",
             "in this process, one thread + current-thread runtime + ActorSystem + RemoteNode + Cluster per member, loopback TCP; a kill drops the member's runtime (its tasks and sockets)",
