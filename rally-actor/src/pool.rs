@@ -86,12 +86,22 @@ impl<A: Actor> std::fmt::Debug for Pool<A> {
 
 impl<A: Actor> Pool<A> {
     /// A pool of `size` routees (at least 1) made from `props`, spawned when the pool starts.
-    /// [`Routing::ConsistentHashing`] routes as round-robin here.
+    ///
+    /// # Panics
+    ///
+    /// With [`Routing::ConsistentHashing`]: a pool has no key per message to hash (a
+    /// [`Router`](crate::Router) has), and routing some other way without saying so would
+    /// break what the caller asked for.
     pub fn new(
         size: usize,
         routing: Routing,
         props: impl FnMut() -> Props<A> + Send + 'static,
     ) -> Self {
+        assert!(
+            routing != Routing::ConsistentHashing,
+            "Pool::new: a pool cannot route by Routing::ConsistentHashing (it has no key per \
+             message); use a Router for keyed routing"
+        );
         Self {
             size: size.max(1),
             routing,
@@ -255,4 +265,18 @@ fn random_below(n: usize) -> usize {
     let mut hasher = std::collections::hash_map::RandomState::new().build_hasher();
     hasher.write_usize(n);
     (hasher.finish() % n as u64) as usize
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    struct Idle;
+    impl Actor for Idle {}
+
+    #[test]
+    #[should_panic(expected = "use a Router for keyed routing")]
+    fn a_pool_refuses_keyed_routing_instead_of_routing_otherwise() {
+        let _ = Pool::new(2, Routing::ConsistentHashing, || Props::new(Idle));
+    }
 }
