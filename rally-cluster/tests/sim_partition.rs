@@ -12,8 +12,9 @@ use rally::cluster::ClusterConfig;
 use rally::sim::{Logged, SimLog, Simulation};
 use sim_support::{Log, assert_never_two, down_at, formed, hosting, names, replayable, seen_up};
 
-/// Seeds of the partition test: each is about a third of a second of real time.
-const SEEDS: u64 = 40;
+/// Seeds of the partition test (the issue asks for 100): each is about a third of a second of
+/// real time.
+const SEEDS: u64 = 100;
 
 /// Slack on top of the documented bounds for delivering events (links take 1–5 ms).
 const SLACK: Duration = Duration::from_millis(100);
