@@ -3,7 +3,8 @@
 //! link. Breaks and spikes shorter than the failure detector's bound leave the cluster whole
 //! (nobody downed, the singleton stays put, never two at once); a link slowed down past the
 //! probe timeout makes the member behind it unreachable, and a slower link than usual that
-//! stays within it does not. A seed replays the faults and what they caused.
+//! stays within it does not. A seed replays the faults and what they caused. A link cut between
+//! two members only downs one or both of its ends, nobody else.
 
 mod sim_support;
 
@@ -176,4 +177,81 @@ fn a_delay_past_the_probe_timeout_makes_a_member_unreachable_and_a_shorter_one_d
         assert_ne!(hosting(&log), [slow], "{context}: not on the slow member");
         eprintln!("{context}: unreachable for all four {took:?} after the delay");
     }
+}
+
+/// One link cut between two members, each still reaching the other three: SWIM's indirect
+/// probes still get through, so the unreachability comes from the transport's heartbeats,
+/// and only the two ends see it. Each end then counts itself in a majority (four of five
+/// reachable) and downs the other: one or both ends are downed (both when the two decisions
+/// cross, as an "indirectly connected" pair is in other systems), nobody else; the three
+/// others stay up, the singleton stays put and never runs twice.
+#[test]
+fn a_link_cut_between_two_members_downs_one_or_both_ends_and_nobody_else() {
+    let pairs = [("n2", "n3"), ("n4", "n5"), ("n2", "n5"), ("n3", "n4")];
+    let mut both = 0;
+    for seed in 0..8 {
+        let (mut simulation, log, names) = formed(seed);
+        let host = hosting(&log);
+        let (x, y) = pairs[(seed % 4) as usize];
+        assert!(
+            !host.iter().any(|h| h == x || h == y),
+            "the cut is away from the singleton"
+        );
+        let others: Vec<&str> = names
+            .iter()
+            .map(String::as_str)
+            .filter(|n| *n != x && *n != y)
+            .collect();
+        let context = format!("seed {seed}, link {x}-{y} cut");
+        let before = log.entries().len();
+        simulation.partition(&[x], &[y]).unwrap();
+        let downed_by_all = |log: &Vec<Logged<Log>>, about: &str| {
+            others.iter().all(|o| {
+                log.iter().any(|e| {
+                    matches!(&e.entry,
+                    Log::Event { host, event: "down", about: a, .. } if host == o && a == about)
+                })
+            })
+        };
+        simulation
+            .run_until(Duration::from_secs(30), || {
+                let entries = log.entries();
+                downed_by_all(&entries, x) || downed_by_all(&entries, y)
+            })
+            .unwrap_or_else(|e| panic!("{context}: no end downed: {e}"));
+        simulation.run_for(Duration::from_secs(10)).unwrap();
+        let after = &log.entries()[before..];
+        for e in after {
+            if let Log::Event {
+                host, event, about, ..
+            } = &e.entry
+            {
+                if matches!(*event, "unreachable" | "down") {
+                    assert!(
+                        about == x || about == y,
+                        "{context}: {host} saw {about} {event}"
+                    );
+                }
+                if *event == "unreachable" {
+                    assert!(
+                        host == x || host == y,
+                        "{context}: only the ends see an end unreachable: {host} saw {about}"
+                    );
+                }
+            }
+        }
+        for o in &others {
+            assert!(
+                seen_up(&log, o) >= 3,
+                "{context}: {o} still sees the three up"
+            );
+        }
+        let entries = log.entries();
+        if downed_by_all(&entries, x) && downed_by_all(&entries, y) {
+            both += 1;
+        }
+        assert_never_two(&log, &context);
+        assert_eq!(hosting(&log), host, "{context}: the singleton stayed put");
+    }
+    eprintln!("a cut link downed both of its ends on {both} of 8 seeds, one end on the others");
 }
