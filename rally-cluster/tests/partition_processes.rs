@@ -380,3 +380,99 @@ impl Drop for TempDir {
         let _ = std::fs::remove_dir_all(&self.0);
     }
 }
+
+/// One link cut between two of three member processes (nftables in their two namespaces; each
+/// still reaches the third): SWIM's indirect probes still get through, so only the remoting
+/// heartbeats see it, over real sockets. Only the two ends report each other unreachable (the
+/// third never sees either unreachable); one or both ends are downed, never the third; the
+/// singleton, on the third (the oldest), never stops and never runs twice.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs root and network namespaces; run by .ci/run"]
+async fn one_link_cut_between_two_member_processes_is_seen_only_by_its_ends() {
+    if in_member_mode() {
+        return;
+    }
+    let namespaces = Namespaces::new(3);
+    let specs: Vec<(String, Spec, Option<String>)> = (0..3)
+        .map(|i| {
+            let mut spec = Spec::new(PORT, &[]);
+            spec.host = Namespaces::ip(i);
+            spec.seeds = vec![format!("{}:{PORT}", Namespaces::ip(0))];
+            spec.singleton = true;
+            (format!("m{i}"), spec, Some(namespaces.members[i].clone()))
+        })
+        .collect();
+    let (mut members, _) = start_cluster(&specs).await;
+    let mut by_age: Vec<usize> = (0..3).collect();
+    by_age.sort_by_key(|&i| members[i].ready.as_ref().unwrap().id(false));
+    let (third, x, y) = (by_age[0], by_age[1], by_age[2]);
+    members[third]
+        .find("the singleton on the oldest", |o| {
+            o.is("SINGLETON", &["START"])
+        })
+        .await;
+    let cut_at = mono_ns();
+    namespaces.cut(x, &[y]);
+    namespaces.cut(y, &[x]);
+    let (x_id, y_id) = (
+        members[x].member().to_owned(),
+        members[y].member().to_owned(),
+    );
+    // The ends see each other unreachable.
+    for (i, other) in [(x, y_id.clone()), (y, x_id.clone())] {
+        let seen = members[i]
+            .find("the other end unreachable", move |o| {
+                o.is("EVENT", &["Unreachable", &other])
+            })
+            .await;
+        eprintln!(
+            "OBSERVED one link cut: {} saw the other end unreachable {:.0} ms after the cut",
+            members[i].name,
+            ms(seen.at - cut_at)
+        );
+    }
+    // The third sees one end (or both) downed.
+    let (xd, yd) = (x_id.clone(), y_id.clone());
+    let down = members[third]
+        .find("an end downed", move |o| {
+            o.is("EVENT", &["Down", &xd]) || o.is("EVENT", &["Down", &yd])
+        })
+        .await;
+    eprintln!(
+        "OBSERVED one link cut: {} saw {} down {:.0} ms after the cut",
+        members[third].name,
+        down.args[1],
+        ms(down.at - cut_at)
+    );
+    // A window for a second down or anything else to show (an absence has no event).
+    tokio::time::sleep(std::time::Duration::from_secs(3)).await;
+    for m in &mut members {
+        m.drain();
+    }
+    let third_id = members[third].member().to_owned();
+    let trouble: Vec<&Out> = members[third]
+        .seen
+        .iter()
+        .filter(|o| o.at > cut_at && o.is("EVENT", &["Unreachable"]))
+        .collect();
+    assert!(
+        trouble.is_empty(),
+        "the third never sees an end unreachable: {trouble:?}"
+    );
+    for m in &members {
+        let third_down: Vec<&Out> = m
+            .seen
+            .iter()
+            .filter(|o| o.is("EVENT", &["Down", &third_id]))
+            .collect();
+        assert!(third_down.is_empty(), "{}: {third_down:?}", m.name);
+    }
+    let facts: Vec<&Out> = members.iter().flat_map(|m| m.seen.iter()).collect();
+    let lives = singleton_lives(&facts);
+    assert_no_overlap("singleton", &lives, |_| None);
+    assert_eq!(lives.len(), 1, "{lives:?}");
+    assert_eq!(lives[0].0, third_id);
+    assert!(lives[0].2.is_none(), "{lives:?}");
+    drop(members);
+    drop(namespaces);
+}
