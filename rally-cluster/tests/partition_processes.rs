@@ -8,7 +8,8 @@
 //! and the two processes restarted on their addresses rejoin as new incarnations, with still one
 //! singleton and never two activations of one identity.
 //!
-//! Needs root (network namespaces, nftables): `.ci/run` runs it with `-- --ignored`.
+//! Needs root (network namespaces, nftables): `.ci/run` runs it with `-- --ignored
+//! --test-threads=1` (one test at a time: each starts up to eight member processes).
 
 #[path = "support/processes.rs"]
 mod processes;
@@ -49,13 +50,14 @@ fn run(args: &[&str]) {
 
 impl Namespaces {
     /// `n` member namespaces on one bridge, member `i` at `10.77.0.<i+1>/24`. Names are unique
-    /// to this run (process id and clock), short enough for interface names.
+    /// to this test (process id and a count of the namespaces made in this process: tests of
+    /// this file may run at once, each in namespaces of its own), short enough for interface
+    /// names.
     fn new(n: usize) -> Self {
-        let tag = format!(
-            "rp{:x}",
-            (u64::from(std::process::id()) << 20) ^ (mono_ns() >> 10)
-        );
-        let tag = &tag[..tag.len().min(9)];
+        static MADE: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+        let made = MADE.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let tag = format!("rp{:x}{made:x}", std::process::id() & 0xf_ffff);
+        let tag = tag.as_str();
         let namespaces = Self {
             hub: format!("{tag}h"),
             members: (0..n).map(|i| format!("{tag}m{i}")).collect(),
