@@ -2,9 +2,11 @@
 //! runtime logs it once through `tracing` with the actor's path. One test per file: the panic
 //! hook is process-wide.
 
-use std::io::Write;
+#[path = "support/log.rs"]
+mod log;
+
+use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use rally::{Actor, ActorResult, ActorSystem, AskError, Context, Handler, Message, Props};
@@ -22,20 +24,6 @@ impl Handler<Boom> for Fragile {
     }
 }
 
-/// A `tracing` writer that keeps everything in memory.
-#[derive(Clone, Default)]
-struct Captured(Arc<Mutex<Vec<u8>>>);
-
-impl Write for Captured {
-    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-        self.0.lock().unwrap().extend_from_slice(buf);
-        Ok(buf.len())
-    }
-    fn flush(&mut self) -> std::io::Result<()> {
-        Ok(())
-    }
-}
-
 #[test]
 fn a_handler_panic_reaches_the_asker_and_the_log_once_and_not_the_panic_hook() {
     // A hook that counts: it stands for the default hook, which prints to stderr.
@@ -45,13 +33,7 @@ fn a_handler_panic_reaches_the_asker_and_the_log_once_and_not_the_panic_hook() {
         counted.fetch_add(1, Ordering::SeqCst);
         eprintln!("hook: {info}");
     }));
-    let captured = Captured::default();
-    let writer = captured.clone();
-    let subscriber = tracing_subscriber::fmt()
-        .with_writer(move || writer.clone())
-        .with_ansi(false)
-        .finish();
-    let _guard = tracing::subscriber::set_default(subscriber);
+    let (captured, _guard) = log::capture();
 
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
@@ -77,7 +59,7 @@ fn a_handler_panic_reaches_the_asker_and_the_log_once_and_not_the_panic_hook() {
         0,
         "the caught panic was not printed"
     );
-    let log = String::from_utf8(captured.0.lock().unwrap().clone()).unwrap();
+    let log = captured.text();
     let lines: Vec<&str> = log.lines().filter(|l| l.contains("panicked")).collect();
     assert_eq!(lines.len(), 1, "logged once: {log}");
     assert!(lines[0].contains("/user/fragile"), "{}", lines[0]);

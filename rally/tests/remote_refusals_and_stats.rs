@@ -4,8 +4,9 @@
 //! that only answers counts its replies as messages sent.
 #![cfg(feature = "remote")]
 
-use std::io::Write;
-use std::sync::{Arc, Mutex};
+#[path = "support/log.rs"]
+mod log;
+
 use std::time::Duration;
 
 use rally::AskError;
@@ -46,36 +47,10 @@ async fn node(name: &str, secret: &[u8]) -> (ActorSystem, RemoteNode) {
     (system, node)
 }
 
-/// A `tracing` writer that keeps everything in memory.
-#[derive(Clone, Default)]
-struct Captured(Arc<Mutex<Vec<u8>>>);
-
-impl Write for Captured {
-    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-        self.0.lock().unwrap().extend_from_slice(buf);
-        Ok(buf.len())
-    }
-    fn flush(&mut self) -> std::io::Result<()> {
-        Ok(())
-    }
-}
-
-impl Captured {
-    fn text(&self) -> String {
-        String::from_utf8(self.0.lock().unwrap().clone()).unwrap()
-    }
-}
-
 /// Everything runs on this test's one thread, so the subscriber set here sees both nodes.
 #[tokio::test]
 async fn a_wrong_secret_is_a_typed_error_counted_and_logged_once_on_each_side() {
-    let captured = Captured::default();
-    let writer = captured.clone();
-    let subscriber = tracing_subscriber::fmt()
-        .with_writer(move || writer.clone())
-        .with_ansi(false)
-        .finish();
-    let _guard = tracing::subscriber::set_default(subscriber);
+    let (captured, _guard) = log::capture();
 
     let (_bs, b) = node("b", b"correct horse").await;
     let (_as, a) = node("a", b"battery staple").await;
