@@ -21,6 +21,13 @@ impl Handler<Ping> for Echo {
     }
 }
 
+/// The node's Prometheus endpoint on a free loopback port, reporting every `period`.
+async fn serve(system: &ActorSystem, period: Duration) -> rally_metrics::prometheus::Endpoint {
+    rally_metrics::prometheus::serve(system, "127.0.0.1:0".parse().unwrap(), period)
+        .await
+        .unwrap()
+}
+
 fn top_once(endpoint: &str) -> std::process::Output {
     Command::new(env!("CARGO_BIN_EXE_rally"))
         .args(["top", "--once", "--endpoint", endpoint])
@@ -35,13 +42,7 @@ async fn top_once_prints_the_nodes_actors_and_dispatchers() {
         .spawn(Props::new(Echo).named("echo").monitored(true))
         .unwrap();
     echo.ask(Ping, Duration::from_secs(1)).await.unwrap();
-    let endpoint = rally_metrics::prometheus::serve(
-        &system,
-        "127.0.0.1:0".parse().unwrap(),
-        Duration::from_millis(20),
-    )
-    .await
-    .unwrap();
+    let endpoint = serve(&system, Duration::from_millis(20)).await;
     tokio::time::sleep(Duration::from_millis(60)).await;
     let addr = endpoint.local_addr().to_string();
     let output = tokio::task::spawn_blocking(move || top_once(&addr))
@@ -69,13 +70,7 @@ async fn top_once_on_a_node_without_monitored_actors_says_how_to_opt_in() {
     let system = ActorSystem::new("plain");
     let echo = system.spawn(Props::new(Echo).named("echo")).unwrap();
     echo.ask(Ping, Duration::from_secs(1)).await.unwrap();
-    let endpoint = rally_metrics::prometheus::serve(
-        &system,
-        "127.0.0.1:0".parse().unwrap(),
-        Duration::from_millis(20),
-    )
-    .await
-    .unwrap();
+    let endpoint = serve(&system, Duration::from_millis(20)).await;
     let addr = endpoint.local_addr().to_string();
     let output = tokio::task::spawn_blocking(move || top_once(&addr))
         .await
@@ -164,13 +159,7 @@ async fn top_once_shows_a_members_virtual_actors_and_membership() {
         let cart = grains.get::<Cart>(&format!("cart-{i}")).unwrap();
         cart.ask(Touch, T).await.unwrap();
     }
-    let endpoint = rally_metrics::prometheus::serve(
-        &system,
-        "127.0.0.1:0".parse().unwrap(),
-        Duration::from_millis(100),
-    )
-    .await
-    .unwrap();
+    let endpoint = serve(&system, Duration::from_millis(100)).await;
     let addr = endpoint.local_addr().to_string();
     // The first report comes after one period: ask until it is there.
     let (text, row) = loop {
