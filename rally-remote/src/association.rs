@@ -35,6 +35,16 @@ struct PeerState {
     unreachable_since: Option<Instant>,
 }
 
+/// The error of a request that gets no reply for `reason`, given what is known of its outcome.
+fn failure(reason: &str, outcome: Outcome) -> ReplyError {
+    match outcome {
+        Outcome::NeverSent => ReplyError::Undeliverable(format!("{reason} (never sent)")),
+        Outcome::Unknown => ReplyError::OutcomeUnknown(format!(
+            "{reason} (the request had left; it may have been handled)"
+        )),
+    }
+}
+
 /// This node's view of one peer node.
 pub(crate) struct Association {
     pub(crate) remote: NodeAddress,
@@ -43,6 +53,9 @@ pub(crate) struct Association {
     peer: Mutex<PeerState>,
     /// Mirrors `peer.refused.is_some()`, so a send checks it without the lock.
     refused_flag: std::sync::atomic::AtomicBool,
+    /// Requests queued for a generation below this one have been failed (the peer's life
+    /// they were for ended); set before the requests are failed, read after a registration.
+    ended_below: std::sync::atomic::AtomicU64,
     requests: Mutex<RequestTable<PendingReply>>,
     /// Request ids are handed out here, without the table's lock.
     next_request: std::sync::atomic::AtomicU64,
@@ -112,6 +125,7 @@ impl Association {
                 unreachable_since: None,
             }),
             refused_flag: std::sync::atomic::AtomicBool::new(false),
+            ended_below: std::sync::atomic::AtomicU64::new(0),
             requests: Mutex::new(RequestTable::default()),
             next_request: std::sync::atomic::AtomicU64::new(1),
             watches: Mutex::new(HashMap::new()),
@@ -348,6 +362,8 @@ impl Association {
             .iter()
             .map(|lane| lane.begin_generation(generation))
             .sum();
+        self.ended_below
+            .fetch_max(generation, std::sync::atomic::Ordering::Release);
         self.fail_requests(&format!("node {} is down: {reason}", self.remote));
         let watches: Vec<(String, Vec<Arc<dyn TerminationSink>>)> =
             lock(&self.watches).drain().collect();
@@ -369,13 +385,7 @@ impl Association {
         let handed: Vec<u64> = self.lanes.iter().map(|lane| lane.handed()).collect();
         let failed = lock(&self.requests).fail_all(|lane| handed.get(lane).copied().unwrap_or(0));
         for (pending, outcome) in failed {
-            let error = match outcome {
-                Outcome::NeverSent => ReplyError::Undeliverable(format!("{reason} (never sent)")),
-                Outcome::Unknown => ReplyError::OutcomeUnknown(format!(
-                    "{reason} (the request had left; it may have been handled)"
-                )),
-            };
-            pending.complete(Err(error));
+            pending.complete(Err(failure(reason, outcome)));
         }
     }
 
@@ -386,18 +396,43 @@ impl Association {
     }
 
     /// Registers where the reply to request `id` goes, once its frame is queued on `lane` as
-    /// message `sequence`. A reply that overtook this registration is delivered at once.
+    /// message `sequence` for the peer's life `generation`. A reply that overtook this
+    /// registration is delivered at once.
+    ///
+    /// A refusal or the end of that life may have failed the waiting requests between the
+    /// frame's queuing and this registration: both mark themselves before they take the
+    /// table's lock, and this looks after releasing it, so one of the two always fails the
+    /// request (it never waits for its timeout).
     pub(crate) fn register_request(
         &self,
         id: u64,
         pending: PendingReply,
         lane: usize,
         sequence: u64,
+        generation: u64,
     ) {
         let early = lock(&self.requests).register(id, pending, lane, sequence);
         if let Some((pending, status, payload)) = early {
             pending.complete(reply_result(status, &payload));
+            return;
         }
+        let reason = if let Some(refused) = self.refused_fast() {
+            refused
+        } else if generation < self.ended_below.load(std::sync::atomic::Ordering::Acquire) {
+            format!("node {} is down", self.remote)
+        } else {
+            return;
+        };
+        let handed = self.lanes.get(lane).map_or(0, |lane| lane.handed());
+        let Some(pending) = lock(&self.requests).cancel(id) else {
+            return; // failed or answered meanwhile
+        };
+        let outcome = if sequence <= handed {
+            Outcome::Unknown
+        } else {
+            Outcome::NeverSent
+        };
+        pending.complete(Err(failure(&reason, outcome)));
     }
 
     /// A reply frame arrived.
@@ -541,7 +576,7 @@ mod tests {
         let assoc = association();
         let (first, first_rx) = pending();
         let a = assoc.next_request_id();
-        assoc.register_request(a, first, 1, 1);
+        assoc.register_request(a, first, 1, 1, 1);
         assoc.complete(a, ReplyStatus::Ok, &[7]);
         assert_eq!(first_rx.try_recv().unwrap(), Ok(7));
 
@@ -549,7 +584,7 @@ mod tests {
         let b = assoc.next_request_id();
         assoc.complete(b, ReplyStatus::Ok, &[9]); // overtakes the registration
         assert!(second_rx.try_recv().is_err());
-        assoc.register_request(b, second, 1, 2);
+        assoc.register_request(b, second, 1, 2, 1);
         assert_eq!(second_rx.try_recv().unwrap(), Ok(9));
         assert_eq!(assoc.pending_requests(), 0);
     }
@@ -560,7 +595,7 @@ mod tests {
         assert_eq!(assoc.observe(Incarnation(1), no_id).0, Observed::First);
         let (waiting, waiting_rx) = pending();
         let id = assoc.next_request_id();
-        assoc.register_request(id, waiting, 1, 1);
+        assoc.register_request(id, waiting, 1, 1, 1);
         assert!(assoc.declare_down(DownReason::Left, no_id).is_some());
         // Sequence 1 was never handed to a transport: it never left.
         assert!(matches!(
@@ -658,7 +693,7 @@ mod tests {
         let assoc = association();
         let (waiting, rx) = pending();
         let id = assoc.next_request_id();
-        assoc.register_request(id, waiting, 1, 1);
+        assoc.register_request(id, waiting, 1, 1, 1);
         assert!(assoc.refuse("secrets differ".into()));
         assert!(!assoc.refuse("secrets differ".into()));
         assert!(
@@ -667,5 +702,37 @@ mod tests {
         assert_eq!(assoc.refused().as_deref(), Some("secrets differ"));
         assoc.observe(Incarnation(5), no_id);
         assert_eq!(assoc.refused(), None);
+    }
+
+    /// The frame is queued, then the refusal or the peer's death fails the waiting requests,
+    /// then the request registers: it fails at once, not at its timeout. (Before the fix it
+    /// waited: CI saw a wrong-secret `ask` end in `Timeout(10s)`.)
+    #[test]
+    fn a_request_registered_after_a_refusal_or_a_death_fails_at_once() {
+        let assoc = association();
+        assert!(assoc.refuse("secrets differ".into()));
+        let (late, rx) = pending();
+        let id = assoc.next_request_id();
+        assoc.register_request(id, late, 1, 1, 1);
+        assert!(
+            matches!(rx.try_recv().unwrap(), Err(ReplyError::Undeliverable(why)) if why.contains("secrets differ"))
+        );
+        assert_eq!(assoc.pending_requests(), 0);
+
+        let assoc = association();
+        assert_eq!(assoc.observe(Incarnation(1), no_id).0, Observed::First);
+        assert!(assoc.declare_down(DownReason::Left, no_id).is_some());
+        let (late, rx) = pending();
+        let id = assoc.next_request_id();
+        assoc.register_request(id, late, 1, 1, 1);
+        assert!(
+            matches!(rx.try_recv().unwrap(), Err(ReplyError::Undeliverable(why)) if why.contains("is down"))
+        );
+        // A request of the new life waits for its reply as usual.
+        let (current, rx) = pending();
+        let id = assoc.next_request_id();
+        assoc.register_request(id, current, 1, 2, assoc.generation());
+        assert!(rx.try_recv().is_err());
+        assert_eq!(assoc.pending_requests(), 1);
     }
 }

@@ -91,6 +91,7 @@ impl<A: Actor> ExternalTarget<A> for RemoteRef<A> {
                         },
                         self.lane,
                         sequence,
+                        self.generation,
                     );
                 }
                 Ok(())
