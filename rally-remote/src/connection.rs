@@ -94,6 +94,10 @@ async fn exchange(
 ) -> Result<(PeerInfo, BytesMut), ConnectError> {
     let mut out = BytesMut::new();
     loop {
+        // A TLS server answers a plain client's bytes with an alert: say so, not "bad frame".
+        if rally_wire::is_tls_record(&buf) {
+            return Err(HandshakeError::Preface(rally_wire::PrefaceError::Tls).into());
+        }
         while let Some((kind, body, used)) = split_frame(&buf, HANDSHAKE_MAX_FRAME)? {
             let event = step(kind, body, &mut out);
             buf.advance(used);

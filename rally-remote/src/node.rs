@@ -803,6 +803,12 @@ fn permanent_failure(remote: &NodeAddress, error: &connection::ConnectError) -> 
         }
         connection::ConnectError::Io(io) => {
             let tls = io.get_ref()?.downcast_ref::<rustls::Error>()?;
+            if let rustls::Error::InvalidMessage(_) = tls {
+                // What a plain-TCP node answers a ClientHello with is its own preface.
+                return Some(format!(
+                    "cannot connect to {remote}: its answer is not TLS ({tls}): it listens in plain TCP? configure TLS on both nodes or on neither"
+                ));
+            }
             Some(format!(
                 "cannot connect to {remote}: TLS: {tls} (are both certificates signed by a CA the other side trusts?)"
             ))

@@ -1,5 +1,5 @@
 //! Mutual TLS between nodes: certificates from files signed by one CA; a node with a
-//! certificate from another CA, or speaking plain TCP, is refused.
+//! certificate from another CA, or speaking plain TCP, is refused with an error naming the cause.
 
 #[path = "support/nodes.rs"]
 mod nodes;
@@ -88,12 +88,22 @@ async fn a_certificate_from_another_ca_or_plain_tcp_is_refused() {
         tokio::time::sleep(Duration::from_millis(5)).await;
     }
     let after_foreign = b.stats().handshake_failures;
+    // A plain-TCP node calling the TLS node hears that the peer speaks TLS (before: a timeout).
     let (_ps, plain) = target_node_on("p", config(), Arc::new(TcpTransport)).await;
     let target = plain.lookup::<Target>(b.address(), "target");
-    assert!(matches!(
-        target.ask(Echo(1), Duration::from_millis(800)).await,
-        Err(AskError::Timeout(_))
-    ));
+    match target.ask(Echo(1), T).await {
+        Err(AskError::Undeliverable(why)) => {
+            assert!(why.contains("speaks TLS and this node plain TCP"), "{why}")
+        }
+        other => panic!("expected a typed refusal naming TLS, got {other:?}"),
+    }
+    assert!(plain.stats().handshake_failures >= 1, "{:?}", plain.stats());
+    // And the TLS node calling the plain one hears that its answer is not TLS.
+    let target = b.lookup::<Target>(plain.address(), "target");
+    match target.ask(Echo(1), T).await {
+        Err(AskError::Undeliverable(why)) => assert!(why.contains("is not TLS"), "{why}"),
+        other => panic!("expected a typed refusal naming plain TCP, got {other:?}"),
+    }
     assert!(
         b.stats().handshake_failures > after_foreign,
         "B counts the plain-TCP peer as well: {:?}",

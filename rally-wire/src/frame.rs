@@ -34,6 +34,12 @@ pub enum PrefaceError {
         /// The four bytes found.
         found: [u8; 4],
     },
+    /// A TLS record (a ClientHello, or the alert a TLS server answers plain bytes with): one
+    /// side is configured for TLS and the other for plain TCP.
+    #[error(
+        "the peer speaks TLS and this node plain TCP: configure TLS on both nodes or on neither"
+    )]
+    Tls,
     /// A Rally peer speaking another version.
     #[error("protocol version {found} is not supported (this node speaks {supported})")]
     UnsupportedVersion {
@@ -57,8 +63,12 @@ pub enum PrefaceError {
 ///
 /// assert!(check_preface(b"RALY\x00\x03").is_ok());
 /// assert!(matches!(check_preface(b"GET / "), Err(PrefaceError::WrongMagic { .. })));
+/// assert_eq!(check_preface(&[0x16, 0x03, 0x01, 0x00, 0xa5, 0x01]), Err(PrefaceError::Tls));
 /// ```
 pub fn check_preface(bytes: &[u8; PREFACE_LEN]) -> Result<(), PrefaceError> {
+    if is_tls_record(bytes) {
+        return Err(PrefaceError::Tls);
+    }
     let found: [u8; 4] = bytes[..4]
         .try_into()
         .expect("a 6-byte preface has 4 magic bytes");
@@ -73,6 +83,23 @@ pub fn check_preface(bytes: &[u8; PREFACE_LEN]) -> Result<(), PrefaceError> {
         });
     }
     Ok(())
+}
+
+/// Whether `bytes` begin like a TLS record: a handshake (a ClientHello) or an alert, record
+/// version 3.1–3.4 (TLS 1.0–1.3). A Rally handshake frame never begins so: read as a frame
+/// header, those bytes give a length of at least 66,326, far above
+/// [`HANDSHAKE_MAX_FRAME`](crate::HANDSHAKE_MAX_FRAME).
+///
+/// # Example
+///
+/// ```
+/// use rally_wire::is_tls_record;
+///
+/// assert!(is_tls_record(&[0x15, 0x03, 0x03, 0x00, 0x02, 0x02, 0x32])); // a fatal alert
+/// assert!(!is_tls_record(b"RALY\x00\x03"));
+/// ```
+pub fn is_tls_record(bytes: &[u8]) -> bool {
+    matches!(bytes, [0x15 | 0x16, 0x03, 0x01..=0x04, ..])
 }
 
 /// What a frame carries.
@@ -269,8 +296,12 @@ mod tests {
 
     #[test]
     fn bad_prefaces_and_frames_say_why() {
-        assert!(matches!(
+        assert_eq!(
             check_preface(b"\x16\x03\x01\x02\x00\x01"),
+            Err(PrefaceError::Tls)
+        );
+        assert!(matches!(
+            check_preface(b"GET / "),
             Err(PrefaceError::WrongMagic { .. })
         ));
         assert_eq!(

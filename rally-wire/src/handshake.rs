@@ -210,7 +210,7 @@ impl HandshakeError {
             | Self::WrongAddress { .. }
             | Self::WrongCluster { .. }
             | Self::Quarantined(_) => true,
-            Self::Preface(PrefaceError::UnsupportedVersion { .. }) => true,
+            Self::Preface(PrefaceError::UnsupportedVersion { .. } | PrefaceError::Tls) => true,
             Self::Rejected(reason) => !matches!(reason, RejectReason::Protocol),
             _ => false,
         }
@@ -531,7 +531,9 @@ impl ServerHandshake {
         self.refused = Box::new(refused);
     }
 
-    /// Checks the preface; on a version mismatch writes a Reject first.
+    /// Checks the preface. On a version mismatch it writes a Reject first; on a TLS
+    /// ClientHello, this node's own preface, which a TLS client reads as "not TLS" at once
+    /// rather than waiting for an answer that never comes.
     ///
     /// # Errors
     ///
@@ -548,8 +550,12 @@ impl ServerHandshake {
             });
         }
         if let Err(error) = check_preface(preface) {
-            if matches!(error, PrefaceError::UnsupportedVersion { .. }) {
-                reject(out, RejectReason::UnsupportedVersion);
+            match error {
+                PrefaceError::UnsupportedVersion { .. } => {
+                    reject(out, RejectReason::UnsupportedVersion);
+                }
+                PrefaceError::Tls => encode_preface(out),
+                _ => {}
             }
             return Err(error.into());
         }
@@ -695,7 +701,7 @@ fn server_state_name(state: ServerState) -> &'static str {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::frame::split_frame;
+    use crate::frame::{MAGIC, split_frame};
 
     fn id(port: u16) -> UniqueAddress {
         UniqueAddress {
@@ -951,6 +957,20 @@ mod tests {
             !out.is_empty(),
             "a version mismatch is answered with a Reject"
         );
+        // A TLS ClientHello is answered with this node's preface (a TLS client reads "not
+        // TLS" at once); it is permanent, as a secret that differs is.
+        let mut server = ServerHandshake::new(config(2, b"k"), [2; 32]);
+        let mut out = BytesMut::new();
+        let error = server
+            .on_preface(&[0x16, 0x03, 0x01, 0x00, 0xa5, 0x01], &mut out)
+            .unwrap_err();
+        assert_eq!(error, HandshakeError::Preface(PrefaceError::Tls));
+        assert!(error.is_permanent());
+        assert_eq!(&out[..4], MAGIC);
+        assert!(
+            !HandshakeError::Preface(PrefaceError::WrongMagic { found: *b"GET " }).is_permanent()
+        );
+        let mut out = BytesMut::new();
         let mut server = ServerHandshake::new(config(2, b"k"), [2; 32]);
         server.on_preface(b"RALY\x00\x03", &mut out).unwrap();
         assert!(matches!(

@@ -51,7 +51,7 @@ pub use failure_detector::{InvalidPhiAccrualConfig, PhiAccrualConfig, PhiAccrual
 pub use frame::{
     FRAME_HEADER_LEN, FrameError, FrameKind, FrameMark, FrameTooLargeError, MAGIC, PREFACE_LEN,
     PrefaceError, SplitFrame, VERSION, begin_frame, check_preface, encode_preface, finish_frame,
-    split_frame,
+    is_tls_record, split_frame,
 };
 pub use handshake::{
     ClientHandshake, HANDSHAKE_MAX_FRAME, HandshakeConfig, HandshakeError, HandshakeEvent,
