@@ -1,6 +1,8 @@
 //! A store in one SQLite file, shared by the members on one machine.
 
 use std::path::Path;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use rusqlite::{Connection, ErrorCode, OptionalExtension, params};
@@ -21,9 +23,19 @@ const BUSY_FAST_PAUSE: Duration = Duration::from_micros(50);
 /// Past the fast tries, one try a millisecond until [`BUSY_TIMEOUT`].
 const BUSY_SLOW_PAUSE: Duration = Duration::from_millis(1);
 
+thread_local! {
+    /// Set while an operation runs on its caller's thread (see [`SqliteStore::run`]): there a
+    /// lock another process holds is not waited for, the operation goes to the store's thread.
+    static NO_WAIT: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
+
 /// Whether to try again after `tries` failed tries for a lock another process holds (SQLite's
-/// busy handler; it sleeps before saying yes). Gives up after about [`BUSY_TIMEOUT`].
+/// busy handler; it sleeps before saying yes). Gives up after about [`BUSY_TIMEOUT`], or at
+/// once on a caller's thread.
 fn busy_wait(tries: i32) -> bool {
+    if NO_WAIT.get() {
+        return false;
+    }
     let tries = u32::try_from(tries).unwrap_or(0);
     let slow_tries =
         u32::try_from(BUSY_TIMEOUT.as_micros() / BUSY_SLOW_PAUSE.as_micros()).unwrap_or(u32::MAX);
@@ -37,6 +49,13 @@ fn busy_wait(tries: i32) -> bool {
         false
     }
 }
+
+/// How long the store must have been idle (no transaction ended) before an operation runs on
+/// its caller's thread (see [`SqliteStore::run`]). Under load, transactions follow one another
+/// closer than this, and operations queue for the store's thread, where they share commits;
+/// a lone operation (activations that arrive one at a time) skips the hand-off to that thread
+/// and back.
+const INLINE_AFTER_IDLE_NANOS: u64 = 50_000;
 
 /// How long the checkpointer lets writes gather after the first commit it is told of before it
 /// copies the write-ahead log into the database file (see [`checkpoints`]).
@@ -79,19 +98,19 @@ CREATE TABLE IF NOT EXISTS rally_grains (
 ";
 
 // Each statement decides on its own: the WHERE of the upsert or update is the compare, the
-// SET the swap, RETURNING says whether it applied.
+// SET the swap, the count of rows it changed says whether it applied. (A claim then reads the
+// row it decided on, in the same write transaction; `RETURNING` would do both in one statement
+// but costs more: SQLite builds an ephemeral table for the returned rows of every execution.)
 const CLAIM: &str = "
 INSERT INTO rally_grains (kind, identity, epoch, owner, active) VALUES (?1, ?2, 1, ?3, 1)
 ON CONFLICT (kind, identity) DO UPDATE
     SET epoch = epoch + 1, owner = excluded.owner, active = 1
-    WHERE active = 0 OR owner = excluded.owner
-RETURNING epoch";
+    WHERE active = 0 OR owner = excluded.owner";
 const TAKE_OVER: &str = "
 INSERT INTO rally_grains (kind, identity, epoch, owner, active) VALUES (?1, ?2, 1, ?3, 1)
 ON CONFLICT (kind, identity) DO UPDATE
     SET epoch = epoch + 1, owner = excluded.owner, active = 1
-    WHERE epoch = ?4 OR active = 0
-RETURNING epoch";
+    WHERE epoch = ?4 OR active = 0";
 const HOLDER: &str = "SELECT owner, epoch FROM rally_grains WHERE kind = ?1 AND identity = ?2";
 const RELEASE: &str = "UPDATE rally_grains SET active = 0 WHERE kind = ?1 AND identity = ?2 AND epoch = ?3 AND active = 1";
 const SAVE: &str = "UPDATE rally_grains SET state = ?4 WHERE kind = ?1 AND identity = ?2 AND epoch = ?3 AND active = 1";
@@ -119,6 +138,29 @@ const LOAD: &str = "SELECT state FROM rally_grains WHERE kind = ?1 AND identity 
 #[derive(Debug, Clone)]
 pub struct SqliteStore {
     jobs: mpsc::UnboundedSender<Job>,
+    shared: Arc<Shared>,
+}
+
+/// What the handles and the store's thread share.
+struct Shared {
+    /// The one connection: the store's thread holds it for a batch; a caller that finds the
+    /// store idle runs its operation with it on its own thread.
+    connection: Mutex<Connection>,
+    /// Operations sent to the store's thread that it has not answered yet.
+    queued: AtomicUsize,
+    /// When the last transaction ended, in nanoseconds since `since`.
+    last_end: AtomicU64,
+    since: Instant,
+    /// Tells the checkpointer (without waiting) that a transaction committed.
+    committed: std::sync::mpsc::SyncSender<()>,
+}
+
+impl std::fmt::Debug for Shared {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Shared")
+            .field("queued", &self.queued.load(Ordering::Relaxed))
+            .finish_non_exhaustive()
+    }
 }
 
 /// One operation for the store's thread: run against the connection inside the batch's
@@ -132,15 +174,19 @@ const MAX_BATCH: usize = 256;
 impl SqliteStore {
     /// Opens (creating if needed) the store at `path`.
     ///
-    /// The connection lives on a thread of its own. Operations queue for it; the thread takes
-    /// every operation waiting (up to 256) and runs them in one transaction, so one commit
-    /// serves as many activations as arrived while the previous one ran, and a lone operation
-    /// waits for nothing (no timer). Each operation is still one compare-and-set statement:
-    /// batching changes only how many of them share a commit. A second thread copies the
-    /// write-ahead log into the file (a passive checkpoint, at most every 100 ms while there
-    /// are writes), so no commit waits for that copy and its fsyncs; a lock held by another
-    /// process's commit is tried again every 50 µs at first, then every millisecond, for up
-    /// to 5 s.
+    /// The connection is shared by the callers and a thread of the store's own. When the store
+    /// has been idle for 50 µs, nothing is queued and the file's write lock is free at once,
+    /// an operation runs in a transaction of its own on the caller's thread (tens of
+    /// microseconds: one activation arriving alone skips the hand-off to another thread and
+    /// back). Otherwise it queues for the store's thread, which takes every operation waiting
+    /// (up to 256) and runs them in one transaction, so one commit serves as many activations
+    /// as arrived while the previous one ran, and a lone operation waits for nothing (no
+    /// timer); a caller's thread never waits for another process's lock. Each operation is
+    /// still one compare-and-set statement: where it runs and how many share a commit change
+    /// nothing else. A second thread copies the write-ahead log into the file (a passive
+    /// checkpoint, at most every 100 ms while there are writes), so no commit waits for that
+    /// copy and its fsyncs; the store's thread tries a lock held by another process's commit
+    /// again every 50 µs at first, then every millisecond, for up to 5 s.
     ///
     /// # Errors
     ///
@@ -164,20 +210,33 @@ impl SqliteStore {
             .name("rally-sqlite-checkpoint".into())
             .spawn(move || checkpoints(&checkpointer, &commits))
             .map_err(|e| StoreError::Backend(format!("sqlite thread: {e}")))?;
+        let shared = Arc::new(Shared {
+            connection: Mutex::new(connection),
+            queued: AtomicUsize::new(0),
+            last_end: AtomicU64::new(0),
+            since: Instant::now(),
+            committed,
+        });
         let (jobs, queue) = mpsc::unbounded_channel();
+        let served = Arc::clone(&shared);
         std::thread::Builder::new()
             .name("rally-sqlite".into())
-            .spawn(move || serve(&connection, queue, &committed))
+            .spawn(move || serve(&served, queue))
             .map_err(|e| StoreError::Backend(format!("sqlite thread: {e}")))?;
-        Ok(Self { jobs })
+        Ok(Self { jobs, shared })
     }
 
-    /// Queues `f` for the store's thread and awaits its result, which arrives once the
-    /// transaction that ran it committed.
+    /// Runs `f` in a transaction and answers once that transaction committed: on the caller's
+    /// thread if the connection is free, nothing is queued and the write lock is free at once;
+    /// otherwise queued for the store's thread.
     fn run<T: Send + 'static>(
         &self,
         f: impl FnOnce(&Connection) -> Result<T, StoreError> + Send + 'static,
     ) -> BoxFuture<'static, Result<T, StoreError>> {
+        let f = match self.run_here(f) {
+            Ok(result) => return Box::pin(std::future::ready(result)),
+            Err(f) => f,
+        };
         let (reply, answer) = oneshot::channel();
         let job: Job = Box::new(move |connection| {
             let result = f(connection);
@@ -185,6 +244,7 @@ impl SqliteStore {
                 let _ = reply.send(committed.and(result));
             })
         });
+        self.shared.queued.fetch_add(1, Ordering::AcqRel);
         let queued = self.jobs.send(job).is_ok();
         Box::pin(async move {
             if !queued {
@@ -194,6 +254,40 @@ impl SqliteStore {
                 .await
                 .map_err(|_| StoreError::Backend("sqlite thread: stopped".into()))?
         })
+    }
+
+    /// Runs `f` in a transaction of its own on this thread if the store is idle (nothing
+    /// queued, no transaction ended in the last 50 µs: under load operations queue for the
+    /// store's thread to share its commits, and none waits behind this one), the connection is
+    /// free and so is the file's write lock (no wait for another process on a caller's
+    /// thread); gives `f` back otherwise.
+    fn run_here<T, F>(&self, f: F) -> Result<Result<T, StoreError>, F>
+    where
+        F: FnOnce(&Connection) -> Result<T, StoreError>,
+    {
+        if self.shared.queued.load(Ordering::Acquire) != 0
+            || self.shared.now()
+                < self.shared.last_end.load(Ordering::Acquire) + INLINE_AFTER_IDLE_NANOS
+        {
+            return Err(f);
+        }
+        let Ok(connection) = self.shared.connection.try_lock() else {
+            return Err(f);
+        };
+        NO_WAIT.set(true);
+        let began = run_cached(&connection, "BEGIN IMMEDIATE");
+        NO_WAIT.set(false);
+        match began {
+            Ok(()) => {}
+            Err(rusqlite::Error::SqliteFailure(e, _))
+                if matches!(e.code, ErrorCode::DatabaseBusy | ErrorCode::DatabaseLocked) =>
+            {
+                return Err(f);
+            }
+            Err(e) => return Ok(Err(backend(e))),
+        }
+        let result = f(&connection);
+        Ok(commit(&connection, &self.shared).and(result))
     }
 
     /// Checks the key, then queues `f` with owned copies of it (see [`run`](Self::run)).
@@ -219,15 +313,12 @@ impl SqliteStore {
     ) -> BoxFuture<'static, Result<Claim, StoreError>> {
         let owner = owner.to_owned();
         self.run_keyed(kind, identity, move |c, kind, identity| {
-            let granted: Option<i64> = match from {
-                None => query_row(c, CLAIM, params![kind, identity, owner]),
-                Some(from) => {
-                    query_row(c, TAKE_OVER, params![kind, identity, owner, to_sql(from)?])
-                }
-            }?;
-            if let Some(epoch) = granted {
-                return Ok(Claim::Granted(from_sql(epoch)));
-            }
+            let changed = match from {
+                None => execute(c, CLAIM, params![kind, identity, owner])?,
+                Some(from) => execute(c, TAKE_OVER, params![kind, identity, owner, to_sql(from)?])?,
+            };
+            // The row the upsert decided on, read under the same write lock: the epoch it
+            // granted (one row changed), or the holder it left in place (none).
             let (owner, epoch): (String, i64) = c
                 .prepare_cached(HOLDER)
                 .and_then(|mut statement| {
@@ -236,9 +327,11 @@ impl SqliteStore {
                     })
                 })
                 .map_err(backend)?;
-            Ok(Claim::Held {
-                owner,
-                epoch: from_sql(epoch),
+            let epoch = from_sql(epoch);
+            Ok(if changed == 1 {
+                Claim::Granted(epoch)
+            } else {
+                Claim::Held { owner, epoch }
             })
         })
     }
@@ -253,6 +346,12 @@ fn query_row<T: rusqlite::types::FromSql>(
     c.prepare_cached(sql)
         .and_then(|mut statement| statement.query_row(params, |row| row.get(0)).optional())
         .map_err(backend)
+}
+
+/// Runs a cached statement that returns nothing (a transaction's `BEGIN`, `COMMIT`): parsed
+/// once per connection, not once per transaction.
+fn run_cached(c: &Connection, sql: &str) -> rusqlite::Result<()> {
+    c.prepare_cached(sql)?.execute([]).map(|_| ())
 }
 
 /// Runs a cached statement that changes rows; how many it changed.
@@ -320,15 +419,30 @@ impl StateStore for SqliteStore {
     }
 }
 
+impl Shared {
+    /// Nanoseconds since the store opened.
+    fn now(&self) -> u64 {
+        u64::try_from(self.since.elapsed().as_nanos()).unwrap_or(u64::MAX)
+    }
+}
+
+/// Commits the open transaction (rolls it back if that fails) and tells the checkpointer.
+fn commit(connection: &Connection, shared: &Shared) -> Result<(), StoreError> {
+    let committed = run_cached(connection, "COMMIT").map_err(backend);
+    shared.last_end.store(shared.now(), Ordering::Release);
+    if committed.is_err() {
+        let _ = run_cached(connection, "ROLLBACK");
+    } else {
+        // Full: the checkpointer has been told already.
+        let _ = shared.committed.try_send(());
+    }
+    committed
+}
+
 /// The store's thread: until every handle is dropped, takes the operations waiting, runs them
 /// in one transaction and answers each after the commit. A statement that fails fails only its
 /// own operation; a transaction that cannot begin or commit fails every operation in it.
-/// `checkpointer` is told (without waiting) that a transaction committed.
-fn serve(
-    connection: &Connection,
-    mut queue: mpsc::UnboundedReceiver<Job>,
-    checkpointer: &std::sync::mpsc::SyncSender<()>,
-) {
+fn serve(shared: &Shared, mut queue: mpsc::UnboundedReceiver<Job>) {
     let mut batch = Vec::with_capacity(MAX_BATCH);
     while let Some(job) = queue.blocking_recv() {
         batch.push(job);
@@ -338,23 +452,24 @@ fn serve(
                 Err(_) => break,
             }
         }
+        let taken = batch.len();
+        let connection = shared
+            .connection
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
         // IMMEDIATE takes the write lock at once (waiting up to the busy timeout), so no
         // statement of the batch meets a lock it cannot wait for.
-        let began = connection.execute_batch("BEGIN IMMEDIATE").map_err(backend);
+        let began = run_cached(&connection, "BEGIN IMMEDIATE").map_err(backend);
         let answers: Vec<_> = match &began {
-            Ok(()) => batch.drain(..).map(|job| job(connection)).collect(),
+            Ok(()) => batch.drain(..).map(|job| job(&connection)).collect(),
             Err(_) => {
                 batch.clear();
                 Vec::new()
             }
         };
-        let committed = began.and_then(|()| connection.execute_batch("COMMIT").map_err(backend));
-        if committed.is_err() {
-            let _ = connection.execute_batch("ROLLBACK");
-        } else {
-            // Full: the checkpointer has been told already.
-            let _ = checkpointer.try_send(());
-        }
+        let committed = began.and_then(|()| commit(&connection, shared));
+        drop(connection);
+        shared.queued.fetch_sub(taken, Ordering::AcqRel);
         for answer in answers {
             answer(committed.clone());
         }

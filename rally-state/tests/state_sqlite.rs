@@ -216,3 +216,22 @@ async fn commits_are_copied_into_the_database_file_in_the_background() {
     }
     drop(store);
 }
+
+/// An operation that meets the write lock held by another connection (another member process's
+/// commit) does not wait for it on the caller's thread: the call returns at once, the store's
+/// thread waits for the lock, and the claim is granted once the other connection commits.
+#[tokio::test(flavor = "current_thread")]
+async fn a_claim_meeting_another_connections_write_lock_waits_on_the_stores_thread() {
+    let db = TempDb::new("held-lock");
+    let store = SqliteStore::open(db.path()).unwrap();
+    assert_eq!(store.claim("cart", "u0", "a").await, Ok(Claim::Granted(1)));
+    let other = rusqlite::Connection::open(db.path()).unwrap();
+    other.execute_batch("BEGIN IMMEDIATE").unwrap();
+    // On this (the only) runtime thread: if the call waited for the lock, the commit below
+    // could not run before the store's busy timeout, and the claim would fail.
+    let claim = store.claim("cart", "u1", "a");
+    other.execute_batch("COMMIT").unwrap();
+    assert_eq!(claim.await, Ok(Claim::Granted(1)));
+    // Idle again: the next claim is served as well (on whichever thread).
+    assert_eq!(store.claim("cart", "u0", "a").await, Ok(Claim::Granted(2)));
+}
