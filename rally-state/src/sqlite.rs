@@ -119,6 +119,14 @@ const LOAD: &str = "SELECT state FROM rally_grains WHERE kind = ?1 AND identity 
 /// A [`StateStore`] in one SQLite file (write-ahead log), shared by every member on the
 /// machine that opens the same path: the zero-setup default. SQLite is compiled in.
 ///
+/// **Durability.** An operation is answered only after the transaction that ran it committed,
+/// and a commit is in the write-ahead log when it returns (`synchronous = NORMAL`): a granted
+/// epoch or a saved state survives the crash of any process, the member's own included. It is
+/// not synced to the disk at every commit, only at checkpoints (at most every 100 ms while
+/// there are writes), so a power loss or an operating-system crash may lose the commits since
+/// the last checkpoint (every member on the machine stops with it). For members on many
+/// machines, or state that must outlive the machine, use `PostgresStore`.
+///
 /// # Example
 ///
 /// ```
