@@ -57,6 +57,11 @@ fn busy_wait(tries: i32) -> bool {
 /// and back.
 const INLINE_AFTER_IDLE_NANOS: u64 = 50_000;
 
+/// Frames in the write-ahead log (4 KiB pages: 16 MiB) past which a checkpoint also restarts
+/// the log (see [`checkpoints`]). The restart holds writers back while it copies the frames
+/// committed during the passive pass before it and syncs the files.
+const RESTART_AFTER_FRAMES: i64 = 4096;
+
 /// How long the checkpointer lets writes gather after the first commit it is told of before it
 /// copies the write-ahead log into the database file (see [`checkpoints`]).
 const CHECKPOINT_PERIOD: Duration = Duration::from_millis(100);
@@ -487,6 +492,10 @@ fn serve(shared: &Shared, mut queue: mpsc::UnboundedReceiver<Job>) {
 /// The checkpointer's thread: once told of a commit, lets writes gather for
 /// [`CHECKPOINT_PERIOD`], then copies what the write-ahead log holds into the database file
 /// (a passive checkpoint: it takes no lock that writers wait on, in this process or another).
+/// SQLite writes the log from its start again only when a transaction begins with every frame
+/// copied, which never happens while commits follow one another closer than a checkpoint
+/// takes: past [`RESTART_AFTER_FRAMES`] the passive pass is followed by a restarting one, which
+/// keeps the log's file bounded.
 /// Ends when the store's thread has ended. A committed transaction is in the log (written
 /// before its commit returned) whether or not it was copied yet: checkpoints bound the log's
 /// size, they are not what keeps an epoch across a process crash.
@@ -495,7 +504,16 @@ fn checkpoints(connection: &Connection, commits: &std::sync::mpsc::Receiver<()>)
         std::thread::sleep(CHECKPOINT_PERIOD);
         while commits.try_recv().is_ok() {}
         // One that fails (the file gone, say) is tried again after the next commit.
-        let _ = connection.query_row("PRAGMA wal_checkpoint(PASSIVE)", [], |_| Ok(()));
+        let frames: i64 = connection
+            .query_row("PRAGMA wal_checkpoint(PASSIVE)", [], |row| row.get(1))
+            .unwrap_or(0);
+        if frames > RESTART_AFTER_FRAMES {
+            // A second passive pass copies what was committed during the first; the restart
+            // then copies only what came during the second, holding writers back meanwhile,
+            // and makes the next commit write the log from its start again.
+            let _ = connection.query_row("PRAGMA wal_checkpoint(PASSIVE)", [], |_| Ok(()));
+            let _ = connection.query_row("PRAGMA wal_checkpoint(RESTART)", [], |_| Ok(()));
+        }
     }
 }
 

@@ -235,3 +235,49 @@ async fn a_claim_meeting_another_connections_write_lock_waits_on_the_stores_thre
     // Idle again: the next claim is served as well (on whichever thread).
     assert_eq!(store.claim("cart", "u0", "a").await, Ok(Claim::Granted(2)));
 }
+
+/// Under commits that never pause (two handles, as two member processes, claiming one identity
+/// after another), the write-ahead log's file stays bounded: SQLite writes it from its start
+/// again only when a transaction begins with every frame copied into the database, which
+/// passive checkpoints never achieve while commits keep coming, so without a restarting
+/// checkpoint the log grew by every commit (about 210 MB over this test).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_write_ahead_log_stays_bounded_under_commits_that_never_pause() {
+    const CLAIMS_PER_HANDLE: usize = 18_000;
+    // The restart threshold (16 MiB) plus what gathers during a checkpoint period and the
+    // checkpoint's passes (more when other tests take the CPU), with room.
+    const BOUND: u64 = 128 * 1024 * 1024;
+    let db = TempDb::new("wal-bound");
+    let log = db.dir.join("grains.db-wal");
+    let stores = [
+        SqliteStore::open(db.path()).unwrap(),
+        SqliteStore::open(db.path()).unwrap(),
+    ];
+    let writers: Vec<_> = stores
+        .iter()
+        .enumerate()
+        .map(|(n, store)| {
+            let store = store.clone();
+            tokio::spawn(async move {
+                for i in 0..CLAIMS_PER_HANDLE {
+                    let identity = format!("identity-{n}-{i:06}");
+                    let claim = store.claim("kind", &identity, "rally://member@127.0.0.1:4000#1");
+                    assert_eq!(claim.await, Ok(Claim::Granted(1)), "{identity}");
+                }
+            })
+        })
+        .collect();
+    let mut largest = 0;
+    while !writers.iter().all(tokio::task::JoinHandle::is_finished) {
+        largest = largest.max(std::fs::metadata(&log).map_or(0, |m| m.len()));
+        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+    }
+    for writer in writers {
+        writer.await.unwrap();
+    }
+    largest = largest.max(std::fs::metadata(&log).map_or(0, |m| m.len()));
+    assert!(
+        largest < BOUND,
+        "the write-ahead log reached {largest} bytes (bound {BOUND})"
+    );
+}
