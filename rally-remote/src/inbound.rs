@@ -228,10 +228,12 @@ impl Connection {
                 request_id,
                 payload,
             } => {
-                let route = (request_id != 0).then(|| ReplyRoute {
-                    lane: association.reply_lane(peer.lane).clone(),
-                    generation,
-                    request_id,
+                let route = (request_id != 0).then(|| {
+                    ReplyRoute::new(
+                        association.reply_lane(peer.lane).clone(),
+                        generation,
+                        request_id,
+                    )
                 });
                 let Some(target) = resolve(node, targets, recipient_id, recipient) else {
                     counters.unknown_recipient.fetch_add(1, Ordering::Relaxed);

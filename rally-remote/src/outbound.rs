@@ -136,6 +136,10 @@ pub(crate) struct OutboundLane {
     wakeup: Wakeup,
     capacity: usize,
     pub(crate) stats: LaneStats,
+    /// Replies this lane owes: requests from the peer handed to local actors whose reply has
+    /// not been queued yet (see [`ReplyRoute`]). While some are owed, the writer woken by one
+    /// reply lets the tasks already runnable queue theirs before it writes.
+    owed: AtomicU64,
 }
 
 struct LaneState {
@@ -226,6 +230,7 @@ impl OutboundLane {
             wakeup: Wakeup::default(),
             capacity,
             stats: LaneStats::default(),
+            owed: AtomicU64::new(0),
         }
     }
 
@@ -531,7 +536,13 @@ impl OutboundLane {
                     // also hands this task to the run queue, where another worker may steal it
                     // (a cross-core wake-up), so when frames come alone (a paced sender, a
                     // quiet link) the frame leaves at once instead.
-                    if batching {
+                    //
+                    // Company is likely when the last write carried several frames, or when
+                    // this lane still owes replies besides the one that woke us: requests
+                    // handed to many actors (one reply each, as virtual actors give) would
+                    // otherwise go out one write per reply, each reply's wake-up putting the
+                    // writer ahead of the actors that are about to reply too.
+                    if batching || self.owed.load(Ordering::Relaxed) > 0 {
                         tokio::task::yield_now().await;
                     }
                     continue;
@@ -733,7 +744,8 @@ impl Drop for Attached<'_> {
 }
 
 /// Where the reply to one inbound request goes: the lane back to the requesting node, for the
-/// life of it that asked.
+/// life of it that asked. The lane counts it as owed from its making until it is sent or
+/// dropped.
 pub(crate) struct ReplyRoute {
     pub(crate) lane: Arc<OutboundLane>,
     pub(crate) generation: u64,
@@ -741,7 +753,19 @@ pub(crate) struct ReplyRoute {
 }
 
 impl ReplyRoute {
-    /// Encodes and queues the reply (or the reason there is none).
+    /// The way back for request `request_id` of the peer's life `generation`, owed by `lane`.
+    pub(crate) fn new(lane: Arc<OutboundLane>, generation: u64, request_id: u64) -> Self {
+        lane.owed.fetch_add(1, Ordering::Relaxed);
+        Self {
+            lane,
+            generation,
+            request_id,
+        }
+    }
+
+    /// Encodes and queues the reply (or the reason there is none). The route is owed no more
+    /// when this returns (it is dropped), before the writer this reply woke on this thread
+    /// runs: that writer looks at the other replies owed.
     pub(crate) fn send<R: Serialize>(self, result: Result<R, ReplyError>) {
         let outcome = match &result {
             Ok(value) => self
@@ -761,6 +785,12 @@ impl ReplyRoute {
                 tracing::debug!(%error, request = self.request_id, "a reply could not be queued");
             }
         }
+    }
+}
+
+impl Drop for ReplyRoute {
+    fn drop(&mut self) {
+        self.lane.owed.fetch_sub(1, Ordering::Relaxed);
     }
 }
 

@@ -60,6 +60,48 @@ async fn a_burst_after_a_quiet_spell_is_batched() {
     );
 }
 
+/// Replies to a burst of requests handed to many actors (one reply each, as virtual actors
+/// give) leave in a few writes, not one per reply: each reply's wake-up put the writer ahead of
+/// the actors about to reply too, so it wrote one reply at a time (the members of grain-ping
+/// made about one `sendto` per reply).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn replies_of_many_actors_to_one_burst_are_batched() {
+    const BURST: u64 = 50;
+    let (b_system, b) = target_node("b", config()).await;
+    for i in 0..BURST {
+        let actor = b_system.spawn(Target::new()).expect("spawn");
+        b.expose(&format!("t-{i}"), &actor).expect("expose");
+    }
+    let (_a_system, a) = client_node("a", config()).await;
+    let targets: Vec<_> = (0..BURST)
+        .map(|i| a.lookup::<Target>(b.address(), &format!("t-{i}")))
+        .collect();
+    // One lone round trip to each first: the link is up and its last writes carried one frame.
+    for (i, target) in (0..).zip(&targets) {
+        assert_eq!(target.ask(Echo(i), T).await, Ok(i));
+    }
+    let before = b.stats();
+    // Every request leaves before any reply is awaited (one batch from this task).
+    let answers: Vec<_> = (0..)
+        .zip(&targets)
+        .map(|(i, target)| {
+            let (reply, answer) = rally_actor::ReplyTo::channel();
+            target.send_with(Echo(i), reply).unwrap();
+            answer
+        })
+        .collect();
+    for (i, answer) in (0..).zip(answers) {
+        assert_eq!(answer.await.unwrap(), Ok(i));
+    }
+    let after = b.stats();
+    let writes = after.writes - before.writes;
+    assert_eq!(after.replies_sent - before.replies_sent, BURST);
+    assert!(
+        writes < BURST / 2,
+        "{writes} writes for {BURST} replies from {BURST} actors"
+    );
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn lookup_of_this_nodes_own_address_is_local() {
     let (_system, b) = target_node("b", config()).await;
