@@ -543,6 +543,7 @@ mod tests {
             PendingReply {
                 complete,
                 reply: envelope.into_reply(),
+                _awaited: None,
             },
             rx,
         )

@@ -137,9 +137,10 @@ pub(crate) struct OutboundLane {
     capacity: usize,
     pub(crate) stats: LaneStats,
     /// Replies this lane owes: requests from the peer handed to local actors whose reply has
-    /// not been queued yet (see [`ReplyRoute`]). While some are owed, the writer woken by one
-    /// reply lets the tasks already runnable queue theirs before it writes.
+    /// not been queued yet (see [`ReplyRoute`]).
     owed: AtomicU64,
+    /// Replies awaited for requests sent on this lane (see [`Awaited`]).
+    awaited: AtomicU64,
 }
 
 struct LaneState {
@@ -231,6 +232,7 @@ impl OutboundLane {
             capacity,
             stats: LaneStats::default(),
             owed: AtomicU64::new(0),
+            awaited: AtomicU64::new(0),
         }
     }
 
@@ -537,12 +539,17 @@ impl OutboundLane {
                     // (a cross-core wake-up), so when frames come alone (a paced sender, a
                     // quiet link) the frame leaves at once instead.
                     //
-                    // Company is likely when the last write carried several frames, or when
-                    // this lane still owes replies besides the one that woke us: requests
-                    // handed to many actors (one reply each, as virtual actors give) would
-                    // otherwise go out one write per reply, each reply's wake-up putting the
-                    // writer ahead of the actors that are about to reply too.
-                    if batching || self.owed.load(Ordering::Relaxed) > 0 {
+                    // Company is likely when the last write carried several frames, when
+                    // this lane still owes replies besides the one that woke us (requests
+                    // handed to many actors, one reply each, as virtual actors give), or when
+                    // replies to more than one request sent on it are awaited (many askers,
+                    // each sending again when answered). Otherwise each frame's wake-up puts
+                    // the writer ahead of the tasks about to queue theirs, and one-frame
+                    // writes keep themselves going.
+                    if batching
+                        || self.owed.load(Ordering::Relaxed) > 0
+                        || self.awaited.load(Ordering::Relaxed) > 1
+                    {
                         tokio::task::yield_now().await;
                     }
                     continue;
@@ -785,6 +792,24 @@ impl ReplyRoute {
                 tracing::debug!(%error, request = self.request_id, "a reply could not be queued");
             }
         }
+    }
+}
+
+/// A reply awaited for a request sent on a lane, counted by the lane from the request's
+/// registration until its reply is taken or it is given up (dropped with its entry in the
+/// request table).
+pub(crate) struct Awaited(Arc<OutboundLane>);
+
+impl Awaited {
+    pub(crate) fn new(lane: &Arc<OutboundLane>) -> Self {
+        lane.awaited.fetch_add(1, Ordering::Relaxed);
+        Self(Arc::clone(lane))
+    }
+}
+
+impl Drop for Awaited {
+    fn drop(&mut self) {
+        self.0.awaited.fetch_sub(1, Ordering::Relaxed);
     }
 }
 

@@ -102,6 +102,44 @@ async fn replies_of_many_actors_to_one_burst_are_batched() {
     );
 }
 
+/// Many tasks asking in closed loops (each asks again when answered, as grain-ping's loops do)
+/// share writes: each ask's wake-up put the writer ahead of the tasks about to ask too, and
+/// once a write carried one frame the writer stopped yielding, so one-ask writes kept
+/// themselves going (grain-ping's client made up to one `sendto` per two requests).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn asks_of_many_tasks_in_closed_loops_share_writes() {
+    const TASKS: u64 = 50;
+    const ROUNDS: u64 = 40;
+    let (_b_system, b) = target_node("b", config()).await;
+    let (_a_system, a) = client_node("a", config()).await;
+    let target = a.lookup::<Target>(b.address(), "target");
+    // One lone round trip: the last write carried one frame.
+    assert_eq!(target.ask(Echo(0), T).await, Ok(0));
+    let before = a.stats();
+    let tasks: Vec<_> = (0..TASKS)
+        .map(|i| {
+            let target = target.clone();
+            tokio::spawn(async move {
+                for round in 0..ROUNDS {
+                    let n = i * ROUNDS + round;
+                    assert_eq!(target.ask(Echo(n), T).await, Ok(n));
+                }
+            })
+        })
+        .collect();
+    for task in tasks {
+        task.await.unwrap();
+    }
+    let after = a.stats();
+    let writes = after.writes - before.writes;
+    let asks = after.messages_sent - before.messages_sent;
+    assert_eq!(asks, TASKS * ROUNDS);
+    assert!(
+        writes < asks / 4,
+        "{writes} writes for {asks} asks from {TASKS} tasks in closed loops"
+    );
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn lookup_of_this_nodes_own_address_is_local() {
     let (_system, b) = target_node("b", config()).await;
