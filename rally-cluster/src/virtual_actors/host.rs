@@ -16,7 +16,7 @@ use super::error::GrainError;
 use super::kind::{Activation, Call, Envelope, GrainMessages, VirtualActor, WireReply};
 use super::ownership::{Holder, Ownership, Route};
 use super::placement::Placement;
-use super::transport::{GrainRequest, Handover, Transport};
+use super::transport::{GrainRequest, Handover, Peer, Transport};
 use crate::member::MemberId;
 
 /// How many times an activation retries its claim (each retry follows a holder that went
@@ -59,7 +59,7 @@ pub(crate) struct Inner {
     pub(crate) config: VirtualActorsConfig,
     ownership: Mutex<Ownership>,
     kinds: RwLock<HashMap<&'static str, Arc<dyn KindHost>>>,
-    transport: Transport,
+    pub(crate) transport: Transport,
     stopped: AtomicBool,
     moves: Arc<Semaphore>,
     /// Wakes the sweeper after a membership change.
@@ -83,6 +83,38 @@ impl Drop for Relaying {
         if let Some(inner) = self.0.upgrade() {
             inner.relaying.fetch_sub(1, Ordering::AcqRel);
         }
+    }
+}
+
+/// What becomes of the answer (`result`) to an ask sent one hop, to `from`: an ask that was
+/// not handled there is routed anew, within its deadline; any other answer is the call's.
+/// An ask `from` refused because its runtime stopped (it is leaving or was shut down) is
+/// routed once this member's view no longer sends it there, so a member that stops hosting a
+/// moment before the others see it leave costs its callers a wait, not an error. An ask never
+/// handed to the member (its runtime not started yet, or its node gone) is routed again a
+/// moment later, to wherever the view then says. An ask relayed for another member
+/// (`relaying`) stays counted while it waits to be routed again.
+fn answered<K: VirtualActor>(
+    inner: Option<Arc<Inner>>,
+    from: &MemberId,
+    identity: Arc<str>,
+    mut call: Box<dyn Call<K>>,
+    deadline: Instant,
+    result: Result<Vec<u8>, GrainError>,
+    relaying: Option<Relaying>,
+) {
+    match (result, inner) {
+        (Err(GrainError::Stopped), Some(inner)) if crate::virtual_actors::now() < deadline => {
+            call.unhop();
+            inner.reroute(from, identity, call, relaying);
+        }
+        (Err(GrainError::Unreachable(_)), Some(inner))
+            if crate::virtual_actors::now() + RETRY_PAUSE < deadline =>
+        {
+            call.unhop();
+            inner.retry_later(identity, call, relaying);
+        }
+        (result, _) => call.answer(result),
     }
 }
 
@@ -267,30 +299,74 @@ impl Inner {
             Some(deadline) => {
                 let inner = Arc::downgrade(self);
                 let (identity, from) = (Arc::clone(identity), to.clone());
-                Box::new(move |result| match (result, inner.upgrade(), relaying) {
-                    // Not handled there: the hop did not happen. An ask relayed for another
-                    // member stays counted while it waits to be routed again.
-                    (Err(GrainError::Stopped), Some(inner), relaying)
-                        if crate::virtual_actors::now() < deadline =>
-                    {
-                        let mut call = call;
-                        call.unhop();
-                        inner.reroute(&from, identity, call, relaying);
-                    }
-                    // Never handed to the member (its runtime not started yet, or its node
-                    // gone): routed again a moment later, to wherever the view then says.
-                    (Err(GrainError::Unreachable(_)), Some(inner), relaying)
-                        if crate::virtual_actors::now() + RETRY_PAUSE < deadline =>
-                    {
-                        let mut call = call;
-                        call.unhop();
-                        inner.retry_later(identity, call, relaying);
-                    }
-                    (result, _, _) => call.answer(result),
+                Box::new(move |result| {
+                    answered(
+                        inner.upgrade(),
+                        &from,
+                        identity,
+                        call,
+                        deadline,
+                        result,
+                        relaying,
+                    );
                 })
             }
         };
         self.transport.send(to, request, reply);
+    }
+
+    /// The member an ask from this member for `identity` of `kind` goes to straight from its
+    /// asker (one hop, the answer straight back to the asker): the owner by this member's
+    /// view, kept in `cache` with the view it was found by, while no membership change came
+    /// since. `None` when this member hosts the kind or has stopped (the ask then takes the
+    /// general way) or no other member owns the identity by its view.
+    pub(crate) fn direct_peer(
+        &self,
+        kind: &'static str,
+        identity: &str,
+        cache: &Mutex<Option<(u64, Peer)>>,
+    ) -> Option<Peer> {
+        if self.is_stopped() || self.kind(kind).is_some() {
+            return None;
+        }
+        // Read before routing: a change that lands meanwhile makes the entry stale at once.
+        let generation = self.view_generation.load(Ordering::Acquire);
+        if let Some((seen, peer)) = &*cache.lock().unwrap_or_else(PoisonError::into_inner)
+            && *seen == generation
+        {
+            return Some(Arc::clone(peer));
+        }
+        let Route::Remote(to) = self
+            .ownership()
+            .route(kind, identity, self.placement.as_ref())
+        else {
+            return None;
+        };
+        let peer = self.transport.peer(&to);
+        *cache.lock().unwrap_or_else(PoisonError::into_inner) =
+            Some((generation, Arc::clone(&peer)));
+        Some(peer)
+    }
+
+    /// What becomes of an ask that `from` did not answer (see [`answered`]), from the asker
+    /// that sent it there itself.
+    pub(crate) fn not_answered<K: VirtualActor>(
+        self: &Arc<Self>,
+        from: &MemberId,
+        identity: Arc<str>,
+        call: Box<dyn Call<K>>,
+        deadline: Instant,
+        error: GrainError,
+    ) {
+        answered(
+            Some(Arc::clone(self)),
+            from,
+            identity,
+            call,
+            deadline,
+            Err(error),
+            None,
+        );
     }
 
     /// Sends an ask again after [`RETRY_PAUSE`], by the view as it is then.
@@ -463,7 +539,7 @@ impl Inner {
         }
         match self.kind(&request.kind) {
             None => reply(Err(GrainError::NotHosted {
-                kind: request.kind,
+                kind: request.kind.into_owned(),
                 member: self.local.to_string(),
             })),
             Some(host) => host.receive(self, request, reply),
@@ -1108,7 +1184,7 @@ impl<K: VirtualActor> KindHost for Host<K> {
             .table
             .decode(&request.manifest, &request.payload, envelope)
         {
-            Ok(call) => self.dispatch(inner, Arc::from(request.identity), call),
+            Ok(call) => self.dispatch(inner, request.identity, call),
             Err((error, envelope)) => (envelope.reply)(Err(error)),
         }
     }
@@ -1341,9 +1417,9 @@ mod relay_tests {
 
         // An ask that took one hop already (from a client to B).
         let request = GrainRequest {
-            kind: "echo".to_owned(),
-            identity: identity.clone(),
-            manifest: Ping::MANIFEST.to_owned(),
+            kind: "echo".into(),
+            identity: identity.as_str().into(),
+            manifest: Ping::MANIFEST.into(),
             payload: postcard::to_allocvec(&Ping).unwrap(),
             hops: 1,
             wait_ms: Some(60_000),

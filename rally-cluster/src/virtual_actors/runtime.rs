@@ -3,7 +3,7 @@
 use std::collections::HashMap;
 use std::fmt;
 use std::marker::PhantomData;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use rally_actor::{ActorSystem, Handler};
@@ -13,10 +13,10 @@ use rally_state::{MemoryStore, StateStore};
 use super::config::VirtualActorsConfig;
 use super::error::GrainError;
 use super::host::{Host, Inner, KindHost, KindStats};
-use super::kind::{TypedCall, VirtualActor};
+use super::kind::{Call, TypedCall, VirtualActor};
 use super::ownership::Ownership;
 use super::placement::{Hashed, Placement};
-use super::transport::{ENDPOINT, GrainEndpoint, GrainNetwork, Transport};
+use super::transport::{ENDPOINT, GrainEndpoint, GrainNetwork, GrainRequest, Peer, Transport};
 use crate::cluster::Cluster;
 use crate::config::ClusterConfig;
 
@@ -151,6 +151,7 @@ impl VirtualActors {
         Ok(GrainRef {
             identity: Arc::from(identity),
             inner: Arc::clone(&self.inner),
+            owner: Mutex::new(None),
             kind: PhantomData,
         })
     }
@@ -327,6 +328,9 @@ fn spawn_sweeper(inner: &Arc<Inner>) {
 pub struct GrainRef<K> {
     identity: Arc<str>,
     inner: Arc<Inner>,
+    /// The member the last ask went to straight from here, and the view it was found by
+    /// (see `Inner::direct_peer`).
+    owner: Mutex<Option<(u64, Peer)>>,
     kind: PhantomData<fn() -> K>,
 }
 
@@ -382,26 +386,98 @@ impl<K: VirtualActor> GrainRef<K> {
         if timeout.is_zero() {
             return Err(GrainError::InvalidTimeout);
         }
-        let (tx, rx) = tokio::sync::oneshot::channel();
+        let until = tokio::time::Instant::now() + timeout;
+        let deadline = until.into_std();
         let call = TypedCall::<M> {
             msg,
+            reply: Box::new(|_| {}),
+            hops: 0,
+            deadline: Some(deadline),
+            handed_over: false,
+        };
+        // On a member that does not host the kind (a client-only one, say), the ask goes from
+        // here to the owner and its answer straight back here: no task in between.
+        if let Some(peer) = self.inner.direct_peer(K::KIND, &self.identity, &self.owner) {
+            return self.ask_direct(&peer, call, until, timeout).await;
+        }
+        let (tx, rx) = tokio::sync::oneshot::channel();
+        let call = TypedCall::<M> {
             reply: Box::new(move |result| {
                 let _ = tx.send(result);
             }),
-            hops: 0,
-            deadline: Some(crate::virtual_actors::now() + timeout),
-            handed_over: false,
+            ..call
         };
         self.inner.send::<K>(&self.identity, Box::new(call));
-        match tokio::time::timeout(timeout, rx).await {
-            Err(_) if self.inner.no_host(K::KIND, &self.identity) => {
-                Err(GrainError::NoHost(K::KIND.to_owned()))
+        self.answer(rx, until, timeout).await
+    }
+
+    /// An ask sent by this task to `peer`, the identity's owner by this member's view, its
+    /// answer awaited here. One that `peer` did not handle (it stopped hosting, or never took
+    /// it) is routed anew as a forwarded ask is, within the same deadline.
+    async fn ask_direct<M>(
+        &self,
+        peer: &Peer,
+        mut call: TypedCall<M>,
+        until: tokio::time::Instant,
+        timeout: Duration,
+    ) -> Result<M::Reply, GrainError>
+    where
+        M: RemoteMessage,
+        K: Handler<M>,
+    {
+        let outgoing = Call::<K>::request(&mut call)?;
+        let request = GrainRequest::new(K::KIND, &self.identity, outgoing);
+        let result = match self.inner.transport.ask(peer, request) {
+            Ok(answer) => match tokio::time::timeout_at(until, answer.reply()).await {
+                Ok(result) => result,
+                Err(_) => return Err(self.timed_out(timeout)),
+            },
+            Err(error) => Err(error),
+        };
+        let error = match result {
+            Ok(bytes) => {
+                return postcard::from_bytes::<M::Reply>(&bytes)
+                    .map_err(|e| GrainError::Undeliverable(format!("decoding the reply: {e}")));
             }
-            Err(_) => Err(GrainError::Timeout(timeout)),
+            Err(error) => error,
+        };
+        let (tx, rx) = tokio::sync::oneshot::channel();
+        call.reply = Box::new(move |result| {
+            let _ = tx.send(result);
+        });
+        let deadline = until.into_std();
+        self.inner.not_answered::<K>(
+            &peer.member,
+            Arc::clone(&self.identity),
+            Box::new(call),
+            deadline,
+            error,
+        );
+        self.answer(rx, until, timeout).await
+    }
+
+    /// Waits for a call's reply until `until`.
+    async fn answer<R>(
+        &self,
+        rx: tokio::sync::oneshot::Receiver<Result<R, GrainError>>,
+        until: tokio::time::Instant,
+        timeout: Duration,
+    ) -> Result<R, GrainError> {
+        match tokio::time::timeout_at(until, rx).await {
+            Err(_) => Err(self.timed_out(timeout)),
             Ok(Err(_)) => Err(GrainError::Undeliverable(
                 "the reply destination was dropped".into(),
             )),
             Ok(Ok(result)) => result,
+        }
+    }
+
+    /// The error of an ask that had no answer within `timeout`.
+    fn timed_out(&self, timeout: Duration) -> GrainError {
+        if self.inner.no_host(K::KIND, &self.identity) {
+            GrainError::NoHost(K::KIND.to_owned())
+        } else {
+            GrainError::Timeout(timeout)
         }
     }
 }
@@ -411,6 +487,12 @@ impl<K> Clone for GrainRef<K> {
         Self {
             identity: Arc::clone(&self.identity),
             inner: Arc::clone(&self.inner),
+            owner: Mutex::new(
+                self.owner
+                    .lock()
+                    .unwrap_or_else(PoisonError::into_inner)
+                    .clone(),
+            ),
             kind: PhantomData,
         }
     }

@@ -1,14 +1,16 @@
 //! How a request for a virtual actor reaches another member: over Rally's own connections, or
 //! through an in-process network for tests.
 
+use std::borrow::Cow;
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, PoisonError, Weak};
 use std::time::{Duration, Instant};
 
 use rally_actor::{Actor, ActorRef, ActorResult, Context, Handler, Message, ReplyError, ReplyTo};
 use rally_remote::{MessageTable, RemoteActor, RemoteMessage, RemoteNode};
+use rustc_hash::FxHashMap;
 use serde::{Deserialize, Serialize};
-use tokio::sync::mpsc;
+use tokio::sync::{mpsc, oneshot};
 
 use super::error::GrainError;
 use super::host::Inner;
@@ -25,9 +27,10 @@ const MEMORY_ATTACH_PAUSE: Duration = Duration::from_millis(10);
 /// A message for a virtual actor on its way to another member.
 #[derive(Debug, Serialize, Deserialize)]
 pub(crate) struct GrainRequest {
-    pub(crate) kind: String,
-    pub(crate) identity: String,
-    pub(crate) manifest: String,
+    pub(crate) kind: Cow<'static, str>,
+    #[serde(with = "wire_str")]
+    pub(crate) identity: Arc<str>,
+    pub(crate) manifest: Cow<'static, str>,
     #[serde(with = "wire_bytes")]
     pub(crate) payload: Vec<u8>,
     pub(crate) hops: u8,
@@ -93,16 +96,49 @@ mod wire_bytes {
     }
 }
 
+/// A shared string as a plain string on the wire, read straight into its shared form (one
+/// allocation).
+mod wire_str {
+    use std::fmt;
+    use std::sync::Arc;
+
+    use serde::{Deserializer, Serializer, de};
+
+    pub(super) fn serialize<S: Serializer>(s: &Arc<str>, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.serialize_str(s)
+    }
+
+    pub(super) fn deserialize<'de, D: Deserializer<'de>>(
+        deserializer: D,
+    ) -> Result<Arc<str>, D::Error> {
+        deserializer.deserialize_str(Str)
+    }
+
+    struct Str;
+
+    impl de::Visitor<'_> for Str {
+        type Value = Arc<str>;
+
+        fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+            f.write_str("a string")
+        }
+
+        fn visit_str<E: de::Error>(self, s: &str) -> Result<Arc<str>, E> {
+            Ok(Arc::from(s))
+        }
+    }
+}
+
 impl RemoteMessage for GrainRequest {
     const MANIFEST: &'static str = "rally.cluster.GrainRequest";
 }
 
 impl GrainRequest {
-    pub(crate) fn new(kind: &str, identity: &str, outgoing: Outgoing) -> Self {
+    pub(crate) fn new(kind: &'static str, identity: &Arc<str>, outgoing: Outgoing) -> Self {
         Self {
-            kind: kind.to_owned(),
-            identity: identity.to_owned(),
-            manifest: outgoing.manifest.to_owned(),
+            kind: Cow::Borrowed(kind),
+            identity: Arc::clone(identity),
+            manifest: Cow::Borrowed(outgoing.manifest),
             payload: outgoing.payload,
             hops: outgoing.hops,
             wait_ms: outgoing.deadline.map(wait_ms),
@@ -111,11 +147,11 @@ impl GrainRequest {
     }
 
     /// The end of a handover of `identity`, answered by the next owner within `wait`.
-    pub(crate) fn handover_done(kind: &str, identity: &str, wait: Duration) -> Self {
+    pub(crate) fn handover_done(kind: &'static str, identity: &Arc<str>, wait: Duration) -> Self {
         Self {
-            kind: kind.to_owned(),
-            identity: identity.to_owned(),
-            manifest: String::new(),
+            kind: Cow::Borrowed(kind),
+            identity: Arc::clone(identity),
+            manifest: Cow::Borrowed(""),
             payload: Vec::new(),
             hops: 1,
             wait_ms: Some(wait_ms(crate::virtual_actors::now() + wait)),
@@ -232,39 +268,128 @@ pub(crate) enum Transport {
         node: RemoteNode,
         /// A reference per member life: a remote reference stays bound to the incarnation it
         /// was made for, so a process restarted at the same address needs a new one.
-        endpoints: Mutex<HashMap<MemberId, ActorRef<GrainEndpoint>>>,
+        endpoints: Mutex<FxHashMap<MemberId, ActorRef<GrainEndpoint>>>,
     },
+}
+
+/// A member requests can be sent to: its identity and, over Rally's connections, its
+/// endpoint's reference. Cheap to clone, so a sender may keep it (see [`Transport::peer`]).
+pub(crate) type Peer = Arc<PeerRef>;
+
+/// See [`Peer`].
+pub(crate) struct PeerRef {
+    pub(crate) member: MemberId,
+    /// `None` on the in-process network.
+    endpoint: Option<ActorRef<GrainEndpoint>>,
+}
+
+/// The answer to one ask sent with [`Transport::ask`], to be awaited by whoever wants it.
+pub(crate) enum Answer {
+    Memory(oneshot::Receiver<Result<Vec<u8>, GrainError>>),
+    Remote(oneshot::Receiver<Result<Result<ReplyBytes, GrainError>, ReplyError>>),
+}
+
+impl Answer {
+    /// The reply's bytes, or why there are none (no time limit: the caller sets one).
+    pub(crate) async fn reply(self) -> Result<Vec<u8>, GrainError> {
+        match self {
+            Self::Memory(answer) => answer.await.unwrap_or_else(|_| {
+                Err(GrainError::Failed(
+                    "the reply destination was dropped unanswered".into(),
+                ))
+            }),
+            Self::Remote(answer) => match answer.await {
+                Err(_) => Err(GrainError::Failed(
+                    "the reply destination was dropped unanswered".into(),
+                )),
+                Ok(Ok(result)) => result.map(|bytes| bytes.0),
+                Ok(Err(ReplyError::Failed(why))) => Err(GrainError::Failed(why)),
+                Ok(Err(ReplyError::OutcomeUnknown(why))) => Err(GrainError::OutcomeUnknown(why)),
+                Ok(Err(other)) => Err(GrainError::Unreachable(other.to_string())),
+            },
+        }
+    }
 }
 
 impl Transport {
     pub(crate) fn remote(node: &RemoteNode) -> Self {
         Self::Remote {
             node: node.clone(),
-            endpoints: Mutex::new(HashMap::new()),
+            endpoints: Mutex::new(FxHashMap::default()),
         }
     }
 
-    /// Sends `request` to `to`; `reply` gets the reply bytes or why there is none.
+    /// The way to `to`.
+    pub(crate) fn peer(&self, to: &MemberId) -> Peer {
+        let endpoint = match self {
+            Self::Memory(_) => None,
+            Self::Remote { node, endpoints } => {
+                let mut endpoints = endpoints.lock().unwrap_or_else(PoisonError::into_inner);
+                Some(if let Some(endpoint) = endpoints.get(to) {
+                    endpoint.clone()
+                } else {
+                    // A new life at an address replaces the previous one's reference, so
+                    // the map holds one entry per address at most.
+                    endpoints.retain(|member, _| member.address != to.address);
+                    let endpoint = node.lookup::<GrainEndpoint>(&to.address, ENDPOINT);
+                    endpoints.insert(to.clone(), endpoint.clone());
+                    endpoint
+                })
+            }
+        };
+        Arc::new(PeerRef {
+            member: to.clone(),
+            endpoint,
+        })
+    }
+
+    /// Sends the ask `request` to `to` now (requests leave in the order they were made, asks
+    /// and tells alike); the answer comes to whoever awaits the returned [`Answer`]. Dropping
+    /// it abandons the reply (the connection's request table frees its slot).
+    ///
+    /// # Errors
+    ///
+    /// `Unreachable` if the member's connection did not take the request.
+    pub(crate) fn ask(&self, to: &PeerRef, request: GrainRequest) -> Result<Answer, GrainError> {
+        let unreachable =
+            || GrainError::Unreachable(format!("member {} did not take the message", to.member));
+        match (self, &to.endpoint) {
+            (Self::Remote { .. }, Some(endpoint)) => {
+                let (reply_to, answer) = ReplyTo::channel();
+                endpoint
+                    .send_with(request, reply_to)
+                    .map_err(|_| unreachable())?;
+                Ok(Answer::Remote(answer))
+            }
+            (Self::Memory(network), _) => {
+                let (tx, answer) = oneshot::channel();
+                network.send(
+                    &to.member,
+                    request,
+                    Box::new(move |result| {
+                        let _ = tx.send(result);
+                    }),
+                );
+                Ok(Answer::Memory(answer))
+            }
+            (Self::Remote { .. }, None) => Err(unreachable()),
+        }
+    }
+
+    /// Sends `request` to `to`; `reply` gets the reply bytes or why there is none (an ask's
+    /// after at most its wait).
     pub(crate) fn send(&self, to: &MemberId, request: GrainRequest, reply: WireReply) {
         match self {
             Self::Memory(network) => network.send(to, request, reply),
-            Self::Remote { node, endpoints } => {
-                let endpoint = {
-                    let mut endpoints = endpoints.lock().unwrap_or_else(PoisonError::into_inner);
-                    if let Some(endpoint) = endpoints.get(to) {
-                        endpoint.clone()
-                    } else {
-                        // A new life at an address replaces the previous one's reference, so
-                        // the map holds one entry per address at most.
-                        endpoints.retain(|member, _| member.address != to.address);
-                        let endpoint = node.lookup::<GrainEndpoint>(&to.address, ENDPOINT);
-                        endpoints.insert(to.clone(), endpoint.clone());
-                        endpoint
-                    }
-                };
+            Self::Remote { .. } => {
+                let peer = self.peer(to);
                 match request.wait_ms {
                     None => {
-                        if endpoint.tell(request).is_err() {
+                        let taken = peer
+                            .endpoint
+                            .as_ref()
+                            .is_some_and(|endpoint| endpoint.tell(request).is_ok());
+                        if !taken {
                             reply(Err(GrainError::Unreachable(format!(
                                 "member {to} did not take the message"
                             ))));
@@ -274,30 +399,18 @@ impl Transport {
                         let wait = Duration::from_millis(ms);
                         // Sent here, not from the task that waits: requests leave in the
                         // order they were made, asks and tells alike.
-                        let (reply_to, answer) = ReplyTo::channel();
-                        if endpoint.send_with(request, reply_to).is_err() {
-                            return reply(Err(GrainError::Unreachable(format!(
-                                "member {to} did not take the message"
-                            ))));
+                        match self.ask(&peer, request) {
+                            Err(error) => reply(Err(error)),
+                            Ok(answer) => {
+                                tokio::spawn(async move {
+                                    reply(
+                                        tokio::time::timeout(wait, answer.reply())
+                                            .await
+                                            .unwrap_or(Err(GrainError::Timeout(wait))),
+                                    );
+                                });
+                            }
                         }
-                        tokio::spawn(async move {
-                            reply(match tokio::time::timeout(wait, answer).await {
-                                Err(_) => Err(GrainError::Timeout(wait)),
-                                Ok(Err(_)) => Err(GrainError::Failed(
-                                    "the reply destination was dropped unanswered".into(),
-                                )),
-                                Ok(Ok(Ok(result))) => result.map(|bytes| bytes.0),
-                                Ok(Ok(Err(ReplyError::Failed(why)))) => {
-                                    Err(GrainError::Failed(why))
-                                }
-                                Ok(Ok(Err(ReplyError::OutcomeUnknown(why)))) => {
-                                    Err(GrainError::OutcomeUnknown(why))
-                                }
-                                Ok(Ok(Err(other))) => {
-                                    Err(GrainError::Unreachable(other.to_string()))
-                                }
-                            });
-                        });
                     }
                 }
             }
