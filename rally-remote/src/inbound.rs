@@ -238,7 +238,7 @@ impl Connection {
                 let Some(target) = resolve(node, targets, recipient_id, recipient) else {
                     counters.unknown_recipient.fetch_add(1, Ordering::Relaxed);
                     if let Some(route) = route {
-                        let _ = route.lane.push_reply::<()>(
+                        let _ = route.lane().push_reply::<()>(
                             generation,
                             route.request_id,
                             Err(ReplyStatus::UnknownRecipient),

@@ -137,9 +137,10 @@ pub(crate) struct OutboundLane {
     capacity: usize,
     pub(crate) stats: LaneStats,
     /// Replies this lane owes: requests from the peer handed to local actors whose reply has
-    /// not been queued yet (see [`ReplyRoute`]).
+    /// not been queued yet (one [`LaneCount`] in each [`ReplyRoute`]).
     owed: AtomicU64,
-    /// Replies awaited for requests sent on this lane (see [`Awaited`]).
+    /// Replies awaited for requests sent on this lane (one [`LaneCount`] in each request's
+    /// entry in the request table).
     awaited: AtomicU64,
 }
 
@@ -754,7 +755,7 @@ impl Drop for Attached<'_> {
 /// life of it that asked. The lane counts it as owed from its making until it is sent or
 /// dropped.
 pub(crate) struct ReplyRoute {
-    pub(crate) lane: Arc<OutboundLane>,
+    owed: LaneCount,
     pub(crate) generation: u64,
     pub(crate) request_id: u64,
 }
@@ -762,12 +763,16 @@ pub(crate) struct ReplyRoute {
 impl ReplyRoute {
     /// The way back for request `request_id` of the peer's life `generation`, owed by `lane`.
     pub(crate) fn new(lane: Arc<OutboundLane>, generation: u64, request_id: u64) -> Self {
-        lane.owed.fetch_add(1, Ordering::Relaxed);
         Self {
-            lane,
+            owed: LaneCount::new(lane, Count::Owed),
             generation,
             request_id,
         }
+    }
+
+    /// The lane the reply goes on.
+    pub(crate) fn lane(&self) -> &Arc<OutboundLane> {
+        &self.owed.lane
     }
 
     /// Encodes and queues the reply (or the reason there is none). The route is owed no more
@@ -776,12 +781,13 @@ impl ReplyRoute {
     pub(crate) fn send<R: Serialize>(self, result: Result<R, ReplyError>) {
         let outcome = match &result {
             Ok(value) => self
-                .lane
+                .lane()
                 .push_reply(self.generation, self.request_id, Ok(value)),
-            Err(error) => {
-                self.lane
-                    .push_reply::<()>(self.generation, self.request_id, Err(status_of(error)))
-            }
+            Err(error) => self.lane().push_reply::<()>(
+                self.generation,
+                self.request_id,
+                Err(status_of(error)),
+            ),
         };
         match outcome {
             Ok(ReplyQueued::AsGiven) => {}
@@ -795,27 +801,45 @@ impl ReplyRoute {
     }
 }
 
-/// A reply awaited for a request sent on a lane, counted by the lane from the request's
-/// registration until its reply is taken or it is given up (dropped with its entry in the
-/// request table).
-pub(crate) struct Awaited(Arc<OutboundLane>);
+/// Which of a lane's counts a [`LaneCount`] holds one of.
+#[derive(Debug, Clone, Copy)]
+enum Count {
+    Owed,
+    Awaited,
+}
 
-impl Awaited {
-    pub(crate) fn new(lane: &Arc<OutboundLane>) -> Self {
-        lane.awaited.fetch_add(1, Ordering::Relaxed);
-        Self(Arc::clone(lane))
+/// One reply a lane owes or awaits, counted by the lane while this lives (the writer reads
+/// the counts to know whether company is coming).
+pub(crate) struct LaneCount {
+    lane: Arc<OutboundLane>,
+    count: Count,
+}
+
+impl LaneCount {
+    fn new(lane: Arc<OutboundLane>, count: Count) -> Self {
+        lane.count(count).fetch_add(1, Ordering::Relaxed);
+        Self { lane, count }
+    }
+
+    /// A reply awaited for a request sent on `lane`: held by the request's entry in the
+    /// request table, so the count ends when the reply is taken or the request given up.
+    pub(crate) fn awaited(lane: &Arc<OutboundLane>) -> Self {
+        Self::new(Arc::clone(lane), Count::Awaited)
     }
 }
 
-impl Drop for Awaited {
+impl Drop for LaneCount {
     fn drop(&mut self) {
-        self.0.awaited.fetch_sub(1, Ordering::Relaxed);
+        self.lane.count(self.count).fetch_sub(1, Ordering::Relaxed);
     }
 }
 
-impl Drop for ReplyRoute {
-    fn drop(&mut self) {
-        self.lane.owed.fetch_sub(1, Ordering::Relaxed);
+impl OutboundLane {
+    fn count(&self, count: Count) -> &AtomicU64 {
+        match count {
+            Count::Owed => &self.owed,
+            Count::Awaited => &self.awaited,
+        }
     }
 }
 

@@ -357,10 +357,7 @@ where
     }
 
     fn answer(self: Box<Self>, result: Result<Vec<u8>, GrainError>) {
-        (self.reply)(result.and_then(|bytes| {
-            postcard::from_bytes::<M::Reply>(&bytes)
-                .map_err(|e| GrainError::Undeliverable(format!("decoding the reply: {e}")))
-        }));
+        (self.reply)(result.and_then(|bytes| decode_reply::<M>(&bytes)));
     }
 
     fn hops(&self) -> u8 {
@@ -382,6 +379,15 @@ where
 
 /// Takes the reply destination once: the runtime calls the callback at most once, but a
 /// refused send hands the message back instead, and either path may come first.
+/// The reply to an `M`, from the bytes the member that handled it sent.
+pub(super) fn decode_reply<M: Message>(bytes: &[u8]) -> Result<M::Reply, GrainError>
+where
+    M::Reply: serde::de::DeserializeOwned,
+{
+    postcard::from_bytes(bytes)
+        .map_err(|e| GrainError::Undeliverable(format!("decoding the reply: {e}")))
+}
+
 fn take<R>(slot: &std::sync::Mutex<Option<TypedReply<R>>>) -> Option<TypedReply<R>> {
     slot.lock()
         .unwrap_or_else(std::sync::PoisonError::into_inner)

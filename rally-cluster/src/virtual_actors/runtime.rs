@@ -13,7 +13,7 @@ use rally_state::{MemoryStore, StateStore};
 use super::config::VirtualActorsConfig;
 use super::error::GrainError;
 use super::host::{Host, Inner, KindHost, KindStats};
-use super::kind::{Call, TypedCall, VirtualActor};
+use super::kind::{Call, TypedCall, VirtualActor, decode_reply};
 use super::ownership::Ownership;
 use super::placement::{Hashed, Placement};
 use super::transport::{ENDPOINT, GrainEndpoint, GrainNetwork, GrainRequest, Peer, Transport};
@@ -435,10 +435,7 @@ impl<K: VirtualActor> GrainRef<K> {
             Err(error) => Err(error),
         };
         let error = match result {
-            Ok(bytes) => {
-                return postcard::from_bytes::<M::Reply>(&bytes)
-                    .map_err(|e| GrainError::Undeliverable(format!("decoding the reply: {e}")));
-            }
+            Ok(bytes) => return decode_reply::<M>(&bytes),
             Err(error) => error,
         };
         let (tx, rx) = tokio::sync::oneshot::channel();

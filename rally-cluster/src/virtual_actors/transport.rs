@@ -321,25 +321,28 @@ impl Transport {
 
     /// The way to `to`.
     pub(crate) fn peer(&self, to: &MemberId) -> Peer {
-        let endpoint = match self {
-            Self::Memory(_) => None,
-            Self::Remote { node, endpoints } => {
-                let mut endpoints = endpoints.lock().unwrap_or_else(PoisonError::into_inner);
-                Some(if let Some(endpoint) = endpoints.get(to) {
-                    endpoint.clone()
-                } else {
-                    // A new life at an address replaces the previous one's reference, so
-                    // the map holds one entry per address at most.
-                    endpoints.retain(|member, _| member.address != to.address);
-                    let endpoint = node.lookup::<GrainEndpoint>(&to.address, ENDPOINT);
-                    endpoints.insert(to.clone(), endpoint.clone());
-                    endpoint
-                })
-            }
-        };
         Arc::new(PeerRef {
             member: to.clone(),
-            endpoint,
+            endpoint: self.endpoint(to),
+        })
+    }
+
+    /// The reference to `to`'s endpoint over Rally's connections (`None` on the in-process
+    /// network), made once per member life.
+    fn endpoint(&self, to: &MemberId) -> Option<ActorRef<GrainEndpoint>> {
+        let Self::Remote { node, endpoints } = self else {
+            return None;
+        };
+        let mut endpoints = endpoints.lock().unwrap_or_else(PoisonError::into_inner);
+        Some(if let Some(endpoint) = endpoints.get(to) {
+            endpoint.clone()
+        } else {
+            // A new life at an address replaces the previous one's reference, so the map
+            // holds one entry per address at most.
+            endpoints.retain(|member, _| member.address != to.address);
+            let endpoint = node.lookup::<GrainEndpoint>(&to.address, ENDPOINT);
+            endpoints.insert(to.clone(), endpoint.clone());
+            endpoint
         })
     }
 
@@ -351,9 +354,20 @@ impl Transport {
     ///
     /// `Unreachable` if the member's connection did not take the request.
     pub(crate) fn ask(&self, to: &PeerRef, request: GrainRequest) -> Result<Answer, GrainError> {
+        self.ask_to(&to.member, to.endpoint.as_ref(), request)
+    }
+
+    /// [`ask`](Self::ask) to member `to` through `endpoint` (its reference, on Rally's
+    /// connections).
+    fn ask_to(
+        &self,
+        to: &MemberId,
+        endpoint: Option<&ActorRef<GrainEndpoint>>,
+        request: GrainRequest,
+    ) -> Result<Answer, GrainError> {
         let unreachable =
-            || GrainError::Unreachable(format!("member {} did not take the message", to.member));
-        match (self, &to.endpoint) {
+            || GrainError::Unreachable(format!("member {to} did not take the message"));
+        match (self, endpoint) {
             (Self::Remote { .. }, Some(endpoint)) => {
                 let (reply_to, answer) = ReplyTo::channel();
                 endpoint
@@ -364,7 +378,7 @@ impl Transport {
             (Self::Memory(network), _) => {
                 let (tx, answer) = oneshot::channel();
                 network.send(
-                    &to.member,
+                    to,
                     request,
                     Box::new(move |result| {
                         let _ = tx.send(result);
@@ -382,11 +396,10 @@ impl Transport {
         match self {
             Self::Memory(network) => network.send(to, request, reply),
             Self::Remote { .. } => {
-                let peer = self.peer(to);
+                let endpoint = self.endpoint(to);
                 match request.wait_ms {
                     None => {
-                        let taken = peer
-                            .endpoint
+                        let taken = endpoint
                             .as_ref()
                             .is_some_and(|endpoint| endpoint.tell(request).is_ok());
                         if !taken {
@@ -399,7 +412,7 @@ impl Transport {
                         let wait = Duration::from_millis(ms);
                         // Sent here, not from the task that waits: requests leave in the
                         // order they were made, asks and tells alike.
-                        match self.ask(&peer, request) {
+                        match self.ask_to(to, endpoint.as_ref(), request) {
                             Err(error) => reply(Err(error)),
                             Ok(answer) => {
                                 tokio::spawn(async move {
