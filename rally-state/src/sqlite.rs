@@ -50,12 +50,18 @@ fn busy_wait(tries: i32) -> bool {
     }
 }
 
-/// How long the store must have been idle (no transaction ended) before an operation runs on
-/// its caller's thread (see [`SqliteStore::run`]). Under load, transactions follow one another
-/// closer than this, and operations queue for the store's thread, where they share commits;
-/// a lone operation (activations that arrive one at a time) skips the hand-off to that thread
-/// and back.
-const INLINE_AFTER_IDLE_NANOS: u64 = 50_000;
+/// How the store tells a lone operation from one among many (see [`SqliteStore::run`]): each
+/// operation, as it starts, notes how many operations are in flight (its own included), in
+/// sixteenths, and the largest such count decays by an eighth per operation. An operation runs
+/// on its caller's thread only while that decayed peak is at most [`INLINE_MAX_PEAK`]: no
+/// operation overlapped another in the last few. Under load operations overlap all the time,
+/// and they queue for the store's thread, where they share commits; operations that arrive one
+/// at a time (a lone activation) skip the hand-off to that thread and back. Whether the last
+/// transaction ended a moment ago says nothing about that: a lone caller's next operation
+/// comes one network round trip after its last, as soon as a caller under load does.
+const PEAK_SCALE: u64 = 16;
+/// One operation in flight and a quarter: four lone operations after two overlapped.
+const INLINE_MAX_PEAK: u64 = PEAK_SCALE + PEAK_SCALE / 4;
 
 /// Frames in the write-ahead log (4 KiB pages: 16 MiB) past which a checkpoint also restarts
 /// the log (see [`checkpoints`]). The restart holds writers back while it copies the frames
@@ -111,6 +117,8 @@ INSERT INTO rally_grains (kind, identity, epoch, owner, active) VALUES (?1, ?2, 
 ON CONFLICT (kind, identity) DO UPDATE
     SET epoch = epoch + 1, owner = excluded.owner, active = 1
     WHERE active = 0 OR owner = excluded.owner";
+const CLAIM_NEW: &str = "
+INSERT OR IGNORE INTO rally_grains (kind, identity, epoch, owner, active) VALUES (?1, ?2, 1, ?3, 1)";
 const TAKE_OVER: &str = "
 INSERT INTO rally_grains (kind, identity, epoch, owner, active) VALUES (?1, ?2, 1, ?3, 1)
 ON CONFLICT (kind, identity) DO UPDATE
@@ -159,11 +167,11 @@ struct Shared {
     /// The one connection: the store's thread holds it for a batch; a caller that finds the
     /// store idle runs its operation with it on its own thread.
     connection: Mutex<Connection>,
-    /// Operations sent to the store's thread that it has not answered yet.
-    queued: AtomicUsize,
-    /// When the last transaction ended, in nanoseconds since `since`.
-    last_end: AtomicU64,
-    since: Instant,
+    /// Operations started and not answered yet, on a caller's thread or the store's.
+    in_flight: AtomicUsize,
+    /// The decayed peak of `in_flight`, in sixteenths (see [`INLINE_MAX_PEAK`]). A hint: two
+    /// operations that start at the same instant may each miss the other's update.
+    peak: AtomicU64,
     /// Tells the checkpointer (without waiting) that a transaction committed.
     committed: std::sync::mpsc::SyncSender<()>,
 }
@@ -171,7 +179,7 @@ struct Shared {
 impl std::fmt::Debug for Shared {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Shared")
-            .field("queued", &self.queued.load(Ordering::Relaxed))
+            .field("in_flight", &self.in_flight.load(Ordering::Relaxed))
             .finish_non_exhaustive()
     }
 }
@@ -187,11 +195,11 @@ const MAX_BATCH: usize = 256;
 impl SqliteStore {
     /// Opens (creating if needed) the store at `path`.
     ///
-    /// The connection is shared by the callers and a thread of the store's own. When the store
-    /// has been idle for 50 µs, nothing is queued and the file's write lock is free at once,
-    /// an operation runs in a transaction of its own on the caller's thread (tens of
-    /// microseconds: one activation arriving alone skips the hand-off to another thread and
-    /// back). Otherwise it queues for the store's thread, which takes every operation waiting
+    /// The connection is shared by the callers and a thread of the store's own. While
+    /// operations come one at a time (none of the last few overlapped another), the connection
+    /// is free and so is the file's write lock, an operation runs in a transaction of its own
+    /// on the caller's thread (tens of microseconds: one activation arriving alone skips the
+    /// hand-off to another thread and back). Otherwise it queues for the store's thread, which takes every operation waiting
     /// (up to 256) and runs them in one transaction, so one commit serves as many activations
     /// as arrived while the previous one ran, and a lone operation waits for nothing (no
     /// timer); a caller's thread never waits for another process's lock. Each operation is
@@ -225,9 +233,8 @@ impl SqliteStore {
             .map_err(|e| StoreError::Backend(format!("sqlite thread: {e}")))?;
         let shared = Arc::new(Shared {
             connection: Mutex::new(connection),
-            queued: AtomicUsize::new(0),
-            last_end: AtomicU64::new(0),
-            since: Instant::now(),
+            in_flight: AtomicUsize::new(0),
+            peak: AtomicU64::new(0),
             committed,
         });
         let (jobs, queue) = mpsc::unbounded_channel();
@@ -240,14 +247,18 @@ impl SqliteStore {
     }
 
     /// Runs `f` in a transaction and answers once that transaction committed: on the caller's
-    /// thread if the connection is free, nothing is queued and the write lock is free at once;
-    /// otherwise queued for the store's thread.
+    /// thread if operations come one at a time and the connection and the write lock are free
+    /// at once; otherwise queued for the store's thread.
     fn run<T: Send + 'static>(
         &self,
         f: impl FnOnce(&Connection) -> Result<T, StoreError> + Send + 'static,
     ) -> BoxFuture<'static, Result<T, StoreError>> {
-        let f = match self.run_here(f) {
-            Ok(result) => return Box::pin(std::future::ready(result)),
+        let in_flight = self.shared.in_flight.fetch_add(1, Ordering::AcqRel) + 1;
+        let f = match self.run_here(in_flight, f) {
+            Ok(result) => {
+                self.shared.in_flight.fetch_sub(1, Ordering::AcqRel);
+                return Box::pin(std::future::ready(result));
+            }
             Err(f) => f,
         };
         let (reply, answer) = oneshot::channel();
@@ -257,8 +268,10 @@ impl SqliteStore {
                 let _ = reply.send(committed.and(result));
             })
         });
-        self.shared.queued.fetch_add(1, Ordering::AcqRel);
         let queued = self.jobs.send(job).is_ok();
+        if !queued {
+            self.shared.in_flight.fetch_sub(1, Ordering::AcqRel);
+        }
         Box::pin(async move {
             if !queued {
                 return Err(StoreError::Backend("sqlite thread: stopped".into()));
@@ -269,19 +282,16 @@ impl SqliteStore {
         })
     }
 
-    /// Runs `f` in a transaction of its own on this thread if the store is idle (nothing
-    /// queued, no transaction ended in the last 50 µs: under load operations queue for the
-    /// store's thread to share its commits, and none waits behind this one), the connection is
-    /// free and so is the file's write lock (no wait for another process on a caller's
-    /// thread); gives `f` back otherwise.
-    fn run_here<T, F>(&self, f: F) -> Result<Result<T, StoreError>, F>
+    /// Runs `f` in a transaction of its own on this thread if operations come one at a time
+    /// (`in_flight`, this one included, joins the decayed peak, which must stay at most
+    /// [`INLINE_MAX_PEAK`]: under load operations queue for the store's thread to share its
+    /// commits, and none waits behind this one), the connection is free and so is the file's
+    /// write lock (no wait for another process on a caller's thread); gives `f` back otherwise.
+    fn run_here<T, F>(&self, in_flight: usize, f: F) -> Result<Result<T, StoreError>, F>
     where
         F: FnOnce(&Connection) -> Result<T, StoreError>,
     {
-        if self.shared.queued.load(Ordering::Acquire) != 0
-            || self.shared.now()
-                < self.shared.last_end.load(Ordering::Acquire) + INLINE_AFTER_IDLE_NANOS
-        {
+        if !one_at_a_time(&self.shared.peak, in_flight) {
             return Err(f);
         }
         let Ok(connection) = self.shared.connection.try_lock() else {
@@ -326,6 +336,11 @@ impl SqliteStore {
     ) -> BoxFuture<'static, Result<Claim, StoreError>> {
         let owner = owner.to_owned();
         self.run_keyed(kind, identity, move |c, kind, identity| {
+            // An identity never claimed before (rows are never deleted) gets the first epoch,
+            // with no read-back.
+            if from.is_none() && execute(c, CLAIM_NEW, params![kind, identity, owner])? == 1 {
+                return Ok(Claim::Granted(1));
+            }
             let changed = match from {
                 None => execute(c, CLAIM, params![kind, identity, owner])?,
                 Some(from) => execute(c, TAKE_OVER, params![kind, identity, owner, to_sql(from)?])?,
@@ -348,6 +363,18 @@ impl SqliteStore {
             })
         })
     }
+}
+
+/// Notes in the decayed `peak` an operation that starts with `in_flight` operations in flight
+/// (its own included); whether operations come one at a time (see [`INLINE_MAX_PEAK`]).
+fn one_at_a_time(peak: &AtomicU64, in_flight: usize) -> bool {
+    let now = u64::try_from(in_flight)
+        .unwrap_or(u64::MAX)
+        .saturating_mul(PEAK_SCALE);
+    let decayed = peak.load(Ordering::Relaxed);
+    let noted = now.max(decayed - decayed / 8);
+    peak.store(noted, Ordering::Relaxed);
+    noted <= INLINE_MAX_PEAK
 }
 
 /// Runs a cached statement that returns at most one row of one column.
@@ -432,17 +459,9 @@ impl StateStore for SqliteStore {
     }
 }
 
-impl Shared {
-    /// Nanoseconds since the store opened.
-    fn now(&self) -> u64 {
-        u64::try_from(self.since.elapsed().as_nanos()).unwrap_or(u64::MAX)
-    }
-}
-
 /// Commits the open transaction (rolls it back if that fails) and tells the checkpointer.
 fn commit(connection: &Connection, shared: &Shared) -> Result<(), StoreError> {
     let committed = run_cached(connection, "COMMIT").map_err(backend);
-    shared.last_end.store(shared.now(), Ordering::Release);
     if committed.is_err() {
         let _ = run_cached(connection, "ROLLBACK");
     } else {
@@ -482,7 +501,7 @@ fn serve(shared: &Shared, mut queue: mpsc::UnboundedReceiver<Job>) {
         };
         let committed = began.and_then(|()| commit(&connection, shared));
         drop(connection);
-        shared.queued.fetch_sub(taken, Ordering::AcqRel);
+        shared.in_flight.fetch_sub(taken, Ordering::AcqRel);
         for answer in answers {
             answer(committed.clone());
         }
@@ -527,5 +546,42 @@ fn fenced(changed: usize, epoch: Epoch) -> Result<(), StoreError> {
         Ok(())
     } else {
         Err(StoreError::StaleEpoch { epoch })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::future::Future;
+    use std::task::{Context, Poll, Waker};
+
+    use super::*;
+
+    #[test]
+    fn operations_one_at_a_time_run_inline_until_two_overlap_then_after_four_lone_ones() {
+        let peak = AtomicU64::new(0);
+        assert!((0..10).all(|_| one_at_a_time(&peak, 1)), "lone operations");
+        assert!(!one_at_a_time(&peak, 2), "one that overlaps another");
+        // The peak decays an eighth per operation: 32, 28, 25, 22, then 20 (1.25 in flight).
+        let after: Vec<bool> = (0..5).map(|_| one_at_a_time(&peak, 1)).collect();
+        assert_eq!(after, [false, false, false, true, true]);
+        // Under load operations keep overlapping: none runs inline.
+        assert!((0..100).all(|i| !one_at_a_time(&peak, 2 + i % 3)));
+    }
+
+    #[test]
+    fn a_lone_operation_is_answered_on_the_callers_thread() {
+        let dir = std::env::temp_dir().join(format!("rally-sqlite-inline-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        let store = SqliteStore::open(dir.join("grains.db")).unwrap();
+        let mut cx = Context::from_waker(Waker::noop());
+        for identity in ["u1", "u2"] {
+            // Ready at its first poll: committed before `claim` returned, no thread involved.
+            let claim = std::pin::pin!(store.claim("cart", identity, "m1")).poll(&mut cx);
+            assert_eq!(claim, Poll::Ready(Ok(Claim::Granted(1))), "{identity}");
+        }
+        assert_eq!(store.shared.in_flight.load(Ordering::Relaxed), 0);
+        drop(store);
+        let _ = std::fs::remove_dir_all(&dir);
     }
 }

@@ -3,10 +3,12 @@
 
 use std::any::Any;
 use std::collections::HashMap;
+use std::panic::AssertUnwindSafe;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError, RwLock};
 use std::time::{Duration, Instant};
 
+use futures_util::FutureExt;
 use rally_actor::{ActorId, ActorRef, ActorSystem, Terminated, TerminationSink};
 use rally_state::{Claim, Epoch, StateStore};
 use tokio::sync::{Notify, Semaphore, oneshot};
@@ -780,7 +782,7 @@ impl<K: VirtualActor> Host<K> {
                         drop(slots);
                         let host = self.this();
                         let inner = Arc::clone(inner);
-                        tokio::spawn(async move { host.activate(inner, identity).await });
+                        run_or_spawn(async move { host.activate(inner, identity).await });
                     }
                     // The member that handed it over sees this one as the identity's next
                     // owner: this member's view is behind (sending it back would bounce it
@@ -874,19 +876,21 @@ impl<K: VirtualActor> Host<K> {
             epoch,
             Arc::clone(&inner.store),
         );
-        // Its own task, so a panicking hook is a JoinError here, not a dead runtime.
-        let built = tokio::spawn(K::activate(activation)).await;
+        // Polled in this task (a task of its own cost a spawn and a wake-up per activation);
+        // a panicking hook is caught here, not a dead runtime.
+        let built = AssertUnwindSafe(K::activate(activation))
+            .catch_unwind()
+            .await;
         let actor = match built {
             Ok(Ok(actor)) => inner
                 .system
                 .spawn(actor)
                 .map_err(|e| GrainError::ActivationFailed(e.to_string())),
             Ok(Err(e)) => Err(GrainError::ActivationFailed(e.to_string())),
-            Err(e) if e.is_panic() => Err(GrainError::ActivationFailed(format!(
+            Err(panic) => Err(GrainError::ActivationFailed(format!(
                 "the activation hook panicked: {}",
-                panic_message(e.into_panic())
+                panic_message(panic)
             ))),
-            Err(e) => Err(GrainError::ActivationFailed(e.to_string())),
         };
         let actor = match actor {
             Ok(actor) => actor,
@@ -1307,6 +1311,21 @@ impl TerminationSink for StopWaiter {
         {
             let _ = done.send(());
         }
+    }
+}
+
+/// Polls `future` once on this thread and spawns what is left of it as a task only if it has
+/// to wait. An activation whose claim and hook complete at once (a store that runs a lone
+/// claim on its caller's thread, an in-memory one; a hook that does not wait) then costs no
+/// task of its own. As a task it was queued behind the current one, and the runtime's other
+/// worker, woken to take it, ran the activation and the first message's handling on another
+/// thread, a cross-thread wake-up on the path of the first message.
+fn run_or_spawn(future: impl Future<Output = ()> + Send + 'static) {
+    let mut future = Box::pin(future);
+    let mut cx = std::task::Context::from_waker(std::task::Waker::noop());
+    // Pending: the spawned task polls it again at once, and that poll registers its waker.
+    if future.as_mut().poll(&mut cx).is_pending() {
+        tokio::spawn(future);
     }
 }
 
