@@ -68,6 +68,11 @@ pub trait VirtualActor: Actor {
     /// The activation hook: builds the actor for `activation.identity()` (loading its state,
     /// say). An error or a panic fails the messages waiting for this activation with
     /// [`GrainError::ActivationFailed`]; the next message tries again.
+    ///
+    /// What the hook does before its first wait runs on the path of the message that
+    /// activates it, where the member receives its grain messages (no task of its own, no
+    /// hand-off to another thread): keep it short, await I/O, and move long computations to
+    /// `tokio::task::spawn_blocking`.
     fn activate(activation: Activation) -> impl Future<Output = ActorResult<Self>> + Send;
 
     /// Adds every message type that may reach this kind from another member.
