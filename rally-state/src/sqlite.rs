@@ -118,7 +118,8 @@ ON CONFLICT (kind, identity) DO UPDATE
     SET epoch = epoch + 1, owner = excluded.owner, active = 1
     WHERE active = 0 OR owner = excluded.owner";
 const CLAIM_NEW: &str = "
-INSERT OR IGNORE INTO rally_grains (kind, identity, epoch, owner, active) VALUES (?1, ?2, 1, ?3, 1)";
+INSERT OR IGNORE INTO rally_grains (kind, identity, epoch, owner, active)
+VALUES (?1, ?2, 1, ?3, 1)";
 const TAKE_OVER: &str = "
 INSERT INTO rally_grains (kind, identity, epoch, owner, active) VALUES (?1, ?2, 1, ?3, 1)
 ON CONFLICT (kind, identity) DO UPDATE
@@ -164,8 +165,8 @@ pub struct SqliteStore {
 
 /// What the handles and the store's thread share.
 struct Shared {
-    /// The one connection: the store's thread holds it for a batch; a caller that finds the
-    /// store idle runs its operation with it on its own thread.
+    /// The one connection: the store's thread holds it for a batch; a caller whose operation
+    /// comes alone runs it with the connection on its own thread.
     connection: Mutex<Connection>,
     /// Operations started and not answered yet, on a caller's thread or the store's.
     in_flight: AtomicUsize,
@@ -195,19 +196,19 @@ const MAX_BATCH: usize = 256;
 impl SqliteStore {
     /// Opens (creating if needed) the store at `path`.
     ///
-    /// The connection is shared by the callers and a thread of the store's own. While
-    /// operations come one at a time (none of the last few overlapped another), the connection
-    /// is free and so is the file's write lock, an operation runs in a transaction of its own
-    /// on the caller's thread (tens of microseconds: one activation arriving alone skips the
-    /// hand-off to another thread and back). Otherwise it queues for the store's thread, which takes every operation waiting
-    /// (up to 256) and runs them in one transaction, so one commit serves as many activations
-    /// as arrived while the previous one ran, and a lone operation waits for nothing (no
-    /// timer); a caller's thread never waits for another process's lock. Each operation is
+    /// The connection is shared by the callers and a thread of the store's own. While operations
+    /// come one at a time (none of the last few overlapped another), the connection is free and so
+    /// is the file's write lock, an operation runs in a transaction of its own on the caller's
+    /// thread (tens of microseconds: one activation arriving alone skips the hand-off to another
+    /// thread and back). Otherwise it queues for the store's thread, which takes every operation
+    /// waiting (up to 256) and runs them in one transaction, so one commit serves as many
+    /// activations as arrived while the previous one ran, and a lone operation waits for nothing
+    /// (no timer); a caller's thread never waits for another process's lock. Each operation is
     /// still one compare-and-set statement: where it runs and how many share a commit change
     /// nothing else. A second thread copies the write-ahead log into the file (a passive
-    /// checkpoint, at most every 100 ms while there are writes), so no commit waits for that
-    /// copy and its fsyncs; the store's thread tries a lock held by another process's commit
-    /// again every 50 µs at first, then every millisecond, for up to 5 s.
+    /// checkpoint, at most every 100 ms while there are writes), so no commit waits for that copy
+    /// and its fsyncs; the store's thread tries a lock held by another process's commit again every
+    /// 50 µs at first, then every millisecond, for up to 5 s.
     ///
     /// # Errors
     ///
