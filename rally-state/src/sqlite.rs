@@ -56,9 +56,9 @@ fn busy_wait(tries: i32) -> bool {
 /// on its caller's thread only while that decayed peak is at most [`INLINE_MAX_PEAK`]: no
 /// operation overlapped another in the last few. Under load operations overlap all the time,
 /// and they queue for the store's thread, where they share commits; operations that arrive one
-/// at a time (a lone activation) skip the hand-off to that thread and back. Whether the last
-/// transaction ended a moment ago says nothing about that: a lone caller's next operation
-/// comes one network round trip after its last, as soon as a caller under load does.
+/// at a time (a lone activation) skip the hand-off to that thread and back. How long ago the
+/// last transaction ended does not tell the two apart: a lone caller's next operation comes
+/// one network round trip after its last commit, as soon as a busy caller's does.
 const PEAK_SCALE: u64 = 16;
 /// One operation in flight and a quarter: four lone operations after two overlapped.
 const INLINE_MAX_PEAK: u64 = PEAK_SCALE + PEAK_SCALE / 4;

@@ -382,8 +382,6 @@ where
     }
 }
 
-/// Takes the reply destination once: the runtime calls the callback at most once, but a
-/// refused send hands the message back instead, and either path may come first.
 /// The reply to an `M`, from the bytes the member that handled it sent.
 pub(super) fn decode_reply<M: Message>(bytes: &[u8]) -> Result<M::Reply, GrainError>
 where
@@ -393,6 +391,8 @@ where
         .map_err(|e| GrainError::Undeliverable(format!("decoding the reply: {e}")))
 }
 
+/// Takes the reply destination once: the runtime calls the callback at most once, but a
+/// refused send hands the message back instead, and either path may come first.
 fn take<R>(slot: &std::sync::Mutex<Option<TypedReply<R>>>) -> Option<TypedReply<R>> {
     slot.lock()
         .unwrap_or_else(std::sync::PoisonError::into_inner)
