@@ -404,7 +404,7 @@ func activationRow(gc *grainCluster, index, n, workers int) (*row, error) {
 					return
 				}
 				t0 := time.Now()
-				if err := gc.ping(fmt.Sprintf("act-%d-%d", index, k), ""); err != nil {
+				if err := gc.ping(activationIdentity(uint32(index), uint32(k)), ""); err != nil {
 					errs[w]++
 					continue
 				}
@@ -444,6 +444,24 @@ func activationRow(gc *grainCluster, index, n, workers int) (*row, error) {
 	r.with("active_per_member", active).with("bytes_per_actor_per_member", perMember)
 	r.with("bytes_per_actor", sum/float64(len(perMember)))
 	return r, nil
+}
+
+// activationIdentity is the identity of the k-th request of activation row `row`: UUID-shaped
+// (8-4-4-4-12 lowercase hex), spread over the key space as real identities are, unique (the
+// first 64 bits are SplitMix64's finaliser of row<<32 | k, a bijection), and the same string
+// Rally's harness computes.
+func activationIdentity(row, k uint32) string {
+	hi := splitmix64(uint64(row)<<32 | uint64(k))
+	lo := splitmix64(hi)
+	return fmt.Sprintf("%08x-%04x-%04x-%04x-%012x", hi>>32, (hi>>16)&0xffff, hi&0xffff, lo>>48, lo&0xffffffffffff)
+}
+
+// splitmix64 is SplitMix64's output function: a bijection that scatters neighbouring inputs.
+func splitmix64(x uint64) uint64 {
+	z := x + 0x9e3779b97f4a7c15
+	z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9
+	z = (z ^ (z >> 27)) * 0x94d049bb133111eb
+	return z ^ (z >> 31)
 }
 
 // withRowLimit runs one row under the harness's per-row time limit.

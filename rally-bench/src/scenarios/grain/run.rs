@@ -593,12 +593,12 @@ pub(crate) fn activation(args: &ActivationArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// One request to each of the identities `{prefix}{k}`, k from 0 to n − 1, taken in order from
-/// a shared counter by `workers` loops: the latencies of those that succeeded, the errors, and
-/// the elapsed time.
+/// One request to each of the identities [`activation_identity`]`(row, k)`, k from 0 to n − 1,
+/// taken in order from a shared counter by `workers` loops: the latencies of those that
+/// succeeded, the errors, and the elapsed time.
 async fn pass(
     gc: &Arc<GrainCluster>,
-    prefix: &str,
+    row: u32,
     n: u64,
     workers: usize,
 ) -> anyhow::Result<(Histogram<u64>, u64, Duration)> {
@@ -608,7 +608,6 @@ async fn pass(
         .map(|_| {
             let gc = Arc::clone(gc);
             let next = Arc::clone(&next);
-            let prefix = prefix.to_owned();
             tokio::spawn(async move {
                 let mut hist = histogram();
                 let mut errors = 0u64;
@@ -617,8 +616,12 @@ async fn pass(
                     if k >= n {
                         break;
                     }
+                    let identity = activation_identity(
+                        row,
+                        u32::try_from(k).expect("n fits u32, checked by activation_row"),
+                    );
                     let t0 = Instant::now();
-                    let sent = match gc.grains.get::<PingGrain>(&format!("{prefix}{k}")) {
+                    let sent = match gc.grains.get::<PingGrain>(&identity) {
                         Ok(grain) => ping(&grain, "").await,
                         Err(e) => Err(e.into()),
                     };
@@ -633,6 +636,32 @@ async fn pass(
         .collect();
     let (total, errors) = merge(tasks).await?;
     Ok((total, errors, start.elapsed()))
+}
+
+/// The identity the activation rows send to for the `k`-th request of row `row`: UUID-shaped
+/// (8-4-4-4-12 lowercase hex), spread evenly over the key space as real identities are (user
+/// ids, UUIDs), and unique (the first 64 bits are SplitMix64's finaliser of `row << 32 | k`,
+/// a bijection). The peers' harnesses compute the same strings.
+pub(crate) fn activation_identity(row: u32, k: u32) -> String {
+    let hi = splitmix64((u64::from(row) << 32) | u64::from(k));
+    let lo = splitmix64(hi);
+    format!(
+        "{:08x}-{:04x}-{:04x}-{:04x}-{:012x}",
+        hi >> 32,
+        (hi >> 16) & 0xffff,
+        hi & 0xffff,
+        lo >> 48,
+        lo & 0xffff_ffff_ffff
+    )
+}
+
+/// SplitMix64's output function (Steele, Lea and Flood, 2014): a bijection of `u64` that
+/// scatters neighbouring inputs.
+fn splitmix64(x: u64) -> u64 {
+    let mut z = x.wrapping_add(0x9e37_79b9_7f4a_7c15);
+    z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+    z ^ (z >> 31)
 }
 
 /// `cold ÷ warm`, or 0 when there is no warm figure.
@@ -650,15 +679,20 @@ async fn activation_row(
     n: u64,
     workers: usize,
 ) -> anyhow::Result<Row> {
-    let prefix = format!("act-{index}-");
+    let row = u32::try_from(index)?;
+    anyhow::ensure!(
+        u32::try_from(n).is_ok(),
+        "at most {} activations per row",
+        u32::MAX
+    );
     let before = gc.member_stats().await?;
     let client_before = process_cpu();
-    let (total, errors, elapsed) = pass(gc, &prefix, n, workers).await?;
+    let (total, errors, elapsed) = pass(gc, row, n, workers).await?;
     let client_cpu = process_cpu().saturating_sub(client_before);
     let after = gc.member_stats().await?;
     // The second request to every identity, now active: the warm figures (after the resident
     // sizes are read, so they do not count towards them).
-    let (warm, warm_errors, warm_elapsed) = pass(gc, &prefix, n, workers).await?;
+    let (warm, warm_errors, warm_elapsed) = pass(gc, row, n, workers).await?;
     let ok = total.len();
     let label = if workers == 1 {
         format!("N={n}, 1 worker")
@@ -736,6 +770,32 @@ mod tests {
             let seen: std::collections::HashSet<u8> =
                 texts.iter().map(|t| t.as_bytes()[position]).collect();
             assert_eq!(seen.len(), 16, "position {position}: {seen:?}");
+        }
+    }
+
+    /// The identities are UUID-shaped, unique within and across rows, and the very strings
+    /// the peers' harnesses compute (the expected values are theirs too).
+    #[test]
+    fn activation_identities_are_uuid_shaped_unique_and_the_peers_strings() {
+        assert_eq!(
+            activation_identity(0, 0),
+            "e220a839-7b1d-cdaf-a706-dd2f4d197e6f"
+        );
+        assert_eq!(
+            activation_identity(1, 99_999),
+            "a904f1fe-c530-6ed3-525a-5f343312b2fe"
+        );
+        let mut seen = std::collections::HashSet::new();
+        for row in 0..3 {
+            for k in 0..20_000 {
+                let identity = activation_identity(row, k);
+                let groups: Vec<usize> = identity.split('-').map(str::len).collect();
+                assert_eq!(groups, [8, 4, 4, 4, 12], "{identity}");
+                assert!(
+                    seen.insert(identity),
+                    "row {row}, k {k} repeats an identity"
+                );
+            }
         }
     }
 }

@@ -359,7 +359,7 @@ final class Grain {
     rep.params.put("workers", workers);
     double warm = jitWarmUpSeconds(args);
     warmUpActivations(d, workers, warm);
-    rep.params.put("warm_up", "JIT: " + warm + " s of the workers activating identities of their own (act-w-k)"
+    rep.params.put("warm_up", "JIT: " + warm + " s of the workers activating identities of their own (row " + WARM_UP_ROW + ")"
         + " before the first row; in the rows every identity is new, the first request activates it");
     for (int index = 0; index < rows.length; index++) {
       int n = rows[index];
@@ -405,7 +405,31 @@ final class Grain {
     return rep;
   }
 
-  /** The activation workers on fresh identities {@code act-w-k} for {@code seconds}, untimed. */
+  /** The row number of the JIT warm-up's identities: no measured row has it. */
+  static final int WARM_UP_ROW = 1_000_000;
+
+  /**
+   * The identity of the k-th request of activation row {@code row}: UUID-shaped (8-4-4-4-12
+   * lowercase hex), spread over the key space as real identities are, unique (the first 64 bits
+   * are SplitMix64's finaliser of {@code row << 32 | k}, a bijection), and the same string Rally's
+   * harness computes.
+   */
+  static String activationIdentity(long row, long k) {
+    long hi = splitmix64((row << 32) | (k & 0xffffffffL));
+    long lo = splitmix64(hi);
+    return String.format("%08x-%04x-%04x-%04x-%012x", hi >>> 32, (hi >>> 16) & 0xffff, hi & 0xffff,
+        lo >>> 48, lo & 0xffffffffffffL);
+  }
+
+  /** SplitMix64's output function: a bijection of 64-bit values that scatters neighbours. */
+  static long splitmix64(long x) {
+    long z = x + 0x9e3779b97f4a7c15L;
+    z = (z ^ (z >>> 30)) * 0xbf58476d1ce4e5b9L;
+    z = (z ^ (z >>> 27)) * 0x94d049bb133111ebL;
+    return z ^ (z >>> 31);
+  }
+
+  /** The activation workers on fresh identities (row {@link #WARM_UP_ROW}) for {@code seconds}, untimed. */
   static void warmUpActivations(Driver d, int workers, double seconds) throws Exception {
     AtomicLong next = new AtomicLong();
     long[] errors = new long[workers];
@@ -424,7 +448,7 @@ final class Grain {
       done.countDown();
       return;
     }
-    d.ping("act-w-" + next.getAndIncrement(), "").whenCompleteAsync((ok, err) -> {
+    d.ping(activationIdentity(WARM_UP_ROW, next.getAndIncrement()), "").whenCompleteAsync((ok, err) -> {
       if (err != null) errors[w]++;
       warmActivate(d, next, end, errors, w, done);
     }, d.system.dispatcher());
@@ -439,7 +463,7 @@ final class Grain {
       return;
     }
     long t0 = System.nanoTime();
-    d.ping("act-" + index + "-" + k, "").whenCompleteAsync((ok, err) -> {
+    d.ping(activationIdentity(index, k), "").whenCompleteAsync((ok, err) -> {
       synchronized (hist) {
         if (err != null) errors[w]++;
         else hist.recordValue(Math.max(1, (System.nanoTime() - t0) / 1000));
