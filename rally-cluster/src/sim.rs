@@ -80,6 +80,8 @@ pub struct Simulation {
     /// Last delivery instant per (from, to): packets between two members stay in order, as
     /// on Rally's connections.
     last_delivery: BTreeMap<(NodeAddress, NodeAddress), Instant>,
+    /// Extra latency of one direction of a link (see [`Simulation::delay_link`]).
+    link_delay: BTreeMap<(NodeAddress, NodeAddress), Duration>,
     /// Steps in a row that did not advance time.
     steps_without_progress: u32,
 }
@@ -114,6 +116,7 @@ impl Simulation {
             log: Vec::new(),
             next_port: 1,
             last_delivery: BTreeMap::new(),
+            link_delay: BTreeMap::new(),
             steps_without_progress: 0,
         }
     }
@@ -176,6 +179,32 @@ impl Simulation {
     /// Drops each packet with probability `rate` (0.0 to 1.0).
     pub fn set_drop_rate(&mut self, rate: f64) {
         self.drop_rate = rate.clamp(0.0, 1.0);
+    }
+
+    /// Slows the packets from `from` to `to` by `extra` on top of the network's latency, in
+    /// that direction only and still in order, as behind a backed-up connection: other
+    /// members' packets can then overtake the ones on this link. `Duration::ZERO` restores it.
+    ///
+    /// # Example
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use rally::cluster::sim::Simulation;
+    /// use rally::cluster::ClusterConfig;
+    ///
+    /// let mut sim = Simulation::new(7);
+    /// let members = sim.add_members(3, &ClusterConfig::default());
+    /// sim.delay_link(&members[0], &members[1], Duration::from_millis(300));
+    /// // Indirect probes through the third member keep the slow link's ends reachable.
+    /// assert!(sim.run_until(Duration::from_secs(30), |sim| sim.converged()));
+    /// ```
+    pub fn delay_link(&mut self, from: &MemberId, to: &MemberId, extra: Duration) {
+        let link = (from.address.clone(), to.address.clone());
+        if extra.is_zero() {
+            self.link_delay.remove(&link);
+        } else {
+            self.link_delay.insert(link, extra);
+        }
     }
 
     /// Cuts the network into `sides`: packets cross no border (members in no side form one
@@ -392,11 +421,11 @@ impl Simulation {
                     continue;
                 }
                 let (min, max) = self.latency;
-                let latency = min + (max - min).mul_f64(self.rng.random::<f64>());
-                let last = self
-                    .last_delivery
-                    .entry((address.clone(), transmit.to.clone()))
-                    .or_insert(self.now);
+                let link = (address.clone(), transmit.to.clone());
+                let latency = min
+                    + (max - min).mul_f64(self.rng.random::<f64>())
+                    + self.link_delay.get(&link).copied().unwrap_or_default();
+                let last = self.last_delivery.entry(link).or_insert(self.now);
                 *last = (*last).max(self.now + latency);
                 self.seq += 1;
                 self.in_flight.insert(
