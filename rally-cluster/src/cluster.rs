@@ -438,8 +438,10 @@ impl Cluster {
     /// Leaves gracefully: first hands over what may run on one member only (a cluster
     /// singleton's instance here is stopped, so the next member cannot start it while this one
     /// still runs it), then tells every member it is leaving, then that it is gone; the others
-    /// report it `Leaving`, then `Removed` (never `Down`). Returns when the packets are handed
-    /// to the transport.
+    /// report it `Leaving`, then `Removed` (never `Down`). With the gossip and in-memory
+    /// providers it declares itself gone only once every member has acknowledged the leave (or
+    /// after `stable-after`, for a member that cannot hear it). Returns when the last packets
+    /// are handed to the transport.
     ///
     /// # Errors
     ///

@@ -192,6 +192,25 @@ pub struct Membership {
     /// Members the transport's own failure detector (the remoting heartbeats' phi-accrual)
     /// suspects; unreachable in this view whatever SWIM says.
     transport_unreachable: HashSet<UniqueAddress>,
+    /// This member's graceful leave, while it waits for the members to acknowledge it.
+    departure: Option<Departure>,
+}
+
+/// A graceful leave between its `Leaving` notice and its SWIM down. The down is gossiped
+/// onwards by every member that hears it, so it could overtake the notice on its way to a
+/// member (packets from different members travel on different connections), and that member
+/// would report a down. So the down is sent only once every member has acknowledged that it
+/// holds this one as leaving: each then reports it removed.
+#[derive(Debug)]
+struct Departure {
+    /// Members whose acknowledgement of the notice has not come yet.
+    awaiting: HashSet<MemberId>,
+    /// When the notice goes again to the members in `awaiting` (a packet may be lost).
+    resend_at: Instant,
+    /// When the leave goes on without the acknowledgements still missing: a member that has
+    /// not answered within `stable-after` cannot hear this one, and would be deciding about it
+    /// as about any unreachable member by then.
+    give_up_at: Instant,
 }
 
 /// The most recent lives seen down or removed, at most `max-members` of them.
@@ -228,11 +247,14 @@ impl Buried {
 }
 
 /// A membership packet on the wire (postcard). SWIM bytes are foca's; `Leaving` is Rally's
-/// notice that precedes a graceful exit, so the others report *removed*, not *down*.
+/// notice that precedes a graceful exit, so the others report *removed*, not *down*;
+/// `LeavingSeen` is a member's acknowledgement of it, which the leaver waits for before it
+/// declares itself down.
 #[derive(Debug, Serialize, Deserialize)]
 enum Packet {
     Swim(Vec<u8>),
     Leaving(MemberId),
+    LeavingSeen { leaver: MemberId, by: MemberId },
 }
 
 /// When the view last changed, and since when members have been unreachable.
@@ -293,6 +315,7 @@ impl Membership {
             stopped: false,
             buried: Buried::new(config_max_members),
             transport_unreachable: HashSet::new(),
+            departure: None,
         })
     }
 
@@ -382,6 +405,17 @@ impl Membership {
                 }
                 self.handle_leaving(id, now)
             }
+            Packet::LeavingSeen { leaver, by } => {
+                if let Some(from) = from
+                    && unique(&by) != *from
+                {
+                    return Err(self.count(PacketError::Forged(format!(
+                        "{by} saw a leave, sent by {}",
+                        from.address
+                    ))));
+                }
+                self.handle_leaving_seen(&leaver, &by, now)
+            }
         }
     }
 
@@ -432,7 +466,14 @@ impl Membership {
                     self.decision_due(since).min(unstable)
                 }
             });
-        [timer, self.next_join, downing].into_iter().flatten().min()
+        let departure = self
+            .departure
+            .as_ref()
+            .map(|d| d.resend_at.min(d.give_up_at));
+        [timer, self.next_join, downing, departure]
+            .into_iter()
+            .flatten()
+            .min()
     }
 
     /// The next packet to send.
@@ -448,30 +489,68 @@ impl Membership {
         self.events.pop_front()
     }
 
-    /// Leaves gracefully: tells every member, then tells the cluster it is gone. Send what
-    /// [`poll_transmit`](Self::poll_transmit) returns after this; the core then stops.
+    /// Leaves gracefully: tells every member it is leaving, waits until each has
+    /// acknowledged it (re-sending the notice every `probe-period` to those that have not,
+    /// for `stable-after` at most), then tells the cluster it is gone (SWIM's down) and
+    /// stops. A member that holds this one as leaving reports its down as *removed*; waiting
+    /// for the acknowledgements keeps the down, which the others gossip onwards, from
+    /// reaching a member before the notice does.
+    ///
+    /// Keep driving the core (packets, timeouts, [`poll_transmit`](Self::poll_transmit))
+    /// until [`is_stopped`](Self::is_stopped).
+    ///
+    /// # Example
+    ///
+    /// ```
+    /// use std::time::Instant;
+    /// use rally::cluster::{ClusterConfig, Membership, MemberEvent, MemberId};
+    /// use rally::remote::Incarnation;
+    ///
+    /// let id = |port: u16| MemberId::new(format!("rally://c@127.0.0.1:{port}").parse().unwrap(), Incarnation(port.into()), port.into());
+    /// let now = Instant::now();
+    /// let mut a = Membership::new(id(1), ClusterConfig::default(), 1, now).unwrap();
+    /// let mut config = ClusterConfig::default();
+    /// config.seeds = vec![id(1).address];
+    /// let mut b = Membership::new(id(2), config, 2, now).unwrap();
+    /// a.join(now);
+    /// b.join(now);
+    /// for _ in 0..4 {
+    ///     while let Some(t) = a.poll_transmit() { b.handle_packet(&t.payload, now).unwrap(); }
+    ///     while let Some(t) = b.poll_transmit() { a.handle_packet(&t.payload, now).unwrap(); }
+    /// }
+    /// b.leave(now);
+    /// let notice = b.poll_transmit().unwrap();
+    /// assert!(b.poll_transmit().is_none(), "no down before the notice is acknowledged");
+    /// a.handle_packet(&notice.payload, now).unwrap();
+    /// let seen = a.poll_transmit().unwrap();
+    /// b.handle_packet(&seen.payload, now).unwrap();
+    /// assert!(b.is_stopped());
+    /// // b's down, and a reports b removed.
+    /// while let Some(t) = b.poll_transmit() { a.handle_packet(&t.payload, now).unwrap(); }
+    /// let about_b: Vec<_> = std::iter::from_fn(|| a.poll_event()).filter(|e| *e.member() == id(2)).collect();
+    /// assert_eq!(about_b[about_b.len() - 2..], [MemberEvent::Leaving(id(2)), MemberEvent::Removed(id(2))]);
+    /// ```
     pub fn leave(&mut self, now: Instant) {
-        if self.stopped {
+        if self.stopped || self.departure.is_some() {
             return;
         }
-        let id = self.local.id.clone();
         self.local.status = MemberStatus::Leaving;
-        self.events.push_back(MemberEvent::Leaving(id.clone()));
-        let notice = postcard::to_allocvec(&Packet::Leaving(id.clone()))
-            .expect("a member id always encodes");
-        for member in self.members.values().filter(|m| m.is_serving()) {
-            self.transmits.push_back(Transmit {
-                to: member.id.address.clone(),
-                payload: notice.clone(),
-            });
-        }
-        if let Err(e) = self.foca.leave_cluster(&mut self.runtime) {
-            tracing::debug!(error = %e, "leaving the membership");
-        }
-        self.drain_runtime(now);
-        self.local.status = MemberStatus::Removed;
-        self.events.push_back(MemberEvent::Removed(id));
-        self.stop();
+        self.next_join = None;
+        self.events
+            .push_back(MemberEvent::Leaving(self.local.id.clone()));
+        let awaiting = self
+            .members
+            .values()
+            .filter(|m| m.is_serving())
+            .map(|m| m.id.clone())
+            .collect();
+        self.departure = Some(Departure {
+            awaiting,
+            resend_at: now + self.config.probe_period,
+            give_up_at: now + self.config.stable_after,
+        });
+        self.send_leaving_notices();
+        self.check_departure(now);
     }
 
     /// Declares `member` down (an operator's decision, or a downing decision). Downing this
@@ -599,8 +678,19 @@ impl Membership {
             Some(member) if member.is_serving() => {
                 if member.status != MemberStatus::Leaving {
                     member.status = MemberStatus::Leaving;
-                    self.events.push_back(MemberEvent::Leaving(id));
+                    self.events.push_back(MemberEvent::Leaving(id.clone()));
                 }
+                // Acknowledged once held as leaving, so the leaver's down that follows can
+                // only be reported here as removed. A repeated notice is acknowledged again
+                // (the first acknowledgement may have been lost).
+                let seen = Packet::LeavingSeen {
+                    leaver: id.clone(),
+                    by: self.local.id.clone(),
+                };
+                self.transmits.push_back(Transmit {
+                    to: id.address,
+                    payload: postcard::to_allocvec(&seen).expect("member ids always encode"),
+                });
                 self.after_interaction(now);
                 Ok(())
             }
@@ -608,6 +698,81 @@ impl Membership {
                 "impossible transition of {id}: leaving, but not a serving member"
             )))),
         }
+    }
+
+    fn handle_leaving_seen(
+        &mut self,
+        leaver: &MemberId,
+        by: &MemberId,
+        now: Instant,
+    ) -> Result<(), PacketError> {
+        if *leaver != self.local.id {
+            // For an earlier life at this address (its leave was acknowledged late): stale.
+            return Ok(());
+        }
+        let Some(departure) = &mut self.departure else {
+            return Err(self.count(PacketError::ImpossibleTransition(format!(
+                "impossible transition of {leaver}: its leave seen by {by}, but it never left"
+            ))));
+        };
+        departure.awaiting.remove(by);
+        self.check_departure(now);
+        Ok(())
+    }
+
+    /// Sends the `Leaving` notice to every member whose acknowledgement is awaited.
+    fn send_leaving_notices(&mut self) {
+        let Some(departure) = &self.departure else {
+            return;
+        };
+        let notice = postcard::to_allocvec(&Packet::Leaving(self.local.id.clone()))
+            .expect("a member id always encodes");
+        let mut to: Vec<&MemberId> = departure.awaiting.iter().collect();
+        // In age order, so that a simulation replays from its seed.
+        to.sort_by(|a, b| a.age_order(b));
+        for member in to {
+            self.transmits.push_back(Transmit {
+                to: member.address.clone(),
+                payload: notice.clone(),
+            });
+        }
+    }
+
+    /// Moves a graceful leave on: done once every member acknowledged it (or is no longer
+    /// serving here: downed, removed) or the wait is over; the notice again when it is due.
+    fn check_departure(&mut self, now: Instant) {
+        let Some(departure) = &mut self.departure else {
+            return;
+        };
+        let members = &self.members;
+        departure
+            .awaiting
+            .retain(|id| members.get(id).is_some_and(Member::is_serving));
+        if departure.awaiting.is_empty() || now >= departure.give_up_at {
+            self.finish_leave(now);
+        } else if now >= departure.resend_at {
+            departure.resend_at = now + self.config.probe_period;
+            self.send_leaving_notices();
+        }
+    }
+
+    /// Tells the cluster this member is gone (SWIM's down, which foca gossips to a few
+    /// members that pass it on) and stops.
+    fn finish_leave(&mut self, now: Instant) {
+        if let Some(departure) = self.departure.take()
+            && !departure.awaiting.is_empty()
+        {
+            tracing::info!(member = %self.local.id, missing = departure.awaiting.len(), "leaving without every member's acknowledgement");
+        }
+        let id = self.local.id.clone();
+        // Before foca's own down, which it reports as `Defunct`: the exit, not a downing.
+        self.local.status = MemberStatus::Removed;
+        if let Err(e) = self.foca.leave_cluster(&mut self.runtime) {
+            tracing::debug!(error = %e, "leaving the membership");
+        }
+        self.drain_runtime(now);
+        self.events.push_back(MemberEvent::Removed(id));
+        self.stop();
     }
 
     fn classify(&mut self, error: foca::Error) -> PacketError {
@@ -653,8 +818,15 @@ impl Membership {
                     self.events
                         .push_back(MemberEvent::Up(self.local.id.clone()));
                 }
-                // Leaving makes foca declare itself down: that is the exit, not a downing.
-                OwnedNotification::Defunct if self.local.status != MemberStatus::Leaving => {
+                // A leave ends with foca declaring itself down: that is the exit, not a
+                // downing. Downed by the others while waiting for the leave's
+                // acknowledgements, it still completes the leave when the wait ends.
+                OwnedNotification::Defunct
+                    if !matches!(
+                        self.local.status,
+                        MemberStatus::Leaving | MemberStatus::Removed
+                    ) =>
+                {
                     self.down_self();
                 }
                 _ => {}
@@ -753,6 +925,7 @@ impl Membership {
         }
         self.bury_again(returned, now);
         self.update_stability(now);
+        self.check_departure(now);
     }
 
     /// Declares down again, to foca and through it to everyone, lives that came back after
@@ -887,6 +1060,7 @@ impl Membership {
 
     fn stop(&mut self) {
         self.stopped = true;
+        self.departure = None;
         self.timers.clear();
         self.next_join = None;
         self.stability.unreachable_since = None;

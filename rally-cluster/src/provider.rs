@@ -268,7 +268,8 @@ pub(crate) async fn drive(
 ) {
     let now = || tokio::time::Instant::now().into_std();
     core.join(now());
-    let mut left = None;
+    // Callers of `leave` waiting for it to complete (it waits for the members' acknowledgements).
+    let mut leaving = Vec::new();
     loop {
         flush(&mut core, &mut send, &publisher);
         if core.is_stopped() {
@@ -288,7 +289,7 @@ pub(crate) async fn drive(
                 Some(Command::Down(member)) => core.down(&member, now()),
                 Some(Command::Leave(done)) => {
                     core.leave(now());
-                    left = Some(done);
+                    leaving.push(done);
                 }
                 // Every handle dropped without a leave: stop at once, as a crash would.
                 None => break,
@@ -307,7 +308,7 @@ pub(crate) async fn drive(
     // refused at once.
     drop(commands);
     publisher.close();
-    if let Some(done) = left {
+    for done in leaving {
         let _ = done.send(());
     }
 }

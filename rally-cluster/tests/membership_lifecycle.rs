@@ -82,6 +82,101 @@ fn a_graceful_leave_is_reported_as_leaving_then_removed_never_down() {
     assert!(sim.converged());
 }
 
+/// The leaver's own link to one member is slow (its connection backed up under load), so the
+/// other members, who hear the leave at once, could gossip the leaver's SWIM *down* to that
+/// member before the leaver's `Leaving` notice reaches it. It must still report `Leaving`,
+/// then `Removed`: a graceful leave is never a down, whatever path news of it takes.
+#[test]
+fn a_leave_whose_notice_is_overtaken_by_gossip_is_still_not_a_down() {
+    // Longer than the others take to relay the leaver's down (a gossip round or a probe,
+    // 200 ms), shorter than stable-after (the leaver waits that long at most for a member).
+    let slow = Duration::from_secs(1);
+    let mut wrong = Vec::new();
+    for seed in 0..10 {
+        let (mut sim, members) = converged(seed, 4, &config());
+        let (leaver, behind) = (members[0].clone(), members[1].clone());
+        sim.delay_link(&leaver, &behind, slow);
+        sim.leave(&leaver);
+        // Until every other member has taken it out of service, as removed or as down.
+        assert!(
+            sim.run_until(Duration::from_secs(10), |sim| members[1..].iter().all(
+                |m| sim
+                    .status_seen_by(m, &leaver)
+                    .is_none_or(|s| s == MemberStatus::Down)
+            )),
+            "seed {seed}: the leaver is still serving somewhere"
+        );
+        assert!(sim.core(&leaver).unwrap().is_stopped(), "seed {seed}");
+        for observer in &members[1..] {
+            // Its status as each saw it change. Reachability is apart from status: a member
+            // may see the leaver unreachable once it has stopped, before the news of its exit
+            // arrives.
+            let about_leaver: Vec<_> = seen(&sim, observer, &leaver)
+                .into_iter()
+                .filter(|e| !matches!(e, MemberEvent::Unreachable(_) | MemberEvent::Reachable(_)))
+                .collect();
+            if about_leaver[2..]
+                != [
+                    &MemberEvent::Leaving(leaver.clone()),
+                    &MemberEvent::Removed(leaver.clone()),
+                ]
+            {
+                wrong.push(format!("seed {seed}: {observer} saw {about_leaver:?}"));
+            }
+        }
+    }
+    assert!(wrong.is_empty(), "{wrong:#?}");
+}
+
+/// A member that never acknowledges the leave notice (cut off from the leaver) delays the
+/// leave by `stable-after` at most; the members that heard it report `Leaving`, then `Removed`.
+#[test]
+fn a_leave_waits_for_a_member_that_never_acknowledges_only_up_to_stable_after() {
+    let config = config();
+    for seed in 0..5 {
+        let (mut sim, members) = converged(seed, 4, &config);
+        let (leaver, cut_off) = (members[0].clone(), members[3].clone());
+        sim.partition(&[std::slice::from_ref(&cut_off)]);
+        let left_at = sim.elapsed();
+        sim.leave(&leaver);
+        assert!(
+            sim.run_until(Duration::from_secs(10), |sim| sim
+                .core(&leaver)
+                .unwrap()
+                .is_stopped()),
+            "seed {seed}: the leaver never stopped"
+        );
+        let stopped = first_seen(&sim, &leaver, &MemberEvent::Removed(leaver.clone()))
+            .expect("the leaver reports itself removed");
+        assert!(
+            stopped - left_at >= config.stable_after,
+            "seed {seed}: it waited for the cut-off member ({:?})",
+            stopped - left_at
+        );
+        assert!(
+            stopped - left_at <= config.stable_after + config.probe_period,
+            "seed {seed}: stopped {:?} after the leave",
+            stopped - left_at
+        );
+        assert!(
+            sim.run_until(Duration::from_secs(10), |sim| members[1..3]
+                .iter()
+                .all(|m| sim.status_seen_by(m, &leaver).is_none())),
+            "seed {seed}: the leaver was not removed"
+        );
+        for observer in &members[1..3] {
+            assert_eq!(
+                &seen(&sim, observer, &leaver)[2..],
+                [
+                    &MemberEvent::Leaving(leaver.clone()),
+                    &MemberEvent::Removed(leaver.clone())
+                ],
+                "seed {seed}: {observer}"
+            );
+        }
+    }
+}
+
 #[test]
 fn a_killed_member_is_downed_only_after_stable_after() {
     let config = config();

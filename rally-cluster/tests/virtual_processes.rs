@@ -347,14 +347,23 @@ async fn a_graceful_leave_under_load_hands_over_the_singleton_and_fails_no_ask()
     }
     for &i in &stayers {
         members[i].drain();
-        let downed: Vec<&Out> = members[i]
+        let downed = members[i]
             .seen
             .iter()
-            .filter(|o| o.is("EVENT", &["Down", &leaver_id]))
+            .any(|o| o.is("EVENT", &["Down", &leaver_id]));
+        // What it saw of the leaver, in ms from the `leave`: the order tells the cause.
+        let about_leaver: Vec<(String, i128)> = members[i]
+            .seen
+            .iter()
+            .filter(|o| o.word == "EVENT" && o.args.get(1) == Some(&leaver_id))
+            .map(|o| {
+                let ms = (i128::from(o.at) - i128::from(left_at)) / 1_000_000;
+                (o.args[0].clone(), ms)
+            })
             .collect();
         assert!(
-            downed.is_empty(),
-            "{}: a leave is not a down: {downed:?}",
+            !downed,
+            "{}: a leave is not a down: {about_leaver:?}",
             members[i].name
         );
         assert!(
