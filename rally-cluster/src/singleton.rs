@@ -379,8 +379,9 @@ impl<A: RemoteActor> ClusterSingleton<A> {
             }),
         };
         let confirmer = tokio::spawn(confirm(proxy.clone(), status_name, location, confirmed_tx));
-        // A leave stops the instance here before it is announced: the next oldest starts it
-        // once it sees this member removed, by which time it has stopped.
+        // A leave hands the instance here over before it is announced (it finishes what it
+        // holds and stops): the next oldest starts it once it sees this member removed, by
+        // which time it has stopped.
         let (leaving, leaving_node, leaving_name, leaving_flag) = (
             Arc::downgrade(&local_ref),
             node.clone(),
@@ -388,15 +389,16 @@ impl<A: RemoteActor> ClusterSingleton<A> {
             hosting_flag.clone(),
         );
         cluster.on_leave(Box::new(move || {
-            let (hosted, node, exposed) =
-                (leaving.upgrade(), leaving_node.clone(), leaving_name.clone());
+            let (hosted, node, exposed) = (
+                leaving.upgrade(),
+                leaving_node.clone(),
+                leaving_name.clone(),
+            );
             leaving_flag.store(false, std::sync::atomic::Ordering::SeqCst);
             Box::pin(async move {
-                if let Some(hosted) = hosted {
-                    let stop = stop_local(&node, &exposed, &hosted);
-                    if tokio::time::timeout(LEAVE_STOP_WAIT, stop).await.is_err() {
-                        tracing::warn!(singleton = %exposed, "the singleton did not stop before the leave");
-                    }
+                let actor = hosted.and_then(|hosted| lock(&hosted).take());
+                if let Some(actor) = actor {
+                    hand_over(&node, &exposed, &actor, LEAVE_STOP_WAIT).await;
                 }
             })
         }));
@@ -481,17 +483,22 @@ impl<A: RemoteActor> ClusterSingleton<A> {
         lock(&self.local).is_some()
     }
 
-    /// Hands over and leaves the cluster: stops the instance here (waiting up to `timeout`
-    /// for it to finish), then leaves; the next oldest member starts it once it sees this
-    /// member removed, so the two never run at once.
+    /// Hands over and leaves the cluster: the instance here takes no more messages, handles
+    /// those its mailbox already holds and stops (all within `timeout`), then this member
+    /// leaves; the next oldest member starts it once it sees this member removed, so the two
+    /// never run at once.
     pub async fn leave(self, timeout: Duration) {
         self.task.abort();
         self.confirmer.abort();
         let actor = lock(&self.local).take();
         if let Some(actor) = actor {
-            self.proxy.inner.node.unexpose(&self.proxy.inner.name);
-            actor.stop();
-            let _ = tokio::time::timeout(timeout, wait_stopped(&actor)).await;
+            hand_over(
+                &self.proxy.inner.node,
+                &self.proxy.inner.name,
+                &actor,
+                timeout,
+            )
+            .await;
         }
         let _ = self.cluster.leave().await;
     }
@@ -545,6 +552,37 @@ async fn stop_local<A: RemoteActor>(
         actor.stop();
         wait_stopped(&actor).await;
         tracing::info!(singleton = %exposed, "singleton stopped here");
+    }
+}
+
+/// A graceful handover of the instance here (this member leaves): it takes no more messages,
+/// handles what its mailbox holds (the proxies sent those before they knew of the move), then
+/// stops; all within `within`, after which it is stopped with whatever is left. (A member
+/// that must stop hosting because it is downed or an older member appeared stops at once,
+/// through [`stop_local`]: the takeover margin does not wait for a queue.)
+async fn hand_over<A: RemoteActor>(
+    node: &RemoteNode,
+    exposed: &str,
+    actor: &ActorRef<A>,
+    within: Duration,
+) {
+    node.unexpose(exposed);
+    let deadline = tokio::time::Instant::now() + within;
+    let drained = tokio::time::timeout_at(deadline, async {
+        while actor.load().is_some_and(|load| load > 0) && !actor.is_stopped() {
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    })
+    .await;
+    actor.stop();
+    let stopped = tokio::time::timeout_at(deadline, wait_stopped(actor)).await;
+    if drained.is_err() || stopped.is_err() {
+        tracing::warn!(
+            singleton = %exposed,
+            "the singleton did not finish its messages and stop within {within:?} of the handover"
+        );
+    } else {
+        tracing::info!(singleton = %exposed, "singleton handed over from here");
     }
 }
 
