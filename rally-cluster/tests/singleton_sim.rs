@@ -22,10 +22,20 @@ fn hosting(
     members: &[MemberId],
     end: Duration,
 ) -> HashMap<MemberId, Vec<(Duration, Option<Duration>)>> {
+    hosting_of_role(sim, members, None, end)
+}
+
+/// [`hosting`] for a singleton limited to `role`.
+fn hosting_of_role(
+    sim: &Simulation,
+    members: &[MemberId],
+    role: Option<&str>,
+    end: Duration,
+) -> HashMap<MemberId, Vec<(Duration, Option<Duration>)>> {
     let base = Instant::now();
     let mut out = HashMap::new();
     for member in members {
-        let mut gate = SingletonGate::new(member.clone(), None, config());
+        let mut gate = SingletonGate::new(member.clone(), role.map(str::to_owned), config());
         let mut intervals: Vec<(Duration, Option<Duration>)> = Vec::new();
         let mut apply = |change: Option<SingletonChange>, at: Duration| match change {
             Some(SingletonChange::Start) => intervals.push((at, None)),
@@ -154,5 +164,51 @@ fn a_leaving_host_hands_over_and_a_killed_host_is_replaced_after_the_margin() {
     assert!(
         started >= killed_at + config.takeover_margin(3),
         "not before the margin: killed {killed_at:?}, started {started:?}"
+    );
+}
+
+/// A singleton of a role: the oldest member, which lacks the role, never hosts; the oldest
+/// member with the role does, and on its leave the next oldest with the role takes over,
+/// never two at once.
+#[test]
+fn a_singleton_of_a_role_skips_older_members_without_it() {
+    let plain: ClusterConfig = config();
+    let mut worker = plain.clone();
+    worker.roles = vec!["worker".to_owned()];
+    let mut sim = Simulation::new(7);
+    let mut members = vec![sim.add_member(&plain)];
+    for _ in 0..3 {
+        members.push(sim.add_member(&worker));
+    }
+    assert!(
+        sim.run_until(Duration::from_secs(30), Simulation::converged),
+        "four members converged"
+    );
+    members.sort();
+    assert!(
+        !members[0].has_role("worker") && members[1..].iter().all(|m| m.has_role("worker")),
+        "the premise: only the oldest lacks the role ({members:?})"
+    );
+    sim.run_for(plain.stable_after);
+    let end = sim.elapsed();
+    let hosts = assert_never_two(
+        &hosting_of_role(&sim, &members, Some("worker"), end),
+        end,
+        "converged",
+    );
+    assert_eq!(hosts, [members[1].clone()], "the oldest worker hosts");
+    sim.leave(&members[1]);
+    sim.run_for(Duration::from_secs(10));
+    let end = sim.elapsed();
+    let intervals = hosting_of_role(&sim, &members, Some("worker"), end);
+    let hosts = assert_never_two(&intervals, end, "leave");
+    assert_eq!(
+        hosts,
+        [members[2].clone()],
+        "the next oldest worker took over"
+    );
+    assert!(
+        intervals[&members[0]].is_empty(),
+        "the member without the role never hosted"
     );
 }
