@@ -90,6 +90,7 @@ mod kind;
 mod ownership;
 mod placement;
 mod runtime;
+mod slot_table;
 mod transport;
 
 /// Now, on the runtime's clock: tokio's, which is simulated time in a simulation

@@ -18,6 +18,7 @@ use super::error::GrainError;
 use super::kind::{Activation, Call, Envelope, GrainMessages, VirtualActor, WireReply};
 use super::ownership::{Holder, Ownership, Route};
 use super::placement::Placement;
+use super::slot_table::SlotTable;
 use super::transport::{GrainRequest, Handover, Peer, Transport};
 use crate::member::MemberId;
 
@@ -659,7 +660,7 @@ pub(crate) trait KindHost: Send + Sync + 'static {
 pub(crate) struct Host<K: VirtualActor> {
     me: std::sync::Weak<Host<K>>,
     table: GrainMessages<K>,
-    slots: Mutex<HashMap<Arc<str>, Slot<K>>>,
+    slots: Mutex<SlotTable<Slot<K>>>,
     /// Parked slots, so a membership change looks for them only when there are some.
     parked: AtomicUsize,
     counters: Counters,
@@ -719,7 +720,7 @@ impl<K: VirtualActor> Host<K> {
         Arc::new_cyclic(|me| Self {
             me: me.clone(),
             table: GrainMessages::of(),
-            slots: Mutex::new(HashMap::new()),
+            slots: Mutex::new(SlotTable::new()),
             parked: AtomicUsize::new(0),
             counters: Counters::default(),
         })
@@ -732,7 +733,7 @@ impl<K: VirtualActor> Host<K> {
     }
 
     /// Slot changes are single map operations: a poisoned lock is still consistent.
-    fn slots(&self) -> MutexGuard<'_, HashMap<Arc<str>, Slot<K>>> {
+    fn slots(&self) -> MutexGuard<'_, SlotTable<Slot<K>>> {
         self.slots.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
@@ -1373,6 +1374,14 @@ mod relay_tests {
         async fn handle(&mut self, _: Ping, _: &mut Context<Self>) -> ActorResult<()> {
             Ok(())
         }
+    }
+
+    /// A slot stays 48 bytes, so an entry of the host's table (the identity and the slot)
+    /// stays 64: most of what the table holds per activation (see `slot_table`).
+    #[test]
+    fn a_slot_table_entry_stays_64_bytes() {
+        assert!(std::mem::size_of::<Slot<Echo>>() <= 48);
+        assert!(std::mem::size_of::<Option<(Arc<str>, Slot<Echo>)>>() <= 64);
     }
 
     fn member(port: u16) -> MemberId {
