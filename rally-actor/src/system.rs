@@ -2,10 +2,12 @@
 
 use std::any::Any;
 use std::collections::HashMap;
+use std::hash::{BuildHasher, RandomState};
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
+use hashbrown::HashTable;
 use tokio::sync::Notify;
 
 use crate::dispatch::DispatcherError;
@@ -234,7 +236,7 @@ impl ActorSystem {
             guardian.clone(),
             "/user",
             None,
-            |id, control| guardian.adopt(id, control),
+            |_, control| guardian.adopt(control),
         )
     }
 
@@ -280,7 +282,7 @@ impl ActorSystem {
             children
                 .controls
                 .iter()
-                .map(|(id, c)| (*id, c.clone()))
+                .map(|c| (c.id(), c.clone()))
                 .collect()
         };
         top.sort_by_key(|(id, _)| std::cmp::Reverse(*id));
@@ -439,6 +441,8 @@ pub(crate) trait ParentControl: Send + Sync + 'static {
 
 /// How a parent commands a child.
 pub(crate) trait ChildControl: Send + Sync + 'static {
+    /// The child's id.
+    fn id(&self) -> ActorId;
     fn stop(&self);
     fn supervise(&self, decision: Decision);
 }
@@ -459,6 +463,10 @@ impl<A: Actor> ParentControl for Mailbox<A> {
 }
 
 impl<A: Actor> ChildControl for Mailbox<A> {
+    fn id(&self) -> ActorId {
+        self.id
+    }
+
     fn stop(&self) {
         let _ = self.system(SystemMsg::Stop);
     }
@@ -479,20 +487,52 @@ struct Guardian {
 }
 
 /// The guardian's top-level actors. Restart records live apart, only for the actors that
-/// failed: with a million idle actors the map's slots are most of what the guardian holds.
+/// failed: with a million idle actors the table's buckets are most of what the guardian holds.
 #[derive(Default)]
 struct Children {
-    controls: HashMap<ActorId, Arc<dyn ChildControl>>,
+    controls: Controls,
     records: HashMap<ActorId, RestartRecord>,
 }
 
+/// Top-level actors' controls by their actors' ids. A bucket is the control alone (16 bytes;
+/// the id is read from the child's mailbox), not the id beside it (24): a hash table has
+/// 1.14 to 2.29 buckets per entry, so this is 19 to 38 bytes per actor rather than 29 to 57.
+#[derive(Default)]
+struct Controls {
+    table: HashTable<Arc<dyn ChildControl>>,
+    hasher: RandomState,
+}
+
+impl Controls {
+    fn insert(&mut self, control: Arc<dyn ChildControl>) {
+        let Self { table, hasher } = self;
+        let hash = hasher.hash_one(control.id());
+        table.insert_unique(hash, control, |c| hasher.hash_one(c.id()));
+    }
+
+    fn get(&self, id: ActorId) -> Option<&Arc<dyn ChildControl>> {
+        self.table.find(self.hasher.hash_one(id), |c| c.id() == id)
+    }
+
+    fn remove(&mut self, id: ActorId) -> Option<Arc<dyn ChildControl>> {
+        let found = self
+            .table
+            .find_entry(self.hasher.hash_one(id), |c| c.id() == id);
+        found.ok().map(|entry| entry.remove().0)
+    }
+
+    fn iter(&self) -> impl Iterator<Item = &Arc<dyn ChildControl>> {
+        self.table.iter()
+    }
+}
+
 impl Guardian {
-    fn adopt(&self, id: ActorId, control: Arc<dyn ChildControl>) {
+    fn adopt(&self, control: Arc<dyn ChildControl>) {
         let mut children = self
             .children
             .lock()
             .expect("guardian lock is never poisoned: no user code runs under it");
-        children.controls.insert(id, control);
+        children.controls.insert(control);
         self.live.fetch_add(1, Ordering::SeqCst);
     }
 }
@@ -504,7 +544,7 @@ impl ParentControl for Guardian {
             .lock()
             .expect("guardian lock is never poisoned: no user code runs under it");
         let children = &mut *children;
-        if let Some(control) = children.controls.get(&child) {
+        if let Some(control) = children.controls.get(child) {
             let record = children.records.entry(child).or_default();
             let decision = match self.strategy.decide(&failure, record, Instant::now()) {
                 // Nobody above the guardian: escalating means stopping.
@@ -527,7 +567,7 @@ impl ParentControl for Guardian {
             .lock()
             .expect("guardian lock is never poisoned: no user code runs under it");
         children.records.remove(&child);
-        if children.controls.remove(&child).is_some()
+        if children.controls.remove(child).is_some()
             && self.live.fetch_sub(1, Ordering::SeqCst) == 1
         {
             self.all_stopped.notify_waiters();
@@ -536,5 +576,36 @@ impl ParentControl for Guardian {
 
     fn as_any(self: Arc<Self>) -> Option<Arc<dyn Any + Send + Sync>> {
         None
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    struct Child(ActorId);
+
+    impl ChildControl for Child {
+        fn id(&self) -> ActorId {
+            self.0
+        }
+        fn stop(&self) {}
+        fn supervise(&self, _: Decision) {}
+    }
+
+    /// The guardian's table holds controls alone (16 bytes a bucket) and finds them by the id
+    /// each reports.
+    #[test]
+    fn the_guardian_finds_and_forgets_its_children_by_id() {
+        let mut controls = Controls::default();
+        for id in 0..1_000 {
+            controls.insert(Arc::new(Child(ActorId(id))));
+        }
+        assert_eq!(controls.get(ActorId(7)).map(|c| c.id()), Some(ActorId(7)));
+        assert!(controls.remove(ActorId(7)).is_some());
+        assert!(controls.get(ActorId(7)).is_none());
+        assert!(controls.remove(ActorId(7)).is_none());
+        assert_eq!(controls.iter().count(), 999);
+        assert_eq!(std::mem::size_of::<Arc<dyn ChildControl>>(), 16);
     }
 }
