@@ -500,7 +500,8 @@ mod tests {
 
     /// An actor that was asked once keeps room for one queued message and one cached reply
     /// slot, not the four each that a growing buffer starts with: about 100 bytes per idle
-    /// actor (a virtual actor at rest, say). A burst still grows the queue as usual.
+    /// actor (a virtual actor at rest, say); the one slot is held in the context, with no
+    /// buffer of its own. A burst still grows the queue as usual.
     #[test]
     fn an_actor_asked_once_keeps_room_for_one() {
         let runtime = tokio::runtime::Builder::new_current_thread()
