@@ -752,3 +752,17 @@ impl<A: Actor> std::fmt::Debug for Context<A> {
             .finish_non_exhaustive()
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The first cached reply slot is held in place at no cost in the context's size.
+    #[test]
+    fn reply_slots_are_a_vecs_size() {
+        assert_eq!(
+            std::mem::size_of::<ReplySlots>(),
+            std::mem::size_of::<Vec<Box<dyn Any + Send>>>()
+        );
+    }
+}
