@@ -10,7 +10,7 @@ mod nodes;
 use std::time::{Duration, Instant};
 
 use rally_actor::{Actor, ActorResult, Context, Handler, Message};
-use rally_cluster::ClusterSingleton;
+use rally_cluster::{ClusterSingleton, SingletonProxy};
 use rally_remote::{MessageTable, RemoteActor, RemoteMessage};
 use serde::{Deserialize, Serialize};
 use tokio::sync::mpsc;
@@ -83,6 +83,22 @@ async fn ticks(log: &mut mpsc::UnboundedReceiver<Log>, n: usize, all: &mut Vec<L
         at.len()
     );
     at
+}
+
+/// Waits (at most [`nodes::T`]) until the proxy's view of the host's port satisfies `wanted`
+/// (`None` while the singleton moves); fails with `what` otherwise.
+async fn until_proxy(
+    proxy: &SingletonProxy<Counter>,
+    what: &str,
+    wanted: impl Fn(Option<u16>) -> bool,
+) {
+    let seen = tokio::time::timeout(nodes::T, async {
+        while !wanted(proxy.location().map(|l| l.port)) {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    })
+    .await;
+    assert!(seen.is_ok(), "{what}");
 }
 
 /// The singleton on each of `members`, logging to `log_tx`, each instance taking `stopping`
@@ -160,16 +176,12 @@ async fn the_singleton_runs_on_the_oldest_and_hands_over_on_leave_without_overla
     assert!(oldest.is_hosting());
     // The oldest hands over and leaves; the proxy keeps what is sent while it moves.
     oldest.leave(Duration::from_secs(5)).await;
-    let moved = tokio::time::timeout(nodes::T, async {
-        while proxy.location().is_some_and(|l| l.port == ports[0]) {
-            tokio::time::sleep(Duration::from_millis(10)).await;
-        }
-    })
+    until_proxy(
+        &proxy,
+        "the proxy saw the singleton leave the oldest",
+        |port| port != Some(ports[0]),
+    )
     .await;
-    assert!(
-        moved.is_ok(),
-        "the proxy saw the singleton leave the oldest"
-    );
     for i in 10..20 {
         proxy.tell(Tick(i)).expect("buffer has room");
     }
@@ -199,16 +211,12 @@ async fn a_plain_cluster_leave_stops_the_singleton_here_before_the_next_oldest_s
     assert_eq!(ticks(&mut log, 1, &mut all).await, [ports[0]]);
 
     members[0].cluster.leave().await.expect("leaves");
-    let moved = tokio::time::timeout(nodes::T, async {
-        while proxy.location().is_none_or(|l| l.port != ports[1]) {
-            tokio::time::sleep(Duration::from_millis(10)).await;
-        }
-    })
+    until_proxy(
+        &proxy,
+        "the proxy saw the singleton on the next oldest",
+        |port| port == Some(ports[1]),
+    )
     .await;
-    assert!(
-        moved.is_ok(),
-        "the proxy saw the singleton on the next oldest"
-    );
     proxy.tell(Tick(1)).expect("buffer has room");
     assert_eq!(ticks(&mut log, 1, &mut all).await, [ports[1]]);
     assert_handed_over(&all, ports[0], ports[1]);
@@ -229,13 +237,10 @@ async fn a_handover_finishes_the_messages_the_old_instance_holds() {
     let proxy = singletons[2].proxy();
     let mut all = Vec::new();
     // Confirmed on the oldest first, so the ticks go straight to it, not into the proxy.
-    let confirmed = tokio::time::timeout(nodes::T, async {
-        while proxy.location().is_none_or(|l| l.port != ports[0]) {
-            tokio::time::sleep(Duration::from_millis(10)).await;
-        }
+    until_proxy(&proxy, "the proxy confirmed the oldest as host", |port| {
+        port == Some(ports[0])
     })
     .await;
-    assert!(confirmed.is_ok(), "the proxy confirmed the oldest as host");
     for i in 0..200 {
         proxy.tell(Tick(i)).expect("buffer has room");
     }
@@ -255,16 +260,12 @@ async fn a_handover_finishes_the_messages_the_old_instance_holds() {
     assert_eq!(numbers, (0..200).collect::<Vec<_>>(), "once each, in order");
     // The next oldest takes over after the old instance stopped (sent once the proxy knows
     // the old host is gone: a message sent to a host that left is lost, at most once).
-    let moved = tokio::time::timeout(nodes::T, async {
-        while proxy.location().is_some_and(|l| l.port == ports[0]) {
-            tokio::time::sleep(Duration::from_millis(10)).await;
-        }
-    })
+    until_proxy(
+        &proxy,
+        "the proxy saw the singleton leave the oldest",
+        |port| port != Some(ports[0]),
+    )
     .await;
-    assert!(
-        moved.is_ok(),
-        "the proxy saw the singleton leave the oldest"
-    );
     proxy.tell(Tick(200)).expect("buffer has room");
     assert_eq!(ticks(&mut log, 1, &mut all).await, [ports[1]]);
     assert_handed_over(&all, ports[0], ports[1]);
