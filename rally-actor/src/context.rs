@@ -651,16 +651,20 @@ impl<A: Actor> Context<A> {
     /// An empty reply slot (a boxed `Option<ReplyTo<R>>`), reused if this actor has one.
     pub(crate) fn reply_slot<R: Send + 'static>(&mut self) -> Box<dyn Any + Send> {
         let fits = |slot: &Box<dyn Any + Send>| (**slot).is::<Option<ReplyTo<R>>>();
-        let reused = match &mut self.reply_slots {
-            ReplySlots::One(slot) if fits(slot) => match std::mem::take(&mut self.reply_slots) {
-                ReplySlots::One(slot) => Some(slot),
-                _ => unreachable!("matched One just above"),
-            },
-            ReplySlots::Many(slots) => slots
-                .iter()
-                .position(fits)
-                .map(|index| slots.swap_remove(index)),
-            ReplySlots::None | ReplySlots::One(_) => None,
+        let reused = match std::mem::take(&mut self.reply_slots) {
+            ReplySlots::One(slot) if fits(&slot) => Some(slot),
+            ReplySlots::Many(mut slots) => {
+                let found = slots
+                    .iter()
+                    .position(fits)
+                    .map(|index| slots.swap_remove(index));
+                self.reply_slots = ReplySlots::Many(slots);
+                found
+            }
+            kept => {
+                self.reply_slots = kept;
+                None
+            }
         };
         reused.unwrap_or_else(|| Box::new(None::<ReplyTo<R>>))
     }

@@ -185,9 +185,7 @@ impl Cluster {
         config: ClusterConfig,
         provider: impl Provider,
     ) -> Result<Self, JoinError> {
-        let local = Self::member_id(node)
-            .with_roles(config.roles.iter().cloned())
-            .with_kinds(config.kinds.iter().cloned());
+        let local = Self::member_id(node).declared_by(&config);
         Self::join_as(system, local, config, provider)
     }
 

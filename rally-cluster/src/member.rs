@@ -74,6 +74,13 @@ impl MemberId {
         self
     }
 
+    /// The same identity, with the roles and kinds `config` declares (what a member started
+    /// with that configuration announces).
+    pub(crate) fn declared_by(self, config: &crate::ClusterConfig) -> Self {
+        self.with_roles(config.roles.iter().cloned())
+            .with_kinds(config.kinds.iter().cloned())
+    }
+
     /// Whether the member hosts virtual actors of `kind`.
     pub fn hosts_kind(&self, kind: &str) -> bool {
         self.kinds.contains(kind)

@@ -134,6 +134,25 @@ fn singletons(
         .collect()
 }
 
+/// Three members in age order, their ports, the singleton on each (instances taking
+/// `stopping` to stop and `work` for each tick) and the log they write.
+async fn three_members(
+    stopping: Duration,
+    work: Duration,
+) -> (
+    Vec<nodes::TestMember>,
+    Vec<u16>,
+    Vec<ClusterSingleton<Counter>>,
+    mpsc::UnboundedReceiver<Log>,
+) {
+    let mut members = nodes::cluster_of(3).await;
+    members.sort_by_key(|m| m.id());
+    let ports = members.iter().map(|m| m.node.address().port).collect();
+    let (log_tx, log) = mpsc::unbounded_channel();
+    let singletons = singletons(&members, &log_tx, stopping, work);
+    (members, ports, singletons, log)
+}
+
 /// From the log of instants: one start on each of the two hosts, the first stopped before
 /// the second started.
 fn assert_handed_over(all: &[Log], from: u16, to: u16) {
@@ -158,11 +177,7 @@ fn assert_handed_over(all: &[Log], from: u16, to: u16) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_singleton_runs_on_the_oldest_and_hands_over_on_leave_without_overlap() {
-    let mut members = nodes::cluster_of(3).await;
-    members.sort_by_key(|m| m.id());
-    let ports: Vec<u16> = members.iter().map(|m| m.node.address().port).collect();
-    let (log_tx, mut log) = mpsc::unbounded_channel();
-    let singletons = singletons(&members, &log_tx, Duration::ZERO, Duration::ZERO);
+    let (members, ports, singletons, mut log) = three_members(Duration::ZERO, Duration::ZERO).await;
     let mut all = Vec::new();
     // The proxy on the youngest member: the first ticks may wait in it until the oldest runs
     // the singleton; all of them reach the oldest.
@@ -195,16 +210,8 @@ async fn the_singleton_runs_on_the_oldest_and_hands_over_on_leave_without_overla
 /// oldest, which starts it once it sees the host removed, never runs it at the same time.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_plain_cluster_leave_stops_the_singleton_here_before_the_next_oldest_starts_it() {
-    let mut members = nodes::cluster_of(3).await;
-    members.sort_by_key(|m| m.id());
-    let ports: Vec<u16> = members.iter().map(|m| m.node.address().port).collect();
-    let (log_tx, mut log) = mpsc::unbounded_channel();
-    let singletons = singletons(
-        &members,
-        &log_tx,
-        Duration::from_millis(300),
-        Duration::ZERO,
-    );
+    let (members, ports, singletons, mut log) =
+        three_members(Duration::from_millis(300), Duration::ZERO).await;
     let mut all = Vec::new();
     let proxy = singletons[2].proxy();
     proxy.tell(Tick(0)).expect("buffer has room");
@@ -229,11 +236,8 @@ async fn a_plain_cluster_leave_stops_the_singleton_here_before_the_next_oldest_s
 /// in order, by the old instance, before the new one starts.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_handover_finishes_the_messages_the_old_instance_holds() {
-    let mut members = nodes::cluster_of(3).await;
-    members.sort_by_key(|m| m.id());
-    let ports: Vec<u16> = members.iter().map(|m| m.node.address().port).collect();
-    let (log_tx, mut log) = mpsc::unbounded_channel();
-    let singletons = singletons(&members, &log_tx, Duration::ZERO, Duration::from_millis(2));
+    let (members, ports, singletons, mut log) =
+        three_members(Duration::ZERO, Duration::from_millis(2)).await;
     let proxy = singletons[2].proxy();
     let mut all = Vec::new();
     // Confirmed on the oldest first, so the ticks go straight to it, not into the proxy.

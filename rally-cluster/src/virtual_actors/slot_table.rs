@@ -53,13 +53,13 @@ impl<V> SlotTable<V> {
 
     /// The value stored for `identity`.
     pub(crate) fn get(&self, identity: &str) -> Option<&V> {
-        let at = self.position(identity)?;
+        let at = self.position(self.hasher.hash_one(identity), identity)?;
         entry(&self.chunks, at).as_ref().map(|(_, value)| value)
     }
 
     /// The value stored for `identity`, to change it in place.
     pub(crate) fn get_mut(&mut self, identity: &str) -> Option<&mut V> {
-        let at = self.position(identity)?;
+        let at = self.position(self.hasher.hash_one(identity), identity)?;
         entry_mut(&mut self.chunks, at)
             .as_mut()
             .map(|(_, value)| value)
@@ -68,10 +68,14 @@ impl<V> SlotTable<V> {
     /// Stores `value` for `identity` and returns the value it replaces (the stored identity
     /// is kept then, as `HashMap::insert` keeps its key).
     pub(crate) fn insert(&mut self, identity: Arc<str>, value: V) -> Option<V> {
-        if let Some(old) = self.get_mut(&identity) {
+        // Hashed once, for the lookup and the new index entry.
+        let hash = self.hasher.hash_one(&*identity);
+        if let Some(at) = self.position(hash, &identity) {
+            let (_, old) = entry_mut(&mut self.chunks, at)
+                .as_mut()
+                .expect("the index holds only positions that are in use");
             return Some(std::mem::replace(old, value));
         }
-        let hash = self.hasher.hash_one(&*identity);
         let at = self.vacant();
         *entry_mut(&mut self.chunks, at) = Some((identity, value));
         let Self {
@@ -133,9 +137,8 @@ impl<V> SlotTable<V> {
         }
     }
 
-    /// Where `identity` is stored.
-    fn position(&self, identity: &str) -> Option<u32> {
-        let hash = self.hasher.hash_one(identity);
+    /// Where `identity`, whose hash is `hash`, is stored.
+    fn position(&self, hash: u64, identity: &str) -> Option<u32> {
         self.index
             .find(hash, |&at| key(&self.chunks, at) == identity)
             .copied()
