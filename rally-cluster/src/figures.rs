@@ -129,6 +129,11 @@ impl FigureSource for Inner {
                 "Virtual actors of the kind active on this member now.",
                 kind.active as f64,
             )));
+            out.push(labelled(Figure::gauge(
+                "rally_grain_leases",
+                "Leases (shards, or identities leased alone) of the kind this member holds now.",
+                kind.leases as f64,
+            )));
             let counters = [
                 (
                     "rally_grain_activations_total",

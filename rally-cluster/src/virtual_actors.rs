@@ -87,6 +87,7 @@ mod config;
 mod error;
 pub(crate) mod host;
 mod kind;
+mod leases;
 mod ownership;
 mod placement;
 mod runtime;
@@ -105,7 +106,7 @@ pub use error::GrainError;
 pub use host::KindStats;
 pub use kind::{Activation, GrainMessages, VirtualActor};
 pub use ownership::{Holder, Ownership, Route};
-pub use placement::{Hashed, Placement, PreferLocal};
+pub use placement::{Hashed, Placement, PreferLocal, SHARDS, Scope, shard_of};
 pub use runtime::{GrainRef, StartError, VirtualActors, VirtualActorsBuilder};
 pub use transport::GrainNetwork;
 

@@ -6,9 +6,12 @@
 mod virtual_support;
 
 use std::sync::Arc;
+use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
-use rally::cluster::virtual_actors::{GrainError, Hashed, Placement, VirtualActorsConfig};
+use rally::cluster::virtual_actors::{
+    GrainError, Hashed, Placement, VirtualActorsConfig, shard_of,
+};
 use rally::cluster::{MemberEvent, MemberId};
 use rally::state::{Claim, MemoryStore, SqliteStore, StateStore};
 use virtual_support::{
@@ -235,6 +238,57 @@ async fn an_idle_activation_is_passivated_saving_its_state_and_comes_back_with_i
     let life = &lives("idle")[0];
     let idle_for = life.end.unwrap() - life.start;
     assert!(idle_for >= Duration::from_millis(300 + 500), "{idle_for:?}");
+}
+
+/// Identities of one shard activate under one lease: the first claims the shard in the
+/// store, the others act under the same epoch with no claim of their own; the last of them to
+/// end releases it, and the next activation in the shard claims it again, under a higher
+/// epoch. Another shard has a lease of its own.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn identities_of_one_shard_share_one_lease_and_the_last_to_end_releases_it() {
+    let mut config = VirtualActorsConfig::default();
+    config.idle_timeout = Duration::from_millis(300);
+    let tc = TestCluster::new("lease", config);
+    let counted = Arc::new(virtual_support::Switch::new(Arc::new(MemoryStore::new())));
+    let host = tc.join(1, true, counted.clone());
+    converged(&[&host], std::slice::from_ref(&host.id)).await;
+
+    let shard = shard_of("probe", "lease-0");
+    let together: Vec<String> = (0..)
+        .map(|i| format!("lease-{i}"))
+        .filter(|id| shard_of("probe", id) == shard)
+        .take(3)
+        .collect();
+    let apart = (0..)
+        .map(|i| format!("lease-apart-{i}"))
+        .find(|id| shard_of("probe", id) != shard)
+        .unwrap();
+    let mut epochs = Vec::new();
+    for identity in together.iter().chain([&apart]) {
+        let grain = host.grains.get::<Probe>(identity).unwrap();
+        assert_eq!(grain.ask(Add(1), T).await, Ok(1), "{identity}");
+        epochs.push(grain.ask(Where, T).await.unwrap().1);
+    }
+    assert_eq!(epochs, [1, 1, 1, 1], "each lease's first epoch");
+    assert_eq!(
+        counted.claims.load(Ordering::SeqCst),
+        2,
+        "one claim per shard, not per identity"
+    );
+    assert_eq!(host.grains.stats()[0].leases, 2);
+
+    // All four idle: passivated, and each shard's lease released once, by its last.
+    poll(|| host.grains.stats()[0].deactivations == 4 && host.grains.stats()[0].leases == 0).await;
+    poll(|| counted.releases.load(Ordering::SeqCst) == 2).await;
+    let grain = host.grains.get::<Probe>(&together[1]).unwrap();
+    let (_, epoch, count) = grain.ask(Where, T).await.unwrap();
+    assert_eq!(
+        (epoch, count),
+        (2, 1),
+        "claimed again, under the next epoch"
+    );
+    assert_eq!(counted.claims.load(Ordering::SeqCst), 3);
+    assert_never_two_at_once("lease");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -654,7 +708,7 @@ async fn a_killed_members_identities_activate_elsewhere_only_after_the_takeover_
     );
 }
 
-/// A whole cluster restarted over a durable store leaves claims of processes that are gone.
+/// A whole cluster restarted over a durable store leaves leases of processes that are gone.
 /// One held by a previous life at an address a member now runs at is taken over at once; one
 /// held by an address nobody runs at is waited for (the takeover wait, counted from when the
 /// member first met it), then taken over. Before, both failed every message with
@@ -669,12 +723,15 @@ async fn claims_left_by_dead_lives_in_a_durable_store_are_taken_over() {
     // address that no member runs at any more.
     let old_life = "rally://restart@mem:1#4242";
     let vanished = "rally://restart@mem:99#7";
+    // The leases of the two identities' shards (two shards apart: checked).
+    let shard = |identity: &str| format!("#{}", shard_of("probe", identity));
+    assert_ne!(shard("restart-a"), shard("restart-b"));
     assert!(matches!(
-        store.claim("probe", "restart-a", old_life).await,
+        store.claim("probe", &shard("restart-a"), old_life).await,
         Ok(Claim::Granted(1))
     ));
     assert!(matches!(
-        store.claim("probe", "restart-b", vanished).await,
+        store.claim("probe", &shard("restart-b"), vanished).await,
         Ok(Claim::Granted(1))
     ));
     let a = tc.join(1, true, store.clone());

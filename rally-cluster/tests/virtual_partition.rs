@@ -1,6 +1,7 @@
 //! A 2|3 partition on the simulated network with traffic to the same identities from both
-//! sides, across 100 seeds: the ownership core and the state-store claim that the runtime
-//! uses decide every activation, and the log of every activation's start and end (member,
+//! sides, across 100 seeds: the ownership core and the state-store lease that the runtime
+//! uses decide every activation (here a lease per identity: the runtime's lease per shard
+//! follows the same claim, takeover and release steps), and the log of every activation's start and end (member,
 //! epoch, instant) shows that no two activations of one identity ever overlap.
 //!
 //! The model of the runtime here is deliberately unkind: a member on the losing side never

@@ -155,6 +155,7 @@ async fn grain_and_membership_figures_are_scraped_and_move_with_the_traffic() {
         "{before}"
     );
     assert_eq!(sample(&before, "rally_grain_active", &counter), Some(0.0));
+    assert_eq!(sample(&before, "rally_grain_leases", &counter), Some(0.0));
     assert_eq!(
         sample(&before, "rally_grain_activations_total", &counter),
         Some(0.0)
@@ -202,6 +203,17 @@ async fn grain_and_membership_figures_are_scraped_and_move_with_the_traffic() {
     );
     // The figures agree with the runtime's own.
     assert_eq!(host.grains.stats()[0].activations, 10);
+    // One lease per shard the ten identities fall in, held while any of them is active (a
+    // slow machine may have passivated some already: then at most that many).
+    let shards: std::collections::HashSet<u32> = (0..10)
+        .map(|i| rally::cluster::virtual_actors::shard_of("counter", &format!("c-{i}")))
+        .collect();
+    let leases = sample(&text, "rally_grain_leases", &counter).unwrap();
+    if sample(&text, "rally_grain_active", &counter) == Some(10.0) {
+        assert_eq!(leases, shards.len() as f64);
+    } else {
+        assert!(leases <= shards.len() as f64, "{leases} leases");
+    }
 
     // Membership traffic: packets and bytes both ways, members by status, no drops.
     for name in [
@@ -247,6 +259,11 @@ async fn grain_and_membership_figures_are_scraped_and_move_with_the_traffic() {
     // Idle for 300 ms: all ten deactivated, none active.
     let text = scrape_until(addr, |text| {
         sample(text, "rally_grain_deactivations_total", &counter) == Some(10.0)
+    })
+    .await;
+    assert_eq!(sample(&text, "rally_grain_active", &counter), Some(0.0));
+    let text = scrape_until(addr, |text| {
+        sample(text, "rally_grain_leases", &counter) == Some(0.0)
     })
     .await;
     assert_eq!(sample(&text, "rally_grain_active", &counter), Some(0.0));

@@ -3,13 +3,15 @@
 //!
 //! A virtual actor can be activated on any member that hosts its kind, so its state cannot
 //! live in one member's memory: it lives in a [`StateStore`]. The same store grants the
-//! **ownership epoch** of each identity: an activation starts by claiming its identity
-//! ([`StateStore::claim`]), which succeeds only when no other activation holds it and returns
-//! an epoch one higher than any granted before. Every later write carries that epoch and is
-//! refused with [`StoreError::StaleEpoch`] once a newer epoch has been granted: a
-//! compare-and-set on the epoch in one statement, never a read followed by a write. An
-//! activation that outlived its ownership (a paused process, a member on the losing side of a
-//! partition) therefore cannot overwrite the state of the activation that replaced it.
+//! **ownership epochs**: a member claims the lease of a *scope* (a shard of a kind's
+//! identities, or one identity) with [`StateStore::claim`], which succeeds only when nobody
+//! else holds it and returns an epoch one higher than any granted for it before. Every
+//! activation in the scope acts under that epoch; every state write carries it and is refused
+//! with [`StoreError::StaleEpoch`] once a newer epoch has been granted for the scope (or the
+//! lease was released): a compare-and-set on the epoch in the statement that writes, never a
+//! read followed by a write. An activation that outlived its member's lease (a paused process,
+//! a member on the losing side of a partition) therefore cannot overwrite the state written
+//! under the lease that replaced it.
 //!
 //! # Stores
 //!
@@ -26,19 +28,20 @@
 //!
 //! # #[tokio::main] async fn main() {
 //! let store = MemoryStore::new();
-//! let Claim::Granted(first) = store.claim("cart", "user-42", "member-a").await.unwrap() else {
+//! // Shard 7 of the kind "cart" holds "user-42".
+//! let Claim::Granted(first) = store.claim("cart", "#7", "member-a").await.unwrap() else {
 //!     unreachable!("nobody held it")
 //! };
-//! store.save("cart", "user-42", first, b"3 apples").await.unwrap();
+//! store.save("cart", "#7", first, "user-42", b"3 apples").await.unwrap();
 //! // member-a was downed; member-b takes over from the epoch it saw.
-//! let Claim::Granted(second) = store.take_over("cart", "user-42", "member-b", first).await.unwrap() else {
+//! let Claim::Granted(second) = store.take_over("cart", "#7", "member-b", first).await.unwrap() else {
 //!     unreachable!("the epoch had not moved")
 //! };
 //! assert!(second > first);
 //! assert_eq!(store.load("cart", "user-42").await.unwrap().as_deref(), Some(&b"3 apples"[..]));
 //! // The old activation's write is fenced.
 //! assert_eq!(
-//!     store.save("cart", "user-42", first, b"stale").await,
+//!     store.save("cart", "#7", first, "user-42", b"stale").await,
 //!     Err(StoreError::StaleEpoch { epoch: first })
 //! );
 //! # }
@@ -59,5 +62,6 @@ pub use postgres::PostgresStore;
 #[cfg(feature = "sqlite")]
 pub use sqlite::SqliteStore;
 pub use store::{
-    BoxFuture, Claim, Epoch, MAX_IDENTITY_BYTES, MAX_KIND_BYTES, StateStore, StoreError,
+    BoxFuture, Claim, Epoch, MAX_IDENTITY_BYTES, MAX_KIND_BYTES, MAX_SCOPE_BYTES, StateStore,
+    StoreError,
 };

@@ -3,7 +3,7 @@
 use std::collections::HashMap;
 use std::sync::{Mutex, MutexGuard, PoisonError};
 
-use crate::store::{BoxFuture, Claim, Epoch, StateStore, StoreError, check_key};
+use crate::store::{BoxFuture, Claim, Epoch, StateStore, StoreError, check_key, check_scope};
 
 /// A [`StateStore`] in this process's memory: for tests and for members that share one
 /// process. Its epochs and state are lost when the process exits.
@@ -15,20 +15,34 @@ use crate::store::{BoxFuture, Claim, Epoch, StateStore, StoreError, check_key};
 ///
 /// # #[tokio::main] async fn main() {
 /// let store = MemoryStore::new();
-/// assert_eq!(store.claim("cart", "u1", "m1").await, Ok(Claim::Granted(1)));
+/// assert_eq!(store.claim("cart", "#3", "m1").await, Ok(Claim::Granted(1)));
 /// # }
 /// ```
 #[derive(Debug, Default)]
 pub struct MemoryStore {
-    records: Mutex<HashMap<(String, String), Record>>,
+    tables: Mutex<Tables>,
 }
 
 #[derive(Debug, Default)]
-struct Record {
+struct Tables {
+    leases: HashMap<(String, String), Lease>,
+    states: HashMap<(String, String), Vec<u8>>,
+}
+
+#[derive(Debug, Default)]
+struct Lease {
     epoch: Epoch,
     owner: String,
     active: bool,
-    state: Option<Vec<u8>>,
+}
+
+impl Tables {
+    /// Whether `epoch` is the held epoch of `(kind, scope)`.
+    fn holds(&self, kind: &str, scope: &str, epoch: Epoch) -> bool {
+        self.leases
+            .get(&(kind.to_owned(), scope.to_owned()))
+            .is_some_and(|lease| lease.active && lease.epoch == epoch)
+    }
 }
 
 impl MemoryStore {
@@ -39,54 +53,37 @@ impl MemoryStore {
 
     /// No method panics while holding the lock, but a poisoned lock must not take the store
     /// down with it: every update below is a single assignment, so the data stays whole.
-    fn records(&self) -> MutexGuard<'_, HashMap<(String, String), Record>> {
-        self.records.lock().unwrap_or_else(PoisonError::into_inner)
+    fn tables(&self) -> MutexGuard<'_, Tables> {
+        self.tables.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
     fn claim_now(
         &self,
         kind: &str,
-        identity: &str,
+        scope: &str,
         owner: &str,
         from: Option<Epoch>,
     ) -> Result<Claim, StoreError> {
-        check_key(kind, identity)?;
-        let mut records = self.records();
-        let record = records
-            .entry((kind.to_owned(), identity.to_owned()))
+        check_scope(kind, scope)?;
+        let mut tables = self.tables();
+        let lease = tables
+            .leases
+            .entry((kind.to_owned(), scope.to_owned()))
             .or_default();
         let granted = match from {
-            None => !record.active || record.owner == owner,
-            Some(from) => record.epoch == from || !record.active,
+            None => !lease.active || lease.owner == owner,
+            Some(from) => lease.epoch == from || !lease.active,
         };
         if granted {
-            record.epoch += 1;
-            record.owner = owner.to_owned();
-            record.active = true;
-            Ok(Claim::Granted(record.epoch))
+            lease.epoch += 1;
+            lease.owner = owner.to_owned();
+            lease.active = true;
+            Ok(Claim::Granted(lease.epoch))
         } else {
             Ok(Claim::Held {
-                owner: record.owner.clone(),
-                epoch: record.epoch,
+                owner: lease.owner.clone(),
+                epoch: lease.epoch,
             })
-        }
-    }
-
-    fn with_held(
-        &self,
-        kind: &str,
-        identity: &str,
-        epoch: Epoch,
-        update: impl FnOnce(&mut Record),
-    ) -> Result<(), StoreError> {
-        check_key(kind, identity)?;
-        let mut records = self.records();
-        match records.get_mut(&(kind.to_owned(), identity.to_owned())) {
-            Some(record) if record.active && record.epoch == epoch => {
-                update(record);
-                Ok(())
-            }
-            _ => Err(StoreError::StaleEpoch { epoch }),
         }
     }
 }
@@ -95,31 +92,40 @@ impl StateStore for MemoryStore {
     fn claim<'a>(
         &'a self,
         kind: &'a str,
-        identity: &'a str,
+        scope: &'a str,
         owner: &'a str,
     ) -> BoxFuture<'a, Result<Claim, StoreError>> {
-        let result = self.claim_now(kind, identity, owner, None);
+        let result = self.claim_now(kind, scope, owner, None);
         Box::pin(async move { result })
     }
 
     fn take_over<'a>(
         &'a self,
         kind: &'a str,
-        identity: &'a str,
+        scope: &'a str,
         owner: &'a str,
         from: Epoch,
     ) -> BoxFuture<'a, Result<Claim, StoreError>> {
-        let result = self.claim_now(kind, identity, owner, Some(from));
+        let result = self.claim_now(kind, scope, owner, Some(from));
         Box::pin(async move { result })
     }
 
     fn release<'a>(
         &'a self,
         kind: &'a str,
-        identity: &'a str,
+        scope: &'a str,
         epoch: Epoch,
     ) -> BoxFuture<'a, Result<(), StoreError>> {
-        let result = self.with_held(kind, identity, epoch, |record| record.active = false);
+        let result = check_scope(kind, scope).and_then(|()| {
+            let mut tables = self.tables();
+            match tables.leases.get_mut(&(kind.to_owned(), scope.to_owned())) {
+                Some(lease) if lease.active && lease.epoch == epoch => {
+                    lease.active = false;
+                    Ok(())
+                }
+                _ => Err(StoreError::StaleEpoch { epoch }),
+            }
+        });
         Box::pin(async move { result })
     }
 
@@ -129,9 +135,10 @@ impl StateStore for MemoryStore {
         identity: &'a str,
     ) -> BoxFuture<'a, Result<Option<Vec<u8>>, StoreError>> {
         let result = check_key(kind, identity).map(|()| {
-            self.records()
+            self.tables()
+                .states
                 .get(&(kind.to_owned(), identity.to_owned()))
-                .and_then(|record| record.state.clone())
+                .cloned()
         });
         Box::pin(async move { result })
     }
@@ -139,13 +146,23 @@ impl StateStore for MemoryStore {
     fn save<'a>(
         &'a self,
         kind: &'a str,
-        identity: &'a str,
+        scope: &'a str,
         epoch: Epoch,
+        identity: &'a str,
         state: &'a [u8],
     ) -> BoxFuture<'a, Result<(), StoreError>> {
-        let result = self.with_held(kind, identity, epoch, |record| {
-            record.state = Some(state.to_vec());
-        });
+        let result = check_scope(kind, scope)
+            .and_then(|()| check_key(kind, identity))
+            .and_then(|()| {
+                let mut tables = self.tables();
+                if !tables.holds(kind, scope, epoch) {
+                    return Err(StoreError::StaleEpoch { epoch });
+                }
+                tables
+                    .states
+                    .insert((kind.to_owned(), identity.to_owned()), state.to_vec());
+                Ok(())
+            });
         Box::pin(async move { result })
     }
 }

@@ -8,7 +8,9 @@ use std::time::{Duration, Instant};
 use rusqlite::{Connection, ErrorCode, OptionalExtension, params};
 use tokio::sync::{mpsc, oneshot};
 
-use crate::store::{BoxFuture, Claim, Epoch, StateStore, StoreError, check_key, from_sql, to_sql};
+use crate::store::{
+    BoxFuture, Claim, Epoch, StateStore, StoreError, check_key, check_scope, from_sql, to_sql,
+};
 
 /// How long a statement waits for another process's write lock before failing: far above a
 /// single-row write, short enough that a wedged process is reported rather than waited on.
@@ -97,13 +99,18 @@ fn set_up(connection: &Connection) -> Result<(), StoreError> {
 }
 
 const SCHEMA: &str = "
-CREATE TABLE IF NOT EXISTS rally_grains (
-    kind     TEXT    NOT NULL,
-    identity TEXT    NOT NULL,
-    epoch    INTEGER NOT NULL,
-    owner    TEXT    NOT NULL,
-    active   INTEGER NOT NULL,
-    state    BLOB,
+CREATE TABLE IF NOT EXISTS rally_leases (
+    kind   TEXT    NOT NULL,
+    scope  TEXT    NOT NULL,
+    epoch  INTEGER NOT NULL,
+    owner  TEXT    NOT NULL,
+    active INTEGER NOT NULL,
+    PRIMARY KEY (kind, scope)
+) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS rally_state (
+    kind     TEXT NOT NULL,
+    identity TEXT NOT NULL,
+    state    BLOB NOT NULL,
     PRIMARY KEY (kind, identity)
 ) WITHOUT ROWID;
 ";
@@ -113,22 +120,27 @@ CREATE TABLE IF NOT EXISTS rally_grains (
 // row it decided on, in the same write transaction; `RETURNING` would do both in one statement
 // but costs more: SQLite builds an ephemeral table for the returned rows of every execution.)
 const CLAIM: &str = "
-INSERT INTO rally_grains (kind, identity, epoch, owner, active) VALUES (?1, ?2, 1, ?3, 1)
-ON CONFLICT (kind, identity) DO UPDATE
+INSERT INTO rally_leases (kind, scope, epoch, owner, active) VALUES (?1, ?2, 1, ?3, 1)
+ON CONFLICT (kind, scope) DO UPDATE
     SET epoch = epoch + 1, owner = excluded.owner, active = 1
     WHERE active = 0 OR owner = excluded.owner";
 const CLAIM_NEW: &str = "
-INSERT OR IGNORE INTO rally_grains (kind, identity, epoch, owner, active)
+INSERT OR IGNORE INTO rally_leases (kind, scope, epoch, owner, active)
 VALUES (?1, ?2, 1, ?3, 1)";
 const TAKE_OVER: &str = "
-INSERT INTO rally_grains (kind, identity, epoch, owner, active) VALUES (?1, ?2, 1, ?3, 1)
-ON CONFLICT (kind, identity) DO UPDATE
+INSERT INTO rally_leases (kind, scope, epoch, owner, active) VALUES (?1, ?2, 1, ?3, 1)
+ON CONFLICT (kind, scope) DO UPDATE
     SET epoch = epoch + 1, owner = excluded.owner, active = 1
     WHERE epoch = ?4 OR active = 0";
-const HOLDER: &str = "SELECT owner, epoch FROM rally_grains WHERE kind = ?1 AND identity = ?2";
-const RELEASE: &str = "UPDATE rally_grains SET active = 0 WHERE kind = ?1 AND identity = ?2 AND epoch = ?3 AND active = 1";
-const SAVE: &str = "UPDATE rally_grains SET state = ?4 WHERE kind = ?1 AND identity = ?2 AND epoch = ?3 AND active = 1";
-const LOAD: &str = "SELECT state FROM rally_grains WHERE kind = ?1 AND identity = ?2";
+const HOLDER: &str = "SELECT owner, epoch FROM rally_leases WHERE kind = ?1 AND scope = ?2";
+const RELEASE: &str = "UPDATE rally_leases SET active = 0 WHERE kind = ?1 AND scope = ?2 AND epoch = ?3 AND active = 1";
+// The lease's row is the compare: no row comes out of the SELECT unless the epoch is held,
+// and then nothing is written.
+const SAVE: &str = "
+INSERT INTO rally_state (kind, identity, state)
+SELECT ?1, ?4, ?5 FROM rally_leases WHERE kind = ?1 AND scope = ?2 AND epoch = ?3 AND active = 1
+ON CONFLICT (kind, identity) DO UPDATE SET state = excluded.state";
+const LOAD: &str = "SELECT state FROM rally_state WHERE kind = ?1 AND identity = ?2";
 
 /// A [`StateStore`] in one SQLite file (write-ahead log), shared by every member on the
 /// machine that opens the same path: the zero-setup default. SQLite is compiled in.
@@ -149,8 +161,8 @@ const LOAD: &str = "SELECT state FROM rally_grains WHERE kind = ?1 AND identity 
 /// # #[tokio::main] async fn main() {
 /// let path = std::env::temp_dir().join(format!("rally-doc-{}.db", std::process::id()));
 /// let store = SqliteStore::open(&path).unwrap();
-/// let Ok(Claim::Granted(epoch)) = store.claim("cart", "u1", "m1").await else { panic!() };
-/// store.save("cart", "u1", epoch, b"state").await.unwrap();
+/// let Ok(Claim::Granted(epoch)) = store.claim("cart", "#5", "m1").await else { panic!() };
+/// store.save("cart", "#5", epoch, "u1", b"state").await.unwrap();
 /// // Another member on this machine opens the same file.
 /// let other = SqliteStore::open(&path).unwrap();
 /// assert_eq!(other.load("cart", "u1").await.unwrap().as_deref(), Some(&b"state"[..]));
@@ -314,46 +326,47 @@ impl SqliteStore {
         Ok(commit(&connection, &self.shared).and(result))
     }
 
-    /// Checks the key, then queues `f` with owned copies of it (see [`run`](Self::run)).
+    /// Checks the key (`checked`), then queues `f` with owned copies of it (see
+    /// [`run`](Self::run)).
     fn run_keyed<T: Send + 'static>(
         &self,
         kind: &str,
-        identity: &str,
+        key: &str,
+        checked: Result<(), StoreError>,
         f: impl FnOnce(&Connection, String, String) -> Result<T, StoreError> + Send + 'static,
     ) -> BoxFuture<'static, Result<T, StoreError>> {
-        if let Err(e) = check_key(kind, identity) {
+        if let Err(e) = checked {
             return Box::pin(async move { Err(e) });
         }
-        let (kind, identity) = (kind.to_owned(), identity.to_owned());
-        self.run(move |c| f(c, kind, identity))
+        let (kind, key) = (kind.to_owned(), key.to_owned());
+        self.run(move |c| f(c, kind, key))
     }
 
     fn claim_with(
         &self,
         kind: &str,
-        identity: &str,
+        scope: &str,
         owner: &str,
         from: Option<Epoch>,
     ) -> BoxFuture<'static, Result<Claim, StoreError>> {
         let owner = owner.to_owned();
-        self.run_keyed(kind, identity, move |c, kind, identity| {
-            // An identity never claimed before (rows are never deleted) gets the first epoch,
+        let checked = check_scope(kind, scope);
+        self.run_keyed(kind, scope, checked, move |c, kind, scope| {
+            // A scope never claimed before (rows are never deleted) gets the first epoch,
             // with no read-back.
-            if from.is_none() && execute(c, CLAIM_NEW, params![kind, identity, owner])? == 1 {
+            if from.is_none() && execute(c, CLAIM_NEW, params![kind, scope, owner])? == 1 {
                 return Ok(Claim::Granted(1));
             }
             let changed = match from {
-                None => execute(c, CLAIM, params![kind, identity, owner])?,
-                Some(from) => execute(c, TAKE_OVER, params![kind, identity, owner, to_sql(from)?])?,
+                None => execute(c, CLAIM, params![kind, scope, owner])?,
+                Some(from) => execute(c, TAKE_OVER, params![kind, scope, owner, to_sql(from)?])?,
             };
             // The row the upsert decided on, read under the same write lock: the epoch it
             // granted (one row changed), or the holder it left in place (none).
             let (owner, epoch): (String, i64) = c
                 .prepare_cached(HOLDER)
                 .and_then(|mut statement| {
-                    statement.query_row(params![kind, identity], |row| {
-                        Ok((row.get(0)?, row.get(1)?))
-                    })
+                    statement.query_row(params![kind, scope], |row| Ok((row.get(0)?, row.get(1)?)))
                 })
                 .map_err(backend)?;
             let epoch = from_sql(epoch);
@@ -406,30 +419,31 @@ impl StateStore for SqliteStore {
     fn claim<'a>(
         &'a self,
         kind: &'a str,
-        identity: &'a str,
+        scope: &'a str,
         owner: &'a str,
     ) -> BoxFuture<'a, Result<Claim, StoreError>> {
-        self.claim_with(kind, identity, owner, None)
+        self.claim_with(kind, scope, owner, None)
     }
 
     fn take_over<'a>(
         &'a self,
         kind: &'a str,
-        identity: &'a str,
+        scope: &'a str,
         owner: &'a str,
         from: Epoch,
     ) -> BoxFuture<'a, Result<Claim, StoreError>> {
-        self.claim_with(kind, identity, owner, Some(from))
+        self.claim_with(kind, scope, owner, Some(from))
     }
 
     fn release<'a>(
         &'a self,
         kind: &'a str,
-        identity: &'a str,
+        scope: &'a str,
         epoch: Epoch,
     ) -> BoxFuture<'a, Result<(), StoreError>> {
-        self.run_keyed(kind, identity, move |c, kind, identity| {
-            let changed = execute(c, RELEASE, params![kind, identity, to_sql(epoch)?])?;
+        let checked = check_scope(kind, scope);
+        self.run_keyed(kind, scope, checked, move |c, kind, scope| {
+            let changed = execute(c, RELEASE, params![kind, scope, to_sql(epoch)?])?;
             fenced(changed, epoch)
         })
     }
@@ -439,22 +453,28 @@ impl StateStore for SqliteStore {
         kind: &'a str,
         identity: &'a str,
     ) -> BoxFuture<'a, Result<Option<Vec<u8>>, StoreError>> {
-        self.run_keyed(kind, identity, move |c, kind, identity| {
-            let state: Option<Option<Vec<u8>>> = query_row(c, LOAD, params![kind, identity])?;
-            Ok(state.flatten())
+        let checked = check_key(kind, identity);
+        self.run_keyed(kind, identity, checked, move |c, kind, identity| {
+            query_row(c, LOAD, params![kind, identity])
         })
     }
 
     fn save<'a>(
         &'a self,
         kind: &'a str,
-        identity: &'a str,
+        scope: &'a str,
         epoch: Epoch,
+        identity: &'a str,
         state: &'a [u8],
     ) -> BoxFuture<'a, Result<(), StoreError>> {
-        let state = state.to_vec();
-        self.run_keyed(kind, identity, move |c, kind, identity| {
-            let changed = execute(c, SAVE, params![kind, identity, to_sql(epoch)?, state])?;
+        let checked = check_scope(kind, scope).and_then(|()| check_key(kind, identity));
+        let (identity, state) = (identity.to_owned(), state.to_vec());
+        self.run_keyed(kind, scope, checked, move |c, kind, scope| {
+            let changed = execute(
+                c,
+                SAVE,
+                params![kind, scope, to_sql(epoch)?, identity, state],
+            )?;
             fenced(changed, epoch)
         })
     }

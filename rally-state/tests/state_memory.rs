@@ -8,7 +8,9 @@ use rally::state::{MemoryStore, StateStore};
 
 #[tokio::test]
 async fn memory_store_keeps_the_contract() {
-    support::check_contract(&MemoryStore::new(), "m").await;
+    let store = MemoryStore::new();
+    support::check_contract(&store, "m").await;
+    support::check_shared_scope(&store, "m").await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -34,7 +34,9 @@ impl Drop for TempDb {
 #[tokio::test]
 async fn sqlite_store_keeps_the_contract() {
     let db = TempDb::new("contract");
-    support::check_contract(&SqliteStore::open(db.path()).unwrap(), "s").await;
+    let store = SqliteStore::open(db.path()).unwrap();
+    support::check_contract(&store, "s").await;
+    support::check_shared_scope(&store, "s").await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -100,7 +102,13 @@ async fn operations_issued_together_share_commits_and_keep_their_own_answers() {
     for i in 0..100 {
         let store = if i % 2 == 0 { a.clone() } else { b.clone() };
         let epoch = if i % 10 == 0 { 7 } else { 1 };
-        saves.spawn(async move { (i, store.save("cart", &format!("u{i}"), epoch, b"s").await) });
+        saves.spawn(async move {
+            let identity = format!("u{i}");
+            (
+                i,
+                store.save("cart", &identity, epoch, &identity, b"s").await,
+            )
+        });
     }
     while let Some(done) = saves.join_next().await {
         let (i, saved) = done.unwrap();
@@ -123,7 +131,7 @@ async fn state_and_fencing_survive_reopening_the_file() {
     {
         let first = SqliteStore::open(db.path()).unwrap();
         assert_eq!(first.claim("cart", "u1", "m1").await, Ok(Claim::Granted(1)));
-        first.save("cart", "u1", 1, b"kept").await.unwrap();
+        first.save("cart", "u1", 1, "u1", b"kept").await.unwrap();
     }
     // Another member on the machine, as a member process restarted would open it.
     let second = SqliteStore::open(db.path()).unwrap();
@@ -136,7 +144,7 @@ async fn state_and_fencing_survive_reopening_the_file() {
         Ok(Claim::Granted(2))
     );
     assert_eq!(
-        second.save("cart", "u1", 1, b"stale").await,
+        second.save("cart", "u1", 1, "u1", b"stale").await,
         Err(StoreError::StaleEpoch { epoch: 1 })
     );
 }

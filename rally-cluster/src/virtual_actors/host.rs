@@ -16,6 +16,7 @@ use tokio::sync::{Notify, Semaphore, oneshot};
 use super::config::VirtualActorsConfig;
 use super::error::GrainError;
 use super::kind::{Activation, Call, Envelope, GrainMessages, VirtualActor, WireReply};
+use super::leases::{Acquired, LeaseKey, Leases};
 use super::ownership::{Holder, Ownership, Route};
 use super::placement::Placement;
 use super::slot_table::SlotTable;
@@ -139,6 +140,9 @@ pub struct KindStats {
     pub kind: &'static str,
     /// Activations alive now.
     pub active: usize,
+    /// Leases of the kind held now: shards (or identities leased alone) this member may
+    /// activate in without a claim in the state store.
+    pub leases: usize,
     /// Activations started since this member started.
     pub activations: u64,
     /// Activations ended (idle, over the cap, moved, or this member stopping).
@@ -661,6 +665,9 @@ pub(crate) struct Host<K: VirtualActor> {
     me: std::sync::Weak<Host<K>>,
     table: GrainMessages<K>,
     slots: Mutex<SlotTable<Slot<K>>>,
+    /// The leases this member holds or claims for the kind's scopes. Never locked while the
+    /// slots' lock is held, nor the other way round.
+    leases: Mutex<Leases>,
     /// Parked slots, so a membership change looks for them only when there are some.
     parked: AtomicUsize,
     counters: Counters,
@@ -693,7 +700,6 @@ struct ActiveSlot<K: VirtualActor> {
     /// idle: calls are enqueued under the slots' lock, so a deactivation that takes the slot
     /// sees every call handed to it.
     actor: ActorRef<K>,
-    epoch: Epoch,
     last_used: Instant,
 }
 
@@ -705,6 +711,13 @@ impl<K: VirtualActor> ActiveSlot<K> {
 
 /// How often a deactivation looks whether the activation has handled what it was handed.
 const IDLE_POLL: Duration = Duration::from_millis(1);
+
+/// How a claim ended.
+enum Claimed {
+    Granted(Epoch),
+    /// A serving member holds the scope: the activation's messages go there.
+    HeldBy(MemberId),
+}
 
 /// Why an activation ends.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -721,6 +734,7 @@ impl<K: VirtualActor> Host<K> {
             me: me.clone(),
             table: GrainMessages::of(),
             slots: Mutex::new(SlotTable::new()),
+            leases: Mutex::new(Leases::default()),
             parked: AtomicUsize::new(0),
             counters: Counters::default(),
         })
@@ -735,6 +749,24 @@ impl<K: VirtualActor> Host<K> {
     /// Slot changes are single map operations: a poisoned lock is still consistent.
     fn slots(&self) -> MutexGuard<'_, SlotTable<Slot<K>>> {
         self.slots.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// As [`slots`](Self::slots).
+    fn leases(&self) -> MutexGuard<'_, Leases> {
+        self.leases.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    fn lease_key(inner: &Inner, identity: &Arc<str>) -> LeaseKey {
+        LeaseKey::new(inner.placement.scope(K::KIND, identity), identity)
+    }
+
+    /// An activation under `key` ended (or never started): releases the lease in the store if
+    /// it was the last under it.
+    async fn leave_lease(&self, inner: &Inner, key: &LeaseKey) {
+        let last = self.leases().leave(key);
+        if let Some((scope, epoch)) = last {
+            let _ = inner.store.release(K::KIND, &scope, epoch).await;
+        }
     }
 
     /// Delivers, queues, activates or forwards one call.
@@ -862,19 +894,64 @@ impl<K: VirtualActor> Host<K> {
         }
     }
 
-    /// Claims the identity, runs the activation hook, and delivers what waited.
+    /// Acquires the identity's lease (claiming it in the store if this member does not hold
+    /// it yet), runs the activation hook, and delivers what waited.
     async fn activate(self: Arc<Self>, inner: Arc<Inner>, identity: Arc<str>) {
         let generation = inner.view_generation.load(Ordering::Acquire);
-        let epoch = match self.claim(&inner, &identity).await {
-            Ok(Some(epoch)) => epoch,
-            Ok(None) => return, // handed to the holder
-            Err(error) => return self.abandon(&identity, error),
+        let key = Self::lease_key(&inner, &identity);
+        let acquired = self.leases().acquire(&key, &identity);
+        let lease = match acquired {
+            Acquired::Held(scope, epoch) => (scope, epoch),
+            // The claim under way starts (or hands on) this activation when it ends.
+            Acquired::Waiting => return,
+            Acquired::Claim => {
+                let scope = key.name();
+                match self.claim(&inner, &identity, &scope).await {
+                    Ok(Claimed::Granted(epoch)) => {
+                        let waiting = self.leases().granted(&key, Arc::clone(&scope), epoch);
+                        for waiter in waiting {
+                            let (host, inner) = (Arc::clone(&self), Arc::clone(&inner));
+                            let lease = (Arc::clone(&scope), epoch);
+                            run_or_spawn(async move {
+                                host.start(inner, waiter, lease, generation).await;
+                            });
+                        }
+                        (scope, epoch)
+                    }
+                    Ok(Claimed::HeldBy(holder)) => {
+                        let waiting = self.leases().not_granted(&key);
+                        for identity in std::iter::once(identity).chain(waiting) {
+                            self.hand_to(&inner, &identity, &holder);
+                        }
+                        return;
+                    }
+                    Err(error) => {
+                        let waiting = self.leases().not_granted(&key);
+                        for identity in std::iter::once(identity).chain(waiting) {
+                            self.abandon(&identity, error.clone());
+                        }
+                        return;
+                    }
+                }
+            }
         };
+        self.start(inner, identity, lease, generation).await;
+    }
+
+    /// Runs the activation hook under the lease `(scope, epoch)` (counted for this activation
+    /// already) and delivers what waited; `generation` is the view the activation began in.
+    async fn start(
+        self: Arc<Self>,
+        inner: Arc<Inner>,
+        identity: Arc<str>,
+        lease: (Arc<str>, Epoch),
+        generation: u64,
+    ) {
         let activation = Activation::new(
             K::KIND,
             Arc::clone(&inner.owner_key),
             Arc::clone(&identity),
-            epoch,
+            lease,
             Arc::clone(&inner.store),
         );
         // Polled in this task (a task of its own cost a spawn and a wake-up per activation);
@@ -896,7 +973,8 @@ impl<K: VirtualActor> Host<K> {
         let actor = match actor {
             Ok(actor) => actor,
             Err(error) => {
-                let _ = inner.store.release(K::KIND, &identity, epoch).await;
+                self.leave_lease(&inner, &Self::lease_key(&inner, &identity))
+                    .await;
                 return self.abandon(&identity, error);
             }
         };
@@ -908,7 +986,6 @@ impl<K: VirtualActor> Host<K> {
                 Arc::clone(&identity),
                 Slot::Active(ActiveSlot {
                     actor: actor.clone(),
-                    epoch,
                     last_used: crate::virtual_actors::now(),
                 }),
             ) {
@@ -939,16 +1016,18 @@ impl<K: VirtualActor> Host<K> {
         self.enforce_cap(&inner);
     }
 
-    /// The epoch this member was granted, or `None` if the calls went to the holder.
+    /// Claims the lease `scope` for an activation of `identity`: the epoch this member was
+    /// granted, or the serving member that holds the scope.
     async fn claim(
         &self,
         inner: &Arc<Inner>,
         identity: &Arc<str>,
-    ) -> Result<Option<Epoch>, GrainError> {
+        scope: &str,
+    ) -> Result<Claimed, GrainError> {
         let store_error = |e: rally_state::StoreError| GrainError::Store(e.to_string());
         let mut claim = inner
             .store
-            .claim(K::KIND, identity, &inner.owner_key)
+            .claim(K::KIND, scope, &inner.owner_key)
             .await
             .map_err(store_error)?;
         let mut attempts = 0;
@@ -956,7 +1035,7 @@ impl<K: VirtualActor> Host<K> {
         let mut poll = HANDOVER_POLL;
         loop {
             let (holder, held_epoch) = match claim {
-                Claim::Granted(epoch) => return Ok(Some(epoch)),
+                Claim::Granted(epoch) => return Ok(Claimed::Granted(epoch)),
                 Claim::Held { owner, epoch } => (owner, epoch),
                 other => return Err(GrainError::Store(format!("unexpected claim {other:?}"))),
             };
@@ -974,9 +1053,10 @@ impl<K: VirtualActor> Host<K> {
             };
             let retry_at = match decision {
                 // The previous owner still serves it: with a placement that moves identities,
-                // it is about to hand it over (it sees the change a moment later). Wait for
-                // that rather than send it messages that would then overtake, or trail,
-                // those it hands over; past the wait, it keeps the identity.
+                // it is about to hand the scope over (it sees the change a moment later, and
+                // releases the lease once its last activation in the scope has ended). Wait
+                // for that rather than send it messages that would then overtake, or trail,
+                // those it hands over; past the wait, it keeps the scope.
                 Holder::Forward(_)
                     if still_ours
                         && inner.placement.moves_on_change()
@@ -986,21 +1066,18 @@ impl<K: VirtualActor> Host<K> {
                     poll = (poll * 2).min(HANDOVER_POLL_MAX);
                     at
                 }
-                Holder::Forward(to) => {
-                    self.hand_to(inner, identity, &to);
-                    return Ok(None);
-                }
+                Holder::Forward(to) => return Ok(Claimed::HeldBy(to)),
                 Holder::WaitUntil(at) => {
                     attempts += 1;
                     at
                 }
-                // Gone long enough that it has stopped; or this member's own hold, left by an
-                // activation that ended without its release reaching the store.
+                // Gone long enough that it has stopped; or this member's own hold, left by a
+                // lease whose release did not reach the store.
                 Holder::TakeOver | Holder::Local => {
                     attempts += 1;
                     claim = inner
                         .store
-                        .take_over(K::KIND, identity, &inner.owner_key, held_epoch)
+                        .take_over(K::KIND, scope, &inner.owner_key, held_epoch)
                         .await
                         .map_err(store_error)?;
                     continue;
@@ -1012,7 +1089,7 @@ impl<K: VirtualActor> Host<K> {
             }
             claim = inner
                 .store
-                .claim(K::KIND, identity, &inner.owner_key)
+                .claim(K::KIND, scope, &inner.owner_key)
                 .await
                 .map_err(store_error)?;
         }
@@ -1084,7 +1161,8 @@ impl<K: VirtualActor> Host<K> {
         if let Route::Remote(next) = inner.route_now(K::KIND, &identity) {
             self.hand_over(&inner, &identity, &next).await;
         }
-        let _ = inner.store.release(K::KIND, &identity, active.epoch).await;
+        self.leave_lease(&inner, &Self::lease_key(&inner, &identity))
+            .await;
         self.counters.active.fetch_sub(1, Ordering::Relaxed);
         self.counters.deactivations.fetch_add(1, Ordering::Relaxed);
         if reason == Reason::Moved {
@@ -1217,6 +1295,10 @@ impl<K: VirtualActor> KindHost for Host<K> {
         for identity in idle_ones {
             self.deactivate_later(inner, identity, Reason::Idle);
         }
+        // A scope is released, and its next owner may claim it, once its last activation
+        // here has ended: moved scope by scope (the moves' permits are taken in order), the
+        // first scopes reach their next owner while the last ones are still moving.
+        moving.sort_by_cached_key(|identity| inner.placement.scope(K::KIND, identity));
         for identity in moving {
             self.deactivate_later(inner, identity, Reason::Moved);
         }
@@ -1254,6 +1336,7 @@ impl<K: VirtualActor> KindHost for Host<K> {
         KindStats {
             kind: K::KIND,
             active: c.active.load(Ordering::Relaxed),
+            leases: self.leases().held(),
             activations: c.activations.load(Ordering::Relaxed),
             deactivations: c.deactivations.load(Ordering::Relaxed),
             failed_activations: c.failed.load(Ordering::Relaxed),

@@ -79,8 +79,8 @@ pub trait VirtualActor: Actor {
     fn messages(table: &mut GrainMessages<Self>);
 }
 
-/// One activation of a virtual actor: its identity, the ownership epoch it was granted, and
-/// its state in the store, fenced by that epoch.
+/// One activation of a virtual actor: its identity, the lease it acts under (its scope and
+/// epoch, see [`Scope`](super::Scope)), and its state in the store, fenced by that lease.
 ///
 /// # Example
 ///
@@ -96,6 +96,7 @@ pub struct Activation {
     kind: &'static str,
     owner: Arc<str>,
     identity: Arc<str>,
+    scope: Arc<str>,
     epoch: Epoch,
     store: Arc<dyn StateStore>,
 }
@@ -105,13 +106,14 @@ impl Activation {
         kind: &'static str,
         owner: Arc<str>,
         identity: Arc<str>,
-        epoch: Epoch,
+        (scope, epoch): (Arc<str>, Epoch),
         store: Arc<dyn StateStore>,
     ) -> Self {
         Self {
             kind,
             owner,
             identity,
+            scope,
             epoch,
             store,
         }
@@ -133,7 +135,15 @@ impl Activation {
         &self.identity
     }
 
-    /// The ownership epoch granted to this activation.
+    /// The lease this activation acts under, as the state store names it: `#` and the shard's
+    /// number for an identity leased with its shard, `=` and the identity for one leased alone.
+    pub fn scope(&self) -> &str {
+        &self.scope
+    }
+
+    /// The epoch of the lease this activation acts under. Every activation of the identity on
+    /// another member, or after a lease was released, acts under a higher one; activations of
+    /// the identity one after another on this member, under one lease, share it.
     pub fn epoch(&self) -> Epoch {
         self.epoch
     }
@@ -147,15 +157,15 @@ impl Activation {
         self.store.load(self.kind, &self.identity).await
     }
 
-    /// Saves the state, only while this activation's epoch is the current one.
+    /// Saves the state, only while this activation's lease is held under its epoch.
     ///
     /// # Errors
     ///
-    /// [`StoreError::StaleEpoch`] if the identity was taken over by a newer activation
-    /// (this one outlived its ownership): nothing is written.
+    /// [`StoreError::StaleEpoch`] if the lease was taken over or released (this activation
+    /// outlived its member's ownership): nothing is written.
     pub async fn save(&self, state: &[u8]) -> Result<(), StoreError> {
         self.store
-            .save(self.kind, &self.identity, self.epoch, state)
+            .save(self.kind, &self.scope, self.epoch, &self.identity, state)
             .await
     }
 }
@@ -165,6 +175,7 @@ impl fmt::Debug for Activation {
         f.debug_struct("Activation")
             .field("kind", &self.kind)
             .field("identity", &self.identity)
+            .field("scope", &self.scope)
             .field("epoch", &self.epoch)
             .finish_non_exhaustive()
     }

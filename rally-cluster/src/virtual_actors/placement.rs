@@ -43,6 +43,16 @@ pub trait Placement: Send + Sync + fmt::Debug + 'static {
         local: &MemberId,
     ) -> Option<&'a MemberId>;
 
+    /// The lease `identity`'s activations are held under (see [`Scope`]): by default its
+    /// shard, so one claim in the state store serves every identity of the shard that the
+    /// member activates while it holds the shard. A strategy whose [`place`](Self::place)
+    /// does not put every identity of a shard on one member should lease each identity on
+    /// its own ([`Scope::Identity`]); otherwise its members would wait on each other's shard
+    /// leases (never both act: the lease decides, whatever the placement says).
+    fn scope(&self, kind: &str, identity: &str) -> Scope {
+        Scope::Shard(shard_of(kind, identity))
+    }
+
     /// Whether an activation whose identity this strategy now places on another member
     /// should move there after a membership change. `true` for strategies every member
     /// computes alike; `false` where the place depends on who asked first.
@@ -51,10 +61,57 @@ pub trait Placement: Send + Sync + fmt::Debug + 'static {
     }
 }
 
-/// Rendezvous (highest random weight) hashing: each host scores `(kind, identity, host)`, the
-/// highest score owns. Every member with the same hosts computes the same owner, so a message
-/// takes one hop to the member that activates; when a host joins or leaves, only the
-/// identities whose highest score changes move (those it wins, or those it held).
+/// The number of shards a kind's identities are spread over (see [`shard_of`]).
+///
+/// Ownership is leased per shard: a member's first activation in a shard claims the shard in
+/// the state store, and later activations in it need no write to the store. Four thousand
+/// shards keep the hosts' shares within a few percent of each other up to hundreds of hosts,
+/// while a member's claims stay a small fraction of its activations (at most one per shard
+/// while it keeps activations in the shard).
+pub const SHARDS: u32 = 4096;
+
+/// The shard of `identity` of `kind`: the same in every process and every build.
+///
+/// # Example
+///
+/// ```
+/// use rally::cluster::virtual_actors::{SHARDS, shard_of};
+///
+/// let shard = shard_of("cart", "user-42");
+/// assert!(shard < SHARDS);
+/// assert_eq!(shard, shard_of("cart", "user-42"));
+/// ```
+pub fn shard_of(kind: &str, identity: &str) -> u32 {
+    u32::try_from(key_hash(kind, identity) % u64::from(SHARDS))
+        .unwrap_or_else(|_| unreachable!("a remainder of SHARDS fits in u32"))
+}
+
+/// What an activation's ownership is leased for: the state store grants a scope to one member
+/// at a time, under an epoch, and every activation in the scope acts under that epoch (see
+/// [`Placement::scope`]).
+///
+/// # Example
+///
+/// ```
+/// use rally::cluster::virtual_actors::{Hashed, Placement, PreferLocal, Scope, shard_of};
+///
+/// assert_eq!(Hashed.scope("cart", "u1"), Scope::Shard(shard_of("cart", "u1")));
+/// assert_eq!(PreferLocal.scope("cart", "u1"), Scope::Identity);
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+#[non_exhaustive]
+pub enum Scope {
+    /// One of the kind's [`SHARDS`] shards (see [`shard_of`]).
+    Shard(u32),
+    /// The identity alone.
+    Identity,
+}
+
+/// Rendezvous (highest random weight) hashing of the identity's shard: each host scores
+/// `(kind, shard, host)`, the highest score owns every identity of the shard. Every member
+/// with the same hosts computes the same owner, so a message takes one hop to the member that
+/// activates; when a host joins or leaves, only the shards whose highest score changes move
+/// (those it wins, or those it held).
 ///
 /// # Example
 ///
@@ -78,7 +135,7 @@ impl Placement for Hashed {
         hosts: &'a [MemberId],
         _local: &MemberId,
     ) -> Option<&'a MemberId> {
-        let key = key_hash(kind, identity);
+        let key = shard_key(kind, shard_of(kind, identity));
         hosts.iter().max_by_key(|host| (score(key, host), *host))
     }
 }
@@ -86,7 +143,8 @@ impl Placement for Hashed {
 /// The sending member itself when it hosts the kind, otherwise [`Hashed`]: for identities
 /// used mostly from one member (a session on the member that holds its connection). The
 /// first member to activate an identity keeps it until it passivates; messages from other
-/// members reach it through the store's record of who holds it (one more hop).
+/// members reach it through the store's record of who holds it (one more hop). Each identity
+/// is leased on its own ([`Scope::Identity`]): identities of one shard live on many members.
 ///
 /// # Example
 ///
@@ -119,6 +177,10 @@ impl Placement for PreferLocal {
             .or_else(|| Hashed.place(kind, identity, hosts, local))
     }
 
+    fn scope(&self, _kind: &str, _identity: &str) -> Scope {
+        Scope::Identity
+    }
+
     fn moves_on_change(&self) -> bool {
         false
     }
@@ -130,6 +192,14 @@ fn key_hash(kind: &str, identity: &str) -> u64 {
     let mut hasher = FxHasher::default();
     kind.hash(&mut hasher);
     identity.hash(&mut hasher);
+    mix(hasher.finish())
+}
+
+/// The key a shard is placed by.
+fn shard_key(kind: &str, shard: u32) -> u64 {
+    let mut hasher = FxHasher::default();
+    kind.hash(&mut hasher);
+    shard.hash(&mut hasher);
     mix(hasher.finish())
 }
 
@@ -204,6 +274,31 @@ mod tests {
             let n = owned.iter().filter(|o| *o == h).count();
             // 5,000 expected; a fair split stays within a few percent.
             assert!((4_500..=5_500).contains(&n), "{h} owns {n} of 20000");
+        }
+    }
+
+    #[test]
+    fn every_identity_of_a_shard_has_one_owner_and_shards_spread_evenly() {
+        let hosts: Vec<_> = (1..=4).map(host).collect();
+        let mut owner_of_shard = std::collections::HashMap::new();
+        for i in 0..50_000 {
+            let id = format!("id-{i}");
+            let owner = Hashed.place("k", &id, &hosts, &hosts[0]).unwrap();
+            let first = owner_of_shard.entry(shard_of("k", &id)).or_insert(owner);
+            assert_eq!(*first, owner, "{id}: its shard has another owner");
+        }
+        assert_eq!(
+            owner_of_shard.len(),
+            SHARDS as usize,
+            "50,000 identities reach every shard"
+        );
+        for h in &hosts {
+            let n = owner_of_shard.values().filter(|o| **o == h).count();
+            // 1,024 expected; a fair split stays within a few percent.
+            assert!(
+                (950..=1_100).contains(&n),
+                "{h} owns {n} of {SHARDS} shards"
+            );
         }
     }
 

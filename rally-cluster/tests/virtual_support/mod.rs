@@ -70,8 +70,8 @@ pub fn live(prefix_: &str) -> usize {
 }
 
 /// No two lives of one identity overlap: each ends before the next starts (by the end
-/// instant logged in `stopped`, before the identity is released, and the start logged in
-/// `activate`, after it is claimed).
+/// instant logged in `stopped`, before the lease is released, and the start logged in
+/// `activate`, after it is granted).
 pub fn assert_never_two_at_once(prefix_: &str) {
     let mut by_identity: HashMap<String, Vec<Life>> = HashMap::new();
     for life in lives(prefix_) {
@@ -90,9 +90,12 @@ pub fn assert_never_two_at_once(prefix_: &str) {
                 end <= pair[1].start,
                 "{identity}: two activations at once: {pair:?}"
             );
+            // A new lease (another owner's, or this owner's after a release) has a higher
+            // epoch; lives one after another under one lease share it.
             assert!(
-                pair[1].epoch > pair[0].epoch,
-                "{identity}: epochs must grow: {pair:?}"
+                pair[1].epoch > pair[0].epoch
+                    || (pair[1].epoch == pair[0].epoch && pair[1].owner == pair[0].owner),
+                "{identity}: epochs must grow from one lease to the next: {pair:?}"
             );
         }
     }
@@ -402,11 +405,14 @@ pub async fn poll(mut condition: impl FnMut() -> bool) {
     }
 }
 
-/// A store that fails every call once cut, as a crashed process's store calls never arrive.
+/// A store that fails every call once cut, as a crashed process's store calls never arrive;
+/// it counts the claims and releases that reach it.
 #[derive(Debug)]
 pub struct Switch {
     inner: Arc<dyn StateStore>,
     cut: std::sync::atomic::AtomicBool,
+    pub claims: AtomicUsize,
+    pub releases: AtomicUsize,
 }
 
 impl Switch {
@@ -414,6 +420,8 @@ impl Switch {
         Self {
             inner,
             cut: std::sync::atomic::AtomicBool::new(false),
+            claims: AtomicUsize::new(0),
+            releases: AtomicUsize::new(0),
         }
     }
 
@@ -434,37 +442,39 @@ impl StateStore for Switch {
     fn claim<'a>(
         &'a self,
         kind: &'a str,
-        identity: &'a str,
+        scope: &'a str,
         owner: &'a str,
     ) -> rally::state::BoxFuture<'a, Result<rally::state::Claim, rally::state::StoreError>> {
         Box::pin(async move {
             self.check()?;
-            self.inner.claim(kind, identity, owner).await
+            self.claims.fetch_add(1, Ordering::SeqCst);
+            self.inner.claim(kind, scope, owner).await
         })
     }
 
     fn take_over<'a>(
         &'a self,
         kind: &'a str,
-        identity: &'a str,
+        scope: &'a str,
         owner: &'a str,
         from: u64,
     ) -> rally::state::BoxFuture<'a, Result<rally::state::Claim, rally::state::StoreError>> {
         Box::pin(async move {
             self.check()?;
-            self.inner.take_over(kind, identity, owner, from).await
+            self.inner.take_over(kind, scope, owner, from).await
         })
     }
 
     fn release<'a>(
         &'a self,
         kind: &'a str,
-        identity: &'a str,
+        scope: &'a str,
         epoch: u64,
     ) -> rally::state::BoxFuture<'a, Result<(), rally::state::StoreError>> {
         Box::pin(async move {
             self.check()?;
-            self.inner.release(kind, identity, epoch).await
+            self.releases.fetch_add(1, Ordering::SeqCst);
+            self.inner.release(kind, scope, epoch).await
         })
     }
 
@@ -482,13 +492,14 @@ impl StateStore for Switch {
     fn save<'a>(
         &'a self,
         kind: &'a str,
-        identity: &'a str,
+        scope: &'a str,
         epoch: u64,
+        identity: &'a str,
         state: &'a [u8],
     ) -> rally::state::BoxFuture<'a, Result<(), rally::state::StoreError>> {
         Box::pin(async move {
             self.check()?;
-            self.inner.save(kind, identity, epoch, state).await
+            self.inner.save(kind, scope, epoch, identity, state).await
         })
     }
 }

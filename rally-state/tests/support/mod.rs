@@ -8,15 +8,17 @@ use std::sync::Arc;
 
 use rally::state::{Claim, StateStore, StoreError};
 
-/// Claims, fencing, release and bad keys, on identities no other check uses.
+/// Claims, fencing, release and bad keys, on scopes and identities no other check uses.
 pub async fn check_contract(store: &dyn StateStore, prefix: &str) {
-    let id = format!("{prefix}-contract");
+    let scope = format!("#{prefix}-contract");
+    let scope = scope.as_str();
+    let id = format!("{prefix}-contract-1");
     let id = id.as_str();
 
-    // A fresh identity is granted epoch 1; another owner is told who holds it.
-    assert_eq!(store.claim("cart", id, "a").await, Ok(Claim::Granted(1)));
+    // A fresh scope is granted epoch 1; another owner is told who holds it.
+    assert_eq!(store.claim("cart", scope, "a").await, Ok(Claim::Granted(1)));
     assert_eq!(
-        store.claim("cart", id, "b").await,
+        store.claim("cart", scope, "b").await,
         Ok(Claim::Held {
             owner: "a".into(),
             epoch: 1
@@ -25,27 +27,32 @@ pub async fn check_contract(store: &dyn StateStore, prefix: &str) {
     assert_eq!(store.load("cart", id).await, Ok(None));
 
     // The holder writes; an epoch nobody was granted is refused, nothing written.
-    store.save("cart", id, 1, b"one").await.unwrap();
+    store.save("cart", scope, 1, id, b"one").await.unwrap();
     assert_eq!(
-        store.save("cart", id, 2, b"never").await,
+        store.save("cart", scope, 2, id, b"never").await,
         Err(StoreError::StaleEpoch { epoch: 2 })
     );
     assert_eq!(
         store.load("cart", id).await.unwrap().as_deref(),
         Some(&b"one"[..])
     );
+    // A scope nobody holds fences every write named under it.
+    assert_eq!(
+        store.save("cart", "#never-claimed", 1, id, b"never").await,
+        Err(StoreError::StaleEpoch { epoch: 1 })
+    );
 
     // b takes over from epoch 1 (a was downed): a's writes and release are fenced.
     assert_eq!(
-        store.take_over("cart", id, "b", 1).await,
+        store.take_over("cart", scope, "b", 1).await,
         Ok(Claim::Granted(2))
     );
     assert_eq!(
-        store.save("cart", id, 1, b"stale").await,
+        store.save("cart", scope, 1, id, b"stale").await,
         Err(StoreError::StaleEpoch { epoch: 1 })
     );
     assert_eq!(
-        store.release("cart", id, 1).await,
+        store.release("cart", scope, 1).await,
         Err(StoreError::StaleEpoch { epoch: 1 })
     );
     assert_eq!(
@@ -54,52 +61,125 @@ pub async fn check_contract(store: &dyn StateStore, prefix: &str) {
     );
     // A second taker from the same old epoch loses to the first.
     assert_eq!(
-        store.take_over("cart", id, "c", 1).await,
+        store.take_over("cart", scope, "c", 1).await,
         Ok(Claim::Held {
             owner: "b".into(),
             epoch: 2
         })
     );
-    store.save("cart", id, 2, b"two").await.unwrap();
+    store.save("cart", scope, 2, id, b"two").await.unwrap();
 
     // Released: the next claim by anyone is granted a higher epoch; the state stays; a write
     // under the released epoch is refused.
-    store.release("cart", id, 2).await.unwrap();
+    store.release("cart", scope, 2).await.unwrap();
     assert_eq!(
-        store.save("cart", id, 2, b"late").await,
+        store.save("cart", scope, 2, id, b"late").await,
         Err(StoreError::StaleEpoch { epoch: 2 })
     );
-    assert_eq!(store.claim("cart", id, "a").await, Ok(Claim::Granted(3)));
+    assert_eq!(store.claim("cart", scope, "a").await, Ok(Claim::Granted(3)));
     assert_eq!(
         store.load("cart", id).await.unwrap().as_deref(),
         Some(&b"two"[..])
     );
-    // The holder claiming again (its earlier activation is gone) gets a new epoch.
-    assert_eq!(store.claim("cart", id, "a").await, Ok(Claim::Granted(4)));
+    // The holder claiming again (its earlier hold is gone) gets a new epoch.
+    assert_eq!(store.claim("cart", scope, "a").await, Ok(Claim::Granted(4)));
     assert_eq!(
-        store.save("cart", id, 3, b"x").await,
+        store.save("cart", scope, 3, id, b"x").await,
         Err(StoreError::StaleEpoch { epoch: 3 })
     );
 
     // Other kinds are other records.
-    assert_eq!(store.claim("order", id, "z").await, Ok(Claim::Granted(1)));
+    assert_eq!(
+        store.claim("order", scope, "z").await,
+        Ok(Claim::Granted(1))
+    );
+    assert_eq!(store.load("order", id).await, Ok(None));
 
     // Bad keys: a typed error, nothing created.
-    let long = "x".repeat(257);
-    for (kind, identity) in [("", "i"), ("cart", ""), ("cart", long.as_str())] {
+    let long = "x".repeat(258);
+    for (kind, key) in [("", "i"), ("cart", ""), ("cart", long.as_str())] {
         assert!(matches!(
-            store.claim(kind, identity, "a").await,
+            store.claim(kind, key, "a").await,
             Err(StoreError::InvalidKey(_))
         ));
         assert!(matches!(
-            store.save(kind, identity, 1, b"x").await,
+            store.save(kind, key, 1, "i", b"x").await,
+            Err(StoreError::InvalidKey(_))
+        ));
+        assert!(matches!(
+            store.save(kind, "#1", 1, key, b"x").await,
+            Err(StoreError::InvalidKey(_))
+        ));
+        assert!(matches!(
+            store.load(kind, key).await,
             Err(StoreError::InvalidKey(_))
         ));
     }
+    // The longest identity, and the longest scope (a prefix and that identity).
     let longest = "y".repeat(256);
+    let longest_scope = format!("={longest}");
     assert_eq!(
-        store.claim("cart", &longest, "a").await,
+        store.claim("cart", &longest_scope, "a").await,
         Ok(Claim::Granted(1))
+    );
+    store
+        .save("cart", &longest_scope, 1, &longest, b"y")
+        .await
+        .unwrap();
+    assert!(matches!(
+        store
+            .save("cart", &longest_scope, 1, &long[..257], b"y")
+            .await,
+        Err(StoreError::InvalidKey(_))
+    ));
+}
+
+/// One lease fences every identity written under its scope: identities of one shard share
+/// the holder's epoch, and a takeover of the shard refuses the old holder's writes to all of
+/// them, while another shard's lease is untouched.
+pub async fn check_shared_scope(store: &dyn StateStore, prefix: &str) {
+    let (shard, other) = (format!("#{prefix}-s1"), format!("#{prefix}-s2"));
+    let ids: Vec<String> = (0..3).map(|i| format!("{prefix}-shared-{i}")).collect();
+    assert_eq!(
+        store.claim("cart", &shard, "a").await,
+        Ok(Claim::Granted(1))
+    );
+    assert_eq!(
+        store.claim("cart", &other, "a").await,
+        Ok(Claim::Granted(1))
+    );
+    for id in &ids {
+        store.save("cart", &shard, 1, id, b"a").await.unwrap();
+    }
+    store
+        .save("cart", &other, 1, "elsewhere", b"a")
+        .await
+        .unwrap();
+
+    assert_eq!(
+        store.take_over("cart", &shard, "b", 1).await,
+        Ok(Claim::Granted(2))
+    );
+    for id in &ids {
+        assert_eq!(
+            store.save("cart", &shard, 1, id, b"stale").await,
+            Err(StoreError::StaleEpoch { epoch: 1 }),
+            "{id}"
+        );
+        assert_eq!(
+            store.load("cart", id).await.unwrap().as_deref(),
+            Some(&b"a"[..])
+        );
+        store.save("cart", &shard, 2, id, b"b").await.unwrap();
+    }
+    // The other shard's lease did not move.
+    store
+        .save("cart", &other, 1, "elsewhere", b"still a")
+        .await
+        .unwrap();
+    assert_eq!(
+        store.load("cart", "elsewhere").await.unwrap().as_deref(),
+        Some(&b"still a"[..])
     );
 }
 
