@@ -10,24 +10,29 @@
 //!   register them ([`VirtualActorsBuilder::kind`]); a member that declares none is
 //!   client-only and still sends.
 //! - **Placement** ([`Placement`]; [`Hashed`] by default, [`PreferLocal`]) proposes the
-//!   member that should activate an identity: rendezvous hashing over the up members hosting
-//!   the kind, so the first message takes one hop and a membership change moves only what
-//!   it must. The decision is the sans-I/O [`Ownership`] core, fed with member events.
-//! - **The claim decides.** An activation starts by claiming its identity in the
-//!   [`StateStore`](rally_state::StateStore) (one compare-and-set): the store grants a new,
-//!   higher epoch only when nobody holds the identity. A member whose claim finds another
-//!   holder forwards the message to that holder; if the holder was downed, it waits until
-//!   the takeover margin has passed (by then the holder has stopped, see
-//!   `docs/cluster-protocol.md`) and takes over from the holder's epoch. Every state write
-//!   carries the activation's epoch and is refused once a newer one was granted. So two
-//!   members may disagree about placement for a moment, but only one activation holds the
-//!   identity at a time; the precise statement is in `docs/runtime-semantics.md`.
+//!   member that should activate an identity: rendezvous hashing of the identity's shard (one
+//!   of [`SHARDS`], [`shard_of`]) over the up members hosting the kind, so the first message
+//!   takes one hop and a membership change moves only what it must. The decision is the
+//!   sans-I/O [`Ownership`] core, fed with member events.
+//! - **Leases decide.** Ownership is leased in the [`StateStore`](rally_state::StateStore)
+//!   per [`Scope`]: a shard (or, with [`PreferLocal`], the identity alone). A member's first
+//!   activation in a shard claims the shard's lease (one compare-and-set): the store grants a
+//!   new, higher epoch only when nobody holds it. Later activations in the shard on that
+//!   member act under the held lease without a write to the store; the last to end releases
+//!   it. A member whose claim finds another holder forwards the message to that holder; if
+//!   the holder was downed, it waits until the takeover margin has passed (by then the holder
+//!   has stopped, see `docs/cluster-protocol.md`) and takes over from the holder's epoch.
+//!   Every state write carries its lease's scope and epoch and is refused once a newer epoch
+//!   was granted. So two members may disagree about placement for a moment, but only one
+//!   activation holds an identity at a time; the precise statement is in
+//!   `docs/runtime-semantics.md`.
 //! - **Passivation** after `idle_timeout` without a message, and past `max_active`
 //!   activations per kind on a member (least recently used idle ones first).
 //! - **Moves**: after a membership change, each member deactivates the activations whose
 //!   identity is now placed elsewhere (at most `max_concurrent_moves` at once): the messages
-//!   it was handed finish, the `stopped` hook runs, the identity is released; messages that
-//!   arrive meanwhile wait and are then sent on to the new owner, which claims the identity.
+//!   it was handed finish, the `stopped` hook runs, the activation leaves its lease (released
+//!   by a shard's last); messages that arrive meanwhile wait and are then sent on to the new
+//!   owner, which claims the shard once it is released.
 //!
 //! # Example
 //!

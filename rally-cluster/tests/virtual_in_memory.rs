@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 use rally::cluster::virtual_actors::{
     GrainError, Hashed, Placement, VirtualActorsConfig, shard_of,
 };
-use rally::cluster::{MemberEvent, MemberId};
+use rally::cluster::{MemberEvent, MemberId, MemberStatus};
 use rally::state::{Claim, MemoryStore, SqliteStore, StateStore};
 use virtual_support::{
     Add, Next, Probe, T, TestCluster, TestMember, Unlisted, Where, assert_never_two_at_once,
@@ -406,6 +406,62 @@ async fn a_tell_that_reaches_a_member_after_it_stopped_hosting_is_passed_on_not_
     );
     assert!(disorder("telllate").is_empty());
     assert_never_two_at_once("telllate");
+}
+
+/// A member that leaves gracefully releases its leases as it stops, which may be a moment
+/// after the others have seen it gone (here: its releases are held back until the next owner
+/// has met the lease still held). The next owner must not wait the whole takeover wait (the
+/// bound for a member that crashed, over 20 s here) for a lease released meanwhile: an ask
+/// that crosses the leave is answered within its 10 s. Before, the next owner slept until the
+/// takeover wait had passed and the ask failed with `Timeout`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lease_released_after_its_holder_was_seen_gone_is_claimed_without_the_takeover_wait() {
+    let mut config = VirtualActorsConfig::default();
+    config.deactivation_timeout = Duration::from_secs(20);
+    let tc = TestCluster::new("gone", config);
+    let shared: Arc<dyn StateStore> = Arc::new(MemoryStore::new());
+    let leaver_store = Arc::new(virtual_support::Switch::new(Arc::clone(&shared)));
+    let next_store = Arc::new(virtual_support::Switch::new(Arc::clone(&shared)));
+    let a = tc.join(1, true, leaver_store.clone());
+    let b = tc.join(2, true, next_store.clone());
+    let client = tc.join(3, false, Arc::clone(&shared));
+    let ids = [a.id.clone(), b.id.clone(), client.id.clone()];
+    converged(&[&a, &b, &client], &ids).await;
+    let hosts = [a.id.clone(), b.id.clone()];
+    let identity = (0..)
+        .map(|i| format!("gone-{i}"))
+        .find(|id| owner_of(id, &hosts) == a.id)
+        .unwrap();
+    let grain = client.grains.get::<Probe>(&identity).unwrap();
+    assert_eq!(grain.ask(Where, T).await.unwrap().0, key(&a.id));
+
+    // A leaves; its release of the lease waits.
+    leaver_store.hold_releases();
+    a.cluster.leave().await.unwrap();
+    // The client and B see it gone: the client's ask goes to B.
+    poll(|| {
+        [&client, &b].iter().all(|m| {
+            !m.cluster
+                .members()
+                .iter()
+                .any(|seen| seen.id == a.id && seen.status == MemberStatus::Up)
+        })
+    })
+    .await;
+    let claims_before = next_store.claims.load(Ordering::SeqCst);
+    let asked = tokio::spawn({
+        let grain = grain.clone();
+        async move { grain.ask(Where, Duration::from_secs(10)).await }
+    });
+    // B claims the lease and finds A, gone, still holding it; then A's release goes through.
+    poll(|| next_store.claims.load(Ordering::SeqCst) > claims_before).await;
+    leaver_store.let_releases_go();
+    let (owner, _, _) = asked
+        .await
+        .unwrap()
+        .expect("answered by the next owner within the ask's timeout");
+    assert_eq!(owner, key(&b.id));
+    assert_never_two_at_once("gone");
 }
 
 /// A member that hosts the kind is seen up before its runtime has started (members join,

@@ -36,6 +36,10 @@ const RETRY_PAUSE: Duration = Duration::from_millis(20);
 /// [`HANDOVER_POLL_MAX`].
 const HANDOVER_POLL: Duration = Duration::from_millis(10);
 const HANDOVER_POLL_MAX: Duration = Duration::from_millis(100);
+/// How often at most a member waiting to take a lease over from a holder that is down or gone
+/// asks the store whether the holder released it meanwhile (a graceful leaver does, as it
+/// stops; a crashed one never does, so this stays rare: about ten asks in a takeover wait).
+const GONE_POLL_MAX: Duration = Duration::from_secs(1);
 
 /// Messages waiting at most on one member for a membership change (a host of their kind to
 /// be seen, or a stopped owner to be seen leaving); past it a message fails at once, so a
@@ -1033,6 +1037,7 @@ impl<K: VirtualActor> Host<K> {
         let mut attempts = 0;
         let handover_wait = crate::virtual_actors::now() + 2 * inner.config.deactivation_timeout;
         let mut poll = HANDOVER_POLL;
+        let mut gone_poll = HANDOVER_POLL;
         loop {
             let (holder, held_epoch) = match claim {
                 Claim::Granted(epoch) => return Ok(Claimed::Granted(epoch)),
@@ -1067,9 +1072,19 @@ impl<K: VirtualActor> Host<K> {
                     at
                 }
                 Holder::Forward(to) => return Ok(Claimed::HeldBy(to)),
+                // Seen down or gone: it may not have stopped yet, so its lease is taken over
+                // only at `at`. But a member that left gracefully releases its leases as it
+                // stops, often a moment after the others saw it gone (while it hands over
+                // what reached it, to this member among others): ask the store again soon,
+                // then less and less often, rather than wait the whole margin for a lease
+                // already released.
                 Holder::WaitUntil(at) => {
-                    attempts += 1;
-                    at
+                    let next = (now + gone_poll).min(at);
+                    gone_poll = (gone_poll * 2).min(GONE_POLL_MAX);
+                    if next == at {
+                        attempts += 1;
+                    }
+                    next
                 }
                 // Gone long enough that it has stopped; or this member's own hold, left by a
                 // lease whose release did not reach the store.

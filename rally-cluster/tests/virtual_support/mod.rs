@@ -406,13 +406,15 @@ pub async fn poll(mut condition: impl FnMut() -> bool) {
 }
 
 /// A store that fails every call once cut, as a crashed process's store calls never arrive;
-/// it counts the claims and releases that reach it.
+/// it counts the claims and releases that reach it, and can hold releases back until told.
 #[derive(Debug)]
 pub struct Switch {
     inner: Arc<dyn StateStore>,
     cut: std::sync::atomic::AtomicBool,
     pub claims: AtomicUsize,
     pub releases: AtomicUsize,
+    /// Whether releases go through (`true`) or wait.
+    releases_go: tokio::sync::watch::Sender<bool>,
 }
 
 impl Switch {
@@ -422,7 +424,17 @@ impl Switch {
             cut: std::sync::atomic::AtomicBool::new(false),
             claims: AtomicUsize::new(0),
             releases: AtomicUsize::new(0),
+            releases_go: tokio::sync::watch::Sender::new(true),
         }
+    }
+
+    /// Releases wait from now on until [`let_releases_go`](Self::let_releases_go).
+    pub fn hold_releases(&self) {
+        self.releases_go.send_replace(false);
+    }
+
+    pub fn let_releases_go(&self) {
+        self.releases_go.send_replace(true);
     }
 
     pub fn cut(&self) {
@@ -473,6 +485,8 @@ impl StateStore for Switch {
     ) -> rally::state::BoxFuture<'a, Result<(), rally::state::StoreError>> {
         Box::pin(async move {
             self.check()?;
+            let mut go = self.releases_go.subscribe();
+            let _ = go.wait_for(|go| *go).await;
             self.releases.fetch_add(1, Ordering::SeqCst);
             self.inner.release(kind, scope, epoch).await
         })
