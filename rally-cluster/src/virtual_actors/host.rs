@@ -80,7 +80,17 @@ pub(crate) struct Inner {
     /// Asks this member passed on for another member whose answers have not come back
     /// through it yet (see [`drained`](Self::drained)).
     relaying: AtomicUsize,
+    /// When this member last stopped hosting or refused a request because it had: see
+    /// [`drained`](Self::drained).
+    last_refused: Mutex<Option<Instant>>,
 }
+
+/// How long a member that stopped hosting keeps answering (with `Stopped`, so its senders
+/// route anew) before [`Inner::drained`] lets it go, counted from the last request it refused.
+/// Its peers saw it leave before it stopped, but a sender's requests sent just before its
+/// view changed are still on their way; a node that closed its connections then would leave
+/// them unanswered, and they would fail as `OutcomeUnknown` although nothing handled them.
+const QUIET_AFTER_STOP: Duration = Duration::from_millis(100);
 
 /// One ask passed on for another member, counted until its answer has come back through this
 /// member (or the answer's way back was dropped).
@@ -189,6 +199,7 @@ impl Inner {
             view_generation: AtomicU64::new(0),
             waiting: Mutex::new(Vec::new()),
             relaying: AtomicUsize::new(0),
+            last_refused: Mutex::new(None),
         }
     }
 
@@ -562,6 +573,7 @@ impl Inner {
     /// sender: it is passed on to the member this one's view now routes it to, and only
     /// dropped (with a warning) when there is none or it has taken too many hops.
     fn refuse(self: &Arc<Self>, mut request: GrainRequest, reply: WireReply) {
+        self.note_refused();
         if request.wait_ms.is_some() {
             return reply(Err(GrainError::Stopped));
         }
@@ -611,6 +623,7 @@ impl Inner {
         if self.stopped.swap(true, Ordering::AcqRel) {
             return;
         }
+        self.note_refused();
         for host in self.all_kinds() {
             host.deactivate_all(self);
         }
@@ -635,14 +648,31 @@ impl Inner {
         }
     }
 
-    /// Resolves once every activation of every kind has ended and every ask this member
-    /// passed on for another member (a handed-over call, say) has had its answer back through
-    /// it, or given up at its deadline: a member that leaves right after must not take the
-    /// way back of an answer with it.
+    fn note_refused(&self) {
+        *self
+            .last_refused
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner) = Some(crate::virtual_actors::now());
+    }
+
+    /// Resolves once every activation of every kind has ended, every ask this member passed on
+    /// for another member (a handed-over call, say) has had its answer back through it or
+    /// given up at its deadline (a member that leaves right after must not take the way back
+    /// of an answer with it), and no request has come in for [`QUIET_AFTER_STOP`] since this
+    /// member stopped hosting (those still on their way are answered `Stopped`, not lost with
+    /// its connections).
     pub(crate) async fn drained(&self) {
         loop {
             let hosts = self.all_kinds();
-            if hosts.iter().all(|h| h.slot_count() == 0)
+            let quiet_since = *self
+                .last_refused
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner);
+            let quiet = quiet_since.is_none_or(|at| {
+                crate::virtual_actors::now().saturating_duration_since(at) >= QUIET_AFTER_STOP
+            });
+            if quiet
+                && hosts.iter().all(|h| h.slot_count() == 0)
                 && self.relaying.load(Ordering::Acquire) == 0
             {
                 return;
@@ -1592,5 +1622,52 @@ mod relay_tests {
         tokio::time::timeout(Duration::from_secs(60), inner_b.drained())
             .await
             .expect("B drains once the ask is answered");
+    }
+
+    /// A member that stopped hosting keeps answering for `QUIET_AFTER_STOP` after it stopped
+    /// and after each request it refused: `drained` (what `shutdown` waits on before the node
+    /// may close its connections) resolves only once requests stopped coming. Before, it
+    /// resolved as soon as nothing was active, and a request sent just before its sender saw
+    /// the member leave reached a node that had closed its connections: `OutcomeUnknown`.
+    #[tokio::test(start_paused = true)]
+    async fn a_stopped_member_drains_only_once_requests_stopped_coming() {
+        let network = GrainNetwork::new();
+        let a = member(1);
+        let inner = runtime(&a, &[&a], &network);
+        let ask = || GrainRequest {
+            kind: "echo".into(),
+            identity: "late".into(),
+            manifest: Ping::MANIFEST.into(),
+            payload: postcard::to_allocvec(&Ping).unwrap(),
+            hops: 1,
+            wait_ms: Some(60_000),
+            handover: Handover::No,
+        };
+        let pending = |inner: &Arc<Inner>| {
+            let mut drained = std::pin::pin!(inner.drained());
+            let mut cx = std::task::Context::from_waker(std::task::Waker::noop());
+            drained.as_mut().poll(&mut cx).is_pending()
+        };
+        inner.stop();
+        assert!(pending(&inner), "just stopped");
+        tokio::time::advance(QUIET_AFTER_STOP - Duration::from_millis(1)).await;
+        assert!(pending(&inner), "quiet for less than QUIET_AFTER_STOP");
+        // A late request: refused (`Stopped`, so its sender routes it anew), and the quiet
+        // starts again.
+        let (answer_to, answer) = oneshot::channel();
+        inner.receive(
+            ask(),
+            Box::new(move |result| {
+                let _ = answer_to.send(result);
+            }),
+        );
+        assert!(matches!(answer.await, Ok(Err(GrainError::Stopped))));
+        tokio::time::advance(QUIET_AFTER_STOP - Duration::from_millis(1)).await;
+        assert!(
+            pending(&inner),
+            "a request came in less than QUIET_AFTER_STOP ago"
+        );
+        tokio::time::advance(Duration::from_millis(2)).await;
+        assert!(!pending(&inner), "quiet for QUIET_AFTER_STOP: drained");
     }
 }
