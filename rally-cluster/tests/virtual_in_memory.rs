@@ -339,11 +339,25 @@ async fn past_the_cap_the_least_recently_used_are_deactivated_and_memory_returns
 async fn hosts_and_a_client(
     name: &str,
 ) -> (TestCluster, TestMember, TestMember, TestMember, String) {
-    let tc = TestCluster::new(name, VirtualActorsConfig::default());
     let store: Arc<dyn StateStore> = Arc::new(MemoryStore::new());
-    let a = tc.join(1, true, Arc::clone(&store));
-    let b = tc.join(2, true, Arc::clone(&store));
-    let client = tc.join(3, false, Arc::clone(&store));
+    hosts_and_a_client_with(
+        name,
+        VirtualActorsConfig::default(),
+        [Arc::clone(&store), Arc::clone(&store), store],
+    )
+    .await
+}
+
+/// [`hosts_and_a_client`] with `config`, and a store handle each for A, B and the client.
+async fn hosts_and_a_client_with(
+    name: &str,
+    config: VirtualActorsConfig,
+    [store_a, store_b, store_client]: [Arc<dyn StateStore>; 3],
+) -> (TestCluster, TestMember, TestMember, TestMember, String) {
+    let tc = TestCluster::new(name, config);
+    let a = tc.join(1, true, store_a);
+    let b = tc.join(2, true, store_b);
+    let client = tc.join(3, false, store_client);
     let ids = [a.id.clone(), b.id.clone(), client.id.clone()];
     converged(&[&a, &b, &client], &ids).await;
     let hosts = [a.id.clone(), b.id.clone()];
@@ -418,20 +432,15 @@ async fn a_tell_that_reaches_a_member_after_it_stopped_hosting_is_passed_on_not_
 async fn a_lease_released_after_its_holder_was_seen_gone_is_claimed_without_the_takeover_wait() {
     let mut config = VirtualActorsConfig::default();
     config.deactivation_timeout = Duration::from_secs(20);
-    let tc = TestCluster::new("gone", config);
     let shared: Arc<dyn StateStore> = Arc::new(MemoryStore::new());
     let leaver_store = Arc::new(virtual_support::Switch::new(Arc::clone(&shared)));
     let next_store = Arc::new(virtual_support::Switch::new(Arc::clone(&shared)));
-    let a = tc.join(1, true, leaver_store.clone());
-    let b = tc.join(2, true, next_store.clone());
-    let client = tc.join(3, false, Arc::clone(&shared));
-    let ids = [a.id.clone(), b.id.clone(), client.id.clone()];
-    converged(&[&a, &b, &client], &ids).await;
-    let hosts = [a.id.clone(), b.id.clone()];
-    let identity = (0..)
-        .map(|i| format!("gone-{i}"))
-        .find(|id| owner_of(id, &hosts) == a.id)
-        .unwrap();
+    let (_tc, a, b, client, identity) = hosts_and_a_client_with(
+        "gone",
+        config,
+        [leaver_store.clone(), next_store.clone(), shared],
+    )
+    .await;
     let grain = client.grains.get::<Probe>(&identity).unwrap();
     assert_eq!(grain.ask(Where, T).await.unwrap().0, key(&a.id));
 
