@@ -188,30 +188,23 @@ pub trait StateStore: Send + Sync + std::fmt::Debug + 'static {
     ) -> BoxFuture<'a, Result<(), StoreError>>;
 }
 
-/// Checks a key before it reaches a backend.
+/// Checks a state's key before it reaches a backend.
 pub(crate) fn check_key(kind: &str, identity: &str) -> Result<(), StoreError> {
-    if kind.is_empty() || kind.len() > MAX_KIND_BYTES {
-        return Err(StoreError::InvalidKey(format!(
-            "kind must be 1..={MAX_KIND_BYTES} bytes, got {}",
-            kind.len()
-        )));
-    }
-    if identity.is_empty() || identity.len() > MAX_IDENTITY_BYTES {
-        return Err(StoreError::InvalidKey(format!(
-            "identity must be 1..={MAX_IDENTITY_BYTES} bytes, got {}",
-            identity.len()
-        )));
-    }
-    Ok(())
+    check_len("kind", kind, MAX_KIND_BYTES)?;
+    check_len("identity", identity, MAX_IDENTITY_BYTES)
 }
 
 /// Checks a lease's key before it reaches a backend.
 pub(crate) fn check_scope(kind: &str, scope: &str) -> Result<(), StoreError> {
-    check_key(kind, "-")?;
-    if scope.is_empty() || scope.len() > MAX_SCOPE_BYTES {
+    check_len("kind", kind, MAX_KIND_BYTES)?;
+    check_len("scope", scope, MAX_SCOPE_BYTES)
+}
+
+fn check_len(what: &str, value: &str, max: usize) -> Result<(), StoreError> {
+    if value.is_empty() || value.len() > max {
         return Err(StoreError::InvalidKey(format!(
-            "scope must be 1..={MAX_SCOPE_BYTES} bytes, got {}",
-            scope.len()
+            "{what} must be 1..={max} bytes, got {}",
+            value.len()
         )));
     }
     Ok(())

@@ -1341,8 +1341,9 @@ impl<K: VirtualActor> KindHost for Host<K> {
             self.deactivate_later(inner, identity, Reason::Idle);
         }
         // A scope is released, and its next owner may claim it, once its last activation
-        // here has ended: moved scope by scope (the moves' permits are taken in order), the
-        // first scopes reach their next owner while the last ones are still moving.
+        // here has ended: started scope by scope (the moves' permits go to the waiting tasks in
+        // the order they first wait, which tokio does not promise to be the order spawned),
+        // so the first scopes tend to reach their next owner while the last are still moving.
         moving.sort_by_cached_key(|identity| inner.placement.scope(K::KIND, identity));
         for identity in moving {
             self.deactivate_later(inner, identity, Reason::Moved);
@@ -1512,6 +1513,19 @@ mod relay_tests {
         assert!(std::mem::size_of::<Option<(Arc<str>, Slot<Echo>)>>() <= 64);
     }
 
+    /// An ask of `Ping` for `identity` of `echo` that took one hop already (from a client).
+    fn relayed_ping(identity: &str) -> GrainRequest {
+        GrainRequest {
+            kind: "echo".into(),
+            identity: identity.into(),
+            manifest: Ping::MANIFEST.into(),
+            payload: postcard::to_allocvec(&Ping).unwrap(),
+            hops: 1,
+            wait_ms: Some(60_000),
+            handover: Handover::No,
+        }
+    }
+
     fn member(port: u16) -> MemberId {
         MemberId::new(
             format!("rally://relay@mem:{port}").parse().unwrap(),
@@ -1572,15 +1586,7 @@ mod relay_tests {
         );
 
         // An ask that took one hop already (from a client to B).
-        let request = GrainRequest {
-            kind: "echo".into(),
-            identity: identity.as_str().into(),
-            manifest: Ping::MANIFEST.into(),
-            payload: postcard::to_allocvec(&Ping).unwrap(),
-            hops: 1,
-            wait_ms: Some(60_000),
-            handover: Handover::No,
-        };
+        let request = relayed_ping(&identity);
         let (answer_to, answer) = oneshot::channel();
         inner_b.receive(
             request,
@@ -1634,15 +1640,6 @@ mod relay_tests {
         let network = GrainNetwork::new();
         let a = member(1);
         let inner = runtime(&a, &[&a], &network);
-        let ask = || GrainRequest {
-            kind: "echo".into(),
-            identity: "late".into(),
-            manifest: Ping::MANIFEST.into(),
-            payload: postcard::to_allocvec(&Ping).unwrap(),
-            hops: 1,
-            wait_ms: Some(60_000),
-            handover: Handover::No,
-        };
         let pending = |inner: &Arc<Inner>| {
             let mut drained = std::pin::pin!(inner.drained());
             let mut cx = std::task::Context::from_waker(std::task::Waker::noop());
@@ -1656,7 +1653,7 @@ mod relay_tests {
         // starts again.
         let (answer_to, answer) = oneshot::channel();
         inner.receive(
-            ask(),
+            relayed_ping("late"),
             Box::new(move |result| {
                 let _ = answer_to.send(result);
             }),
