@@ -4,12 +4,8 @@ mod capacity;
 
 use std::collections::VecDeque;
 use std::sync::Arc;
-use std::task::Poll;
+use std::task::{Poll, Waker};
 
-#[cfg(not(loom))]
-use futures_util::task::AtomicWaker;
-#[cfg(loom)]
-use loom::future::AtomicWaker;
 #[cfg(loom)]
 use loom::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 #[cfg(loom)]
@@ -92,14 +88,6 @@ pub(crate) enum SystemMsg<A: Actor> {
     Supervise(Decision),
 }
 
-/// Registers the actor task's waker (loom's `AtomicWaker` takes it by value).
-fn register(slot: &AtomicWaker, waker: &std::task::Waker) {
-    #[cfg(loom)]
-    slot.register_by_ref(waker);
-    #[cfg(not(loom))]
-    slot.register(waker);
-}
-
 /// What the actor takes next.
 pub(crate) enum Next<A: Actor> {
     System(SystemMsg<A>),
@@ -123,7 +111,6 @@ pub(crate) struct Mailbox<A: Actor> {
     /// batch plus the one it is handling (0 once it looks for more and finds none), so a busy
     /// actor with an empty queue does not look idle.
     in_batch: AtomicUsize,
-    waker: AtomicWaker,
     /// Only bounded mailboxes count reservations (see `capacity`) and wake senders waiting for
     /// room; boxed, so that an unbounded mailbox does not carry them.
     bound: Option<Box<Bound>>,
@@ -149,6 +136,10 @@ struct Queues<A: Actor> {
     /// this lock, so a sender sees it exactly when its message would otherwise be missed).
     /// Senders wake the task only then: a busy actor's senders never touch the waker.
     parked: bool,
+    /// The actor task's waker, kept from one park to the next (stored under the lock that
+    /// marks the actor parked, so parking costs no atomic registration, and cloned only when
+    /// the task's waker changes; a sender that finds `parked` wakes a clone).
+    waker: Option<Waker>,
 }
 
 /// The receiving side, owned by the actor's task.
@@ -178,11 +169,11 @@ impl<A: Actor> Mailbox<A> {
                 system: VecDeque::new(),
                 closed: false,
                 parked: false,
+                waker: None,
             }),
             system_pending: AtomicBool::new(false),
             user_pending: AtomicBool::new(false),
             in_batch: AtomicUsize::new(0),
-            waker: AtomicWaker::new(),
             bound: config.capacity.map(|limit| {
                 Box::new(Bound {
                     capacity: Capacity::new(Some(limit)),
@@ -243,14 +234,9 @@ impl<A: Actor> Mailbox<A> {
                     self.in_batch.load(Ordering::Relaxed).saturating_sub(1)
                 });
             }
-            std::mem::take(&mut queues.parked)
+            queues.unpark()
         };
-        if wake {
-            if let Some(counters) = self.monitor.counters() {
-                counters.woke();
-            }
-            self.waker.wake();
-        }
+        self.wake(wake);
         Ok(())
     }
 
@@ -290,15 +276,20 @@ impl<A: Actor> Mailbox<A> {
             }
             queues.system.push_back(msg);
             self.system_pending.store(true, Ordering::Release);
-            std::mem::take(&mut queues.parked)
+            queues.unpark()
         };
-        if wake {
+        self.wake(wake);
+        Ok(())
+    }
+
+    /// Wakes the actor's task with the waker `unpark` handed out (outside the lock).
+    fn wake(&self, waker: Option<Waker>) {
+        if let Some(waker) = waker {
             if let Some(counters) = self.monitor.counters() {
                 counters.woke();
             }
-            self.waker.wake();
+            waker.wake();
         }
-        Ok(())
     }
 
     /// User messages waiting (queued, or taken into the actor's batch and not yet started).
@@ -318,6 +309,29 @@ impl<A: Actor> Mailbox<A> {
 
     pub(crate) fn is_closed(&self) -> bool {
         self.lock().closed
+    }
+}
+
+impl<A: Actor> Queues<A> {
+    /// Marks the actor as about to sleep, keeping `waker` to wake it with.
+    fn park(&mut self, waker: &Waker) {
+        self.parked = true;
+        if !self
+            .waker
+            .as_ref()
+            .is_some_and(|kept| kept.will_wake(waker))
+        {
+            self.waker = Some(waker.clone());
+        }
+    }
+
+    /// Clears the parked mark; the waker to wake the actor with, if it was parked.
+    fn unpark(&mut self) -> Option<Waker> {
+        if std::mem::take(&mut self.parked) {
+            self.waker.clone()
+        } else {
+            None
+        }
     }
 }
 
@@ -343,12 +357,12 @@ impl<A: Actor> MailboxReceiver<A> {
         {
             return None;
         }
-        self.take_next(false)
+        self.take_next(None)
     }
 
     /// The next message; with `park`, finding none marks the actor as about to sleep, under the
-    /// lock, so the next sender wakes it.
-    fn take_next(&mut self, park: bool) -> Option<Next<A>> {
+    /// lock, so the next sender wakes it with that waker.
+    fn take_next(&mut self, park: Option<&Waker>) -> Option<Next<A>> {
         if let Some(msg) = self.try_system_if_pending() {
             return Some(Next::System(msg));
         }
@@ -363,8 +377,8 @@ impl<A: Actor> MailboxReceiver<A> {
             }
             std::mem::swap(&mut queues.user, &mut self.batch);
             mailbox.user_pending.store(false, Ordering::Relaxed);
-            if park && self.batch.is_empty() {
-                queues.parked = true;
+            if let Some(waker) = park.filter(|_| self.batch.is_empty()) {
+                queues.park(waker);
             }
             drop(queues);
             mailbox.in_batch.store(self.batch.len(), Ordering::Relaxed);
@@ -376,17 +390,14 @@ impl<A: Actor> MailboxReceiver<A> {
 
     /// The next message, waiting for one.
     ///
-    /// Registers first and then looks, under the lock that marks the actor parked: one lock
-    /// per poll. (Looking before registering too cost a third lock per message when the
-    /// mailbox is empty, which is every message at one in flight: callers look with
-    /// [`try_next`](Self::try_next) before they wait.)
+    /// Looks and, finding nothing, parks with the task's waker under the same lock: one lock
+    /// per poll, and no registration when a message is there. (Callers look with
+    /// [`try_next`](Self::try_next), which needs no lock when the queue is empty, before they
+    /// wait.)
     pub(crate) async fn next(&mut self) -> Next<A> {
-        std::future::poll_fn(|cx| {
-            register(&self.mailbox.waker, cx.waker());
-            match self.take_next(true) {
-                Some(next) => Poll::Ready(next),
-                None => Poll::Pending,
-            }
+        std::future::poll_fn(|cx| match self.take_next(Some(cx.waker())) {
+            Some(next) => Poll::Ready(next),
+            None => Poll::Pending,
         })
         .await
     }
@@ -402,16 +413,16 @@ impl<A: Actor> MailboxReceiver<A> {
 
     /// The next system message without waiting.
     pub(crate) fn try_system(&mut self) -> Option<SystemMsg<A>> {
-        self.take_system(false)
+        self.take_system(None)
     }
 
     /// The next system message; with `park`, finding none marks the actor as about to sleep
-    /// (any message then wakes it; user messages stay queued).
-    fn take_system(&mut self, park: bool) -> Option<SystemMsg<A>> {
+    /// (any message then wakes it with that waker; user messages stay queued).
+    fn take_system(&mut self, park: Option<&Waker>) -> Option<SystemMsg<A>> {
         let mut queues = self.mailbox.lock();
         let msg = queues.system.pop_front();
-        if park && msg.is_none() {
-            queues.parked = true;
+        if let Some(waker) = park.filter(|_| msg.is_none()) {
+            queues.park(waker);
         }
         self.mailbox
             .system_pending
@@ -421,15 +432,9 @@ impl<A: Actor> MailboxReceiver<A> {
 
     /// The next system message, waiting for one (user messages stay queued).
     pub(crate) async fn next_system(&mut self) -> SystemMsg<A> {
-        std::future::poll_fn(|cx| {
-            if let Some(msg) = self.try_system() {
-                return Poll::Ready(msg);
-            }
-            register(&self.mailbox.waker, cx.waker());
-            match self.take_system(true) {
-                Some(msg) => Poll::Ready(msg),
-                None => Poll::Pending,
-            }
+        std::future::poll_fn(|cx| match self.take_system(Some(cx.waker())) {
+            Some(msg) => Poll::Ready(msg),
+            None => Poll::Pending,
         })
         .await
     }
@@ -454,6 +459,8 @@ impl<A: Actor> MailboxReceiver<A> {
         let (user, system) = {
             let mut queues = mailbox.lock();
             queues.closed = true;
+            // The waker holds the task: a mailbox that outlives it (refs still held) must not.
+            queues.waker = None;
             (
                 std::mem::take(&mut queues.user),
                 std::mem::take(&mut queues.system),
