@@ -8,6 +8,7 @@ use futures_util::future::BoxFuture;
 use tokio::sync::oneshot;
 
 use crate::context::Deferred;
+use crate::supervision::Failure;
 use crate::{Actor, ActorResult, Context, Handler, Message};
 
 /// A message for actor `A`, with its reply destination, as it sits in a mailbox.
@@ -126,7 +127,7 @@ impl<A: Actor> Envelope<A> {
         self,
         actor: &'a mut A,
         ctx: &'a mut Context<A>,
-    ) -> BoxFuture<'a, ActorResult<()>> {
+    ) -> BoxFuture<'a, Result<(), Failure>> {
         self.0.handle(actor, ctx)
     }
 }
@@ -142,7 +143,7 @@ trait Erased<A: Actor>: Send {
         self: Box<Self>,
         actor: &'a mut A,
         ctx: &'a mut Context<A>,
-    ) -> BoxFuture<'a, ActorResult<()>>;
+    ) -> BoxFuture<'a, Result<(), Failure>>;
     fn message(&self) -> &(dyn Any + Send);
     fn type_name(&self) -> &'static str;
     fn into_parts(self: Box<Self>) -> (Box<dyn Any + Send>, ErasedReply);
@@ -175,7 +176,7 @@ where
         self: Box<Self>,
         actor: &'a mut A,
         ctx: &'a mut Context<A>,
-    ) -> BoxFuture<'a, ActorResult<()>> {
+    ) -> BoxFuture<'a, Result<(), Failure>> {
         let Originated { typed, origin } = *self;
         handle_typed(typed.msg, typed.reply, Some(origin), actor, ctx)
     }
@@ -207,13 +208,17 @@ where
 
 /// Runs the handler of `M` on `msg`, with `origin` readable through [`Context::origin`] while
 /// it runs, and sends the reply (or the failure) to `reply`.
+///
+/// The one place a handled message's panic is caught: the handler and the reply's delivery
+/// (a transport's reply callback runs user code, such as a reply type's `Serialize`) run inside
+/// one guard, and a panic becomes the asker's `Failed` reply and the actor's [`Failure`].
 fn handle_typed<'a, A, M>(
     msg: M,
     reply: ReplyTo<M::Reply>,
     origin: Option<Origin>,
     actor: &'a mut A,
     ctx: &'a mut Context<A>,
-) -> BoxFuture<'a, ActorResult<()>>
+) -> BoxFuture<'a, Result<(), Failure>>
 where
     A: Handler<M>,
     M: Message,
@@ -226,59 +231,81 @@ where
         *slot
             .downcast_mut::<Option<ReplyTo<M::Reply>>>()
             .expect("reply_slot hands out a slot of this reply type") = Some(reply);
-        let previous = ctx.current_reply.replace(slot);
-        let result = match crate::panic::catch(actor.handle(msg, ctx)).await {
-            Ok(result) => result,
+        let mut previous = ctx.current_reply.replace(slot);
+        let handled = crate::panic::catch(handle_and_reply(msg, actor, &mut *ctx, &mut previous));
+        match handled.await {
+            Ok(Ok(())) => Ok(()),
+            Ok(Err(error)) => Err(Failure {
+                message: error.to_string(),
+                panicked: false,
+            }),
             Err(panic) => {
                 ctx.origin = None;
-                if let Some(reply) = take_reply::<A, M>(ctx, previous) {
-                    reply.send(Err(ReplyError::Failed(format!("panicked: {panic}"))));
+                // `None` when the panic came after the reply was taken (while it was sent).
+                if let Some(reply) = take_reply::<A, M>(ctx, previous.take()) {
+                    let failed = Err(ReplyError::Failed(format!("panicked: {panic}")));
+                    if let Err(again) = crate::panic::catch_now(|| reply.send(failed)) {
+                        tracing::warn!(panic = %again, "a reply destination panicked");
+                    }
                 }
-                // Unwinds on to the runner, which counts the failure; the hook stays quiet.
-                std::panic::resume_unwind(Box::new(panic));
+                Err(Failure {
+                    message: panic,
+                    panicked: true,
+                })
             }
-        };
-        let reply = take_reply::<A, M>(ctx, previous);
-        let origin = ctx.origin.take();
-        if let Some(stashed) = ctx.take_stash_request() {
-            let reply = reply.unwrap_or_else(ReplyTo::ignore);
-            match (stashed.downcast::<M>(), origin) {
-                (Ok(msg), Some(origin)) => {
-                    ctx.push_stashed(Envelope::with_origin(*msg, reply, origin));
-                    return Ok(());
-                }
-                (Ok(msg), None) => {
-                    ctx.push_stashed(Envelope::new(*msg, reply));
-                    return Ok(());
-                }
-                (Err(_), _) => {
-                    return Err(
-                        "Context::stash was given a value that is not the message being handled"
-                            .into(),
-                    );
-                }
-            }
-        }
-        match (result, reply) {
-            (Ok(value), Some(reply)) => {
-                reply.send(Ok(value));
-                Ok(())
-            }
-            (Err(error), Some(reply)) if error.is::<Deferred>() => {
-                let why = "the handler deferred its reply without taking it (Context::reply_later)";
-                reply.send(Err(ReplyError::Failed(why.to_owned())));
-                Err(why.into())
-            }
-            (Err(error), Some(reply)) => {
-                reply.send(Err(ReplyError::Failed(error.to_string())));
-                Err(error)
-            }
-            // The handler took the reply: whatever it returned is not the answer.
-            (Ok(_), None) => Ok(()),
-            (Err(error), None) if error.is::<Deferred>() => Ok(()),
-            (Err(error), None) => Err(error),
         }
     })
+}
+
+/// The handler's run, then the reply: everything [`handle_typed`] guards.
+async fn handle_and_reply<A, M>(
+    msg: M,
+    actor: &mut A,
+    ctx: &mut Context<A>,
+    previous: &mut Option<Box<dyn Any + Send>>,
+) -> ActorResult<()>
+where
+    A: Handler<M>,
+    M: Message,
+{
+    let result = actor.handle(msg, ctx).await;
+    let reply = take_reply::<A, M>(ctx, previous.take());
+    let origin = ctx.origin.take();
+    if let Some(stashed) = ctx.take_stash_request() {
+        let reply = reply.unwrap_or_else(ReplyTo::ignore);
+        return match (stashed.downcast::<M>(), origin) {
+            (Ok(msg), Some(origin)) => {
+                ctx.push_stashed(Envelope::with_origin(*msg, reply, origin));
+                Ok(())
+            }
+            (Ok(msg), None) => {
+                ctx.push_stashed(Envelope::new(*msg, reply));
+                Ok(())
+            }
+            (Err(_), _) => {
+                Err("Context::stash was given a value that is not the message being handled".into())
+            }
+        };
+    }
+    match (result, reply) {
+        (Ok(value), Some(reply)) => {
+            reply.send(Ok(value));
+            Ok(())
+        }
+        (Err(error), Some(reply)) if error.is::<Deferred>() => {
+            let why = "the handler deferred its reply without taking it (Context::reply_later)";
+            reply.send(Err(ReplyError::Failed(why.to_owned())));
+            Err(why.into())
+        }
+        (Err(error), Some(reply)) => {
+            reply.send(Err(ReplyError::Failed(error.to_string())));
+            Err(error)
+        }
+        // The handler took the reply: whatever it returned is not the answer.
+        (Ok(_), None) => Ok(()),
+        (Err(error), None) if error.is::<Deferred>() => Ok(()),
+        (Err(error), None) => Err(error),
+    }
 }
 
 impl<A, M> Erased<A> for Typed<M>
@@ -290,7 +317,7 @@ where
         self: Box<Self>,
         actor: &'a mut A,
         ctx: &'a mut Context<A>,
-    ) -> BoxFuture<'a, ActorResult<()>> {
+    ) -> BoxFuture<'a, Result<(), Failure>> {
         let Typed { msg, reply } = *self;
         handle_typed(msg, reply, None, actor, ctx)
     }

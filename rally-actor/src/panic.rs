@@ -76,14 +76,23 @@ impl<F: Future> Future for Catch<F> {
         match std::panic::catch_unwind(AssertUnwindSafe(|| inner.poll(cx))) {
             Ok(Poll::Ready(value)) => Poll::Ready(Ok(value)),
             Ok(Poll::Pending) => Poll::Pending,
-            Err(panic) => {
-                let text = panic_text(&*panic);
-                Poll::Ready(Err(match LOCATION.with(|slot| slot.borrow_mut().take()) {
-                    Some(location) => format!("{text} (at {location})"),
-                    None => text,
-                }))
-            }
+            Err(panic) => Poll::Ready(Err(caught(&*panic))),
         }
+    }
+}
+
+/// Runs `f` now, catching a panic as [`catch`] does.
+pub(crate) fn catch_now<T>(f: impl FnOnce() -> T) -> Result<T, String> {
+    let _inside = Catching::enter();
+    std::panic::catch_unwind(AssertUnwindSafe(f)).map_err(|panic| caught(&*panic))
+}
+
+/// The text of a caught panic, with the place it happened when the hook noted it.
+fn caught(panic: &(dyn std::any::Any + Send)) -> String {
+    let text = panic_text(panic);
+    match LOCATION.with(|slot| slot.borrow_mut().take()) {
+        Some(location) => format!("{text} (at {location})"),
+        None => text,
     }
 }
 

@@ -133,12 +133,9 @@ pub(crate) fn run<A: Actor>(mut cell: Cell<A>) -> impl Future<Output = ()> + Sen
                     message_type = envelope.type_name()
                 );
                 // Boxed: the span would enlarge every actor's task.
-                Box::pin(guarded(
-                    envelope.handle(&mut actor, &mut cell.ctx).instrument(span),
-                ))
-                .await
+                Box::pin(envelope.handle(&mut actor, &mut cell.ctx).instrument(span)).await
             } else {
-                guarded(envelope.handle(&mut actor, &mut cell.ctx)).await
+                envelope.handle(&mut actor, &mut cell.ctx).await
             }
             .err()
             .map(Box::new);
@@ -195,7 +192,7 @@ async fn on_system<A: Actor>(
             ctx.remove_watcher(watcher);
             None
         }
-        SystemMsg::Priority(envelope) => guarded(envelope.handle(actor, ctx)).await.err(),
+        SystemMsg::Priority(envelope) => envelope.handle(actor, ctx).await.err(),
         SystemMsg::ChildStopped(child) => {
             ctx.remove_child(child);
             None
