@@ -203,8 +203,47 @@ struct Inner {
     /// Whether actors spawned here are monitored unless their props say otherwise.
     monitored: bool,
     pub(crate) stats: Arc<DispatcherStats>,
+    /// Keeps the runtime's timer wheel from going empty (multi-thread runtimes only).
+    _anchor: Option<TimerAnchor>,
     /// Keeps a runtime the dispatcher created for its timers alive.
     _timer_runtime: Option<OwnedRuntime>,
+}
+
+/// How often the timer anchor of a multi-thread runtime fires: asks with a timeout at least
+/// this long register their timer without waking the runtime's timer driver.
+pub(crate) const TIMER_ANCHOR_PERIOD: Duration = Duration::from_secs(1);
+
+/// A task that keeps one timer of a multi-thread runtime armed, [`TIMER_ANCHOR_PERIOD`] ahead.
+///
+/// tokio's timer driver, parked on one worker, is woken (an `eventfd` write: a system call,
+/// often a context switch) by every timer registered earlier than the earliest it knew of when
+/// it parked, and when the wheel was empty, by any timer. An `ask` registers its timeout and
+/// usually drops it a few microseconds later, so the wheel was empty whenever the driver parked
+/// and every ask on a multi-thread runtime cost that system call (777,000 writes for a million
+/// asks). With the anchor's timer in the wheel, a timeout later than it registers silently.
+/// One wake-up per period is the whole cost; the task ends when the dispatcher is dropped.
+struct TimerAnchor(tokio::task::AbortHandle);
+
+impl TimerAnchor {
+    /// Starts the anchor on `runtime` when it is a multi-thread runtime (a current-thread one
+    /// drives its timers on the thread that registers them).
+    fn start(runtime: &Handle) -> Option<Self> {
+        if runtime.runtime_flavor() != tokio::runtime::RuntimeFlavor::MultiThread {
+            return None;
+        }
+        let task = runtime.spawn(async {
+            loop {
+                tokio::time::sleep(TIMER_ANCHOR_PERIOD).await;
+            }
+        });
+        Some(Self(task.abort_handle()))
+    }
+}
+
+impl Drop for TimerAnchor {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
 }
 
 enum Executor {
@@ -369,6 +408,10 @@ impl Dispatcher {
         timer_runtime: Option<OwnedRuntime>,
     ) -> Self {
         let stats = Arc::new(DispatcherStats::new(name.clone()));
+        let anchor = match &executor {
+            Executor::Tokio(_) | Executor::OwnedTokio(_) => TimerAnchor::start(&timers),
+            Executor::Pinned { .. } | Executor::Pool(_) => None,
+        };
         Self {
             inner: Arc::new(Inner {
                 name,
@@ -379,6 +422,7 @@ impl Dispatcher {
                 executor,
                 monitored: false,
                 stats,
+                _anchor: anchor,
                 _timer_runtime: timer_runtime,
             }),
         }
@@ -588,6 +632,34 @@ mod tests {
                 .unwrap();
         });
         assert_eq!(rx.recv().unwrap().as_deref(), Some("s"));
+    }
+
+    /// The anchor runs on multi-thread runtimes only, and ends with the dispatcher.
+    #[test]
+    fn a_multi_thread_runtime_gets_a_timer_anchor_that_ends_with_the_dispatcher() {
+        let runtime = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .enable_all()
+            .build()
+            .unwrap();
+        let tasks = || runtime.metrics().num_alive_tasks();
+        let _inside = runtime.enter();
+        let d = Dispatcher::start("d", DispatcherKind::CurrentRuntime, 4, None).unwrap();
+        assert_eq!(tasks(), 1, "the anchor is a task of the runtime");
+        assert!(d.inner._anchor.is_some());
+        drop(d);
+        runtime.block_on(async {
+            while runtime.metrics().num_alive_tasks() > 0 {
+                tokio::task::yield_now().await;
+            }
+        });
+        assert_eq!(tasks(), 0);
+    }
+
+    #[tokio::test]
+    async fn a_current_thread_runtime_gets_no_timer_anchor() {
+        let d = Dispatcher::start("d", DispatcherKind::CurrentRuntime, 4, None).unwrap();
+        assert!(d.inner._anchor.is_none());
     }
 
     #[tokio::test]
