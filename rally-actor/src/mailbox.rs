@@ -111,6 +111,11 @@ pub(crate) struct Mailbox<A: Actor> {
     /// batch plus the one it is handling (0 once it looks for more and finds none), so a busy
     /// actor with an empty queue does not look idle.
     in_batch: AtomicUsize,
+    /// When the receiver's last locked look left the actor marked parked, the data address of
+    /// the waker it parked with; 0 otherwise (see `MailboxReceiver::next`). Read and written
+    /// by the receiver alone: here, not in the receiver, because the mailbox's allocation has
+    /// room for it and a larger task would not fit tokio's cell.
+    armed: AtomicUsize,
     /// Only bounded mailboxes count reservations (see `capacity`) and wake senders waiting for
     /// room; boxed, so that an unbounded mailbox does not carry them.
     bound: Option<Box<Bound>>,
@@ -174,6 +179,7 @@ impl<A: Actor> Mailbox<A> {
             system_pending: AtomicBool::new(false),
             user_pending: AtomicBool::new(false),
             in_batch: AtomicUsize::new(0),
+            armed: AtomicUsize::new(0),
             bound: config.capacity.map(|limit| {
                 Box::new(Bound {
                     capacity: Capacity::new(Some(limit)),
@@ -362,7 +368,8 @@ impl<A: Actor> MailboxReceiver<A> {
     }
 
     /// The next message; with `park`, finding none marks the actor as about to sleep, under the
-    /// lock, so the next sender wakes it with that waker.
+    /// lock, so the next sender wakes it with that waker. Taking the only message there is with
+    /// `park` marks it too (the actor handles it already parked; see [`next`](Self::next)).
     fn take_next(&mut self, park: Option<&Waker>) -> Option<Next<A>> {
         if let Some(msg) = self.try_system_if_pending() {
             return Some(Next::System(msg));
@@ -378,8 +385,12 @@ impl<A: Actor> MailboxReceiver<A> {
             }
             std::mem::swap(&mut queues.user, &mut self.batch);
             mailbox.user_pending.store(false, Ordering::Relaxed);
-            if let Some(waker) = park.filter(|_| self.batch.is_empty()) {
+            self.mailbox.armed.store(0, Ordering::Relaxed);
+            if let Some(waker) = park.filter(|_| self.batch.len() <= 1) {
                 queues.park(waker);
+                mailbox
+                    .armed
+                    .store(waker.data() as usize, Ordering::Relaxed);
             }
             drop(queues);
             mailbox.in_batch.store(self.batch.len(), Ordering::Relaxed);
@@ -395,10 +406,36 @@ impl<A: Actor> MailboxReceiver<A> {
     /// per poll, and no registration when a message is there. (Callers look with
     /// [`try_next`](Self::try_next), which needs no lock when the queue is empty, before they
     /// wait.)
+    ///
+    /// When the look that gave the actor its last message left it parked (it took the only
+    /// message there), the actor sleeps without the lock if the flags say nothing came since:
+    /// at one message in flight that is one lock per message instead of two. It is sound
+    /// because only senders clear the mark, and the one that does wakes the task: a message
+    /// sent after that look either found the mark and woke the task, or found it cleared by a
+    /// sender that did. A wake-up that reached the running task polls it again after this
+    /// `Pending`, and that poll sees the sender's flag. The kept waker must be this poll's:
+    /// the look notes the waker's data address, and a poll with another one takes the lock
+    /// (and keeps its waker) as usual. (Wakers are told apart by that address alone, 8 bytes
+    /// rather than the 16 of `Waker::will_wake`'s pair, to keep the mailbox in its allocation
+    /// class; two wakers on one address with different vtables never reach an actor's task.)
     pub(crate) async fn next(&mut self) -> Next<A> {
-        std::future::poll_fn(|cx| match self.take_next(Some(cx.waker())) {
-            Some(next) => Poll::Ready(next),
-            None => Poll::Pending,
+        std::future::poll_fn(|cx| {
+            let mailbox = &*self.mailbox;
+            let armed = mailbox.armed.load(Ordering::Relaxed);
+            if armed != 0
+                && armed == cx.waker().data() as usize
+                && self.batch.is_empty()
+                && !mailbox.user_pending.load(Ordering::Acquire)
+                && !mailbox.system_pending.load(Ordering::Acquire)
+            {
+                // What the locked look would have recorded: nothing taken and not finished.
+                mailbox.in_batch.store(0, Ordering::Relaxed);
+                return Poll::Pending;
+            }
+            match self.take_next(Some(cx.waker())) {
+                Some(next) => Poll::Ready(next),
+                None => Poll::Pending,
+            }
         })
         .await
     }
@@ -421,6 +458,7 @@ impl<A: Actor> MailboxReceiver<A> {
     /// (any message then wakes it with that waker; user messages stay queued).
     fn take_system(&mut self, park: Option<&Waker>) -> Option<SystemMsg<A>> {
         let mut queues = self.mailbox.lock();
+        self.mailbox.armed.store(0, Ordering::Relaxed);
         let msg = queues.system.pop_front();
         if let Some(waker) = park.filter(|_| msg.is_none()) {
             queues.park(waker);
@@ -554,6 +592,33 @@ mod loom_tests {
             for sender in senders {
                 sender.join().unwrap();
             }
+        });
+    }
+
+    /// The actor takes the only message there is (so it handles it already parked) while a
+    /// second is sent: its next wait, which may sleep without the lock, still gets the second.
+    #[test]
+    fn a_message_sent_while_the_only_one_is_handled_is_not_lost() {
+        loom::model(|| {
+            let (mailbox, mut receiver) = mailbox();
+            assert!(
+                mailbox
+                    .enqueue(Envelope::new(Ping, ReplyTo::ignore()))
+                    .is_ok()
+            );
+            let sender = thread::spawn(move || {
+                assert!(
+                    mailbox
+                        .enqueue(Envelope::new(Ping, ReplyTo::ignore()))
+                        .is_ok()
+                );
+            });
+            loom::future::block_on(async {
+                for _ in 0..2 {
+                    assert!(matches!(receiver.next().await, Next::User(_)));
+                }
+            });
+            sender.join().unwrap();
         });
     }
 
