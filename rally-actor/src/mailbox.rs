@@ -537,6 +537,15 @@ mod loom_tests {
         }
     }
 
+    /// Sends one `Ping`, which must be accepted.
+    fn ping(mailbox: &Mailbox<Nobody>) {
+        assert!(
+            mailbox
+                .enqueue(Envelope::new(Ping, ReplyTo::ignore()))
+                .is_ok()
+        );
+    }
+
     fn mailbox() -> (Arc<Mailbox<Nobody>>, MailboxReceiver<Nobody>) {
         Mailbox::new(
             ActorId(1),
@@ -552,11 +561,7 @@ mod loom_tests {
         loom::model(|| {
             let (mailbox, mut receiver) = mailbox();
             let sender = thread::spawn(move || {
-                assert!(
-                    mailbox
-                        .enqueue(Envelope::new(Ping, ReplyTo::ignore()))
-                        .is_ok()
-                );
+                ping(&mailbox);
             });
             assert!(matches!(
                 loom::future::block_on(receiver.next()),
@@ -575,11 +580,7 @@ mod loom_tests {
                 .map(|_| {
                     let mailbox = mailbox.clone();
                     thread::spawn(move || {
-                        assert!(
-                            mailbox
-                                .enqueue(Envelope::new(Ping, ReplyTo::ignore()))
-                                .is_ok()
-                        )
+                        ping(&mailbox);
                     })
                 })
                 .collect();
@@ -601,17 +602,9 @@ mod loom_tests {
     fn a_message_sent_while_the_only_one_is_handled_is_not_lost() {
         loom::model(|| {
             let (mailbox, mut receiver) = mailbox();
-            assert!(
-                mailbox
-                    .enqueue(Envelope::new(Ping, ReplyTo::ignore()))
-                    .is_ok()
-            );
+            ping(&mailbox);
             let sender = thread::spawn(move || {
-                assert!(
-                    mailbox
-                        .enqueue(Envelope::new(Ping, ReplyTo::ignore()))
-                        .is_ok()
-                );
+                ping(&mailbox);
             });
             loom::future::block_on(async {
                 for _ in 0..2 {
@@ -627,11 +620,7 @@ mod loom_tests {
     fn system_messages_wake_and_overtake() {
         loom::model(|| {
             let (mailbox, mut receiver) = mailbox();
-            assert!(
-                mailbox
-                    .enqueue(Envelope::new(Ping, ReplyTo::ignore()))
-                    .is_ok()
-            );
+            ping(&mailbox);
             let sender = {
                 let mailbox = mailbox.clone();
                 thread::spawn(move || assert!(mailbox.system(SystemMsg::Stop).is_ok()))
