@@ -232,28 +232,19 @@ where
             .downcast_mut::<Option<ReplyTo<M::Reply>>>()
             .expect("reply_slot hands out a slot of this reply type") = Some(reply);
         let mut previous = ctx.current_reply.replace(slot);
-        let handled = crate::panic::catch(handle_and_reply(msg, actor, &mut *ctx, &mut previous));
-        match handled.await {
-            Ok(Ok(())) => Ok(()),
-            Ok(Err(error)) => Err(Failure {
-                message: error.to_string(),
-                panicked: false,
-            }),
-            Err(panic) => {
-                ctx.origin = None;
-                // `None` when the panic came after the reply was taken (while it was sent).
-                if let Some(reply) = take_reply::<A, M>(ctx, previous.take()) {
-                    let failed = Err(ReplyError::Failed(format!("panicked: {panic}")));
-                    if let Err(again) = crate::panic::catch_now(|| reply.send(failed)) {
-                        tracing::warn!(panic = %again, "a reply destination panicked");
-                    }
+        let handled =
+            crate::panic::catch(handle_and_reply(msg, actor, &mut *ctx, &mut previous)).await;
+        if let Err(panic) = &handled {
+            ctx.origin = None;
+            // `None` when the panic came after the reply was taken (while it was sent).
+            if let Some(reply) = take_reply::<A, M>(ctx, previous.take()) {
+                let failed = Err(ReplyError::Failed(format!("panicked: {panic}")));
+                if let Err(again) = crate::panic::catch_now(|| reply.send(failed)) {
+                    tracing::warn!(panic = %again, "a reply destination panicked");
                 }
-                Err(Failure {
-                    message: panic,
-                    panicked: true,
-                })
             }
         }
+        Failure::of(handled)
     })
 }
 

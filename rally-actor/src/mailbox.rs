@@ -385,13 +385,14 @@ impl<A: Actor> MailboxReceiver<A> {
             }
             std::mem::swap(&mut queues.user, &mut self.batch);
             mailbox.user_pending.store(false, Ordering::Relaxed);
-            self.mailbox.armed.store(0, Ordering::Relaxed);
-            if let Some(waker) = park.filter(|_| self.batch.len() <= 1) {
-                queues.park(waker);
-                mailbox
-                    .armed
-                    .store(waker.data() as usize, Ordering::Relaxed);
-            }
+            let armed = match park.filter(|_| self.batch.len() <= 1) {
+                Some(waker) => {
+                    queues.park(waker);
+                    waker.data() as usize
+                }
+                None => 0,
+            };
+            mailbox.armed.store(armed, Ordering::Relaxed);
             drop(queues);
             mailbox.in_batch.store(self.batch.len(), Ordering::Relaxed);
         }

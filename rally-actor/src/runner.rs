@@ -422,17 +422,7 @@ fn stop_cell<A: Actor>(actor: A, cell: Cell<A>) -> impl Future<Output = ()> + Se
 
 /// Runs a fallible hook or handler, turning an error or a panic into a [`Failure`].
 async fn guarded<T>(future: impl Future<Output = ActorResult<T>>) -> Result<T, Failure> {
-    match catch(future).await {
-        Ok(Ok(value)) => Ok(value),
-        Ok(Err(error)) => Err(Failure {
-            message: error.to_string(),
-            panicked: false,
-        }),
-        Err(panic) => Err(Failure {
-            message: panic,
-            panicked: true,
-        }),
-    }
+    Failure::of(catch(future).await)
 }
 
 /// Runs an infallible hook; a panic in it is logged, not propagated.

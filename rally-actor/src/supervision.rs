@@ -17,6 +17,24 @@ pub struct Failure {
     pub panicked: bool,
 }
 
+impl Failure {
+    /// The failure, if any, in a guarded run: `caught` is what [`catch`](crate::panic::catch)
+    /// gave back (a panic's text, or the run's own result).
+    pub(crate) fn of<T>(caught: Result<crate::ActorResult<T>, String>) -> Result<T, Self> {
+        match caught {
+            Ok(Ok(value)) => Ok(value),
+            Ok(Err(error)) => Err(Self {
+                message: error.to_string(),
+                panicked: false,
+            }),
+            Err(panic) => Err(Self {
+                message: panic,
+                panicked: true,
+            }),
+        }
+    }
+}
+
 impl fmt::Display for Failure {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         if self.panicked {
