@@ -65,7 +65,7 @@ enum Scenario {
     RemoteEchoNode(remote::EchoNodeArgs),
     /// Internal: the raw echo server, in a child process.
     #[command(hide = true)]
-    RawEchoServer,
+    RawEchoServer(raw_echo::ServerArgs),
     /// Internal: a member hosting the virtual-actor kind of the grain scenarios.
     #[command(hide = true)]
     GrainMember(grain::MemberArgs),
@@ -95,7 +95,7 @@ fn main() -> anyhow::Result<()> {
         Scenario::Failover(args) => cluster::failover(&args),
         Scenario::Compare(args) => compare::run(&args),
         Scenario::RemoteEchoNode(args) => remote::echo_node_main(&args),
-        Scenario::RawEchoServer => raw_echo::server_main(),
+        Scenario::RawEchoServer(args) => raw_echo::server_main(&args),
         Scenario::GrainMember(args) => grain::member_main(&args),
         Scenario::FailoverMember(args) => cluster::member_main(&args),
     }

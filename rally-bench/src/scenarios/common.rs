@@ -18,10 +18,24 @@ pub(crate) struct CommonArgs {
 
 /// A multi-threaded runtime with one worker per core (the default dispatcher).
 pub(crate) fn multi_thread_runtime() -> tokio::runtime::Runtime {
-    tokio::runtime::Builder::new_multi_thread()
+    multi_thread_runtime_with(None)
+}
+
+/// A multi-threaded runtime with `workers` worker threads, or one per core.
+pub(crate) fn multi_thread_runtime_with(workers: Option<usize>) -> tokio::runtime::Runtime {
+    let mut builder = tokio::runtime::Builder::new_multi_thread();
+    if let Some(workers) = workers {
+        builder.worker_threads(workers);
+    }
+    builder
         .enable_all()
         .build()
         .expect("building a tokio runtime only fails when the process is out of resources")
+}
+
+/// The `workers` value as a report parameter: the count, or `"one per core"`.
+pub(crate) fn workers_param(workers: Option<usize>) -> serde_json::Value {
+    workers.map_or_else(|| "one per core".into(), Into::into)
 }
 
 /// A current-thread runtime.

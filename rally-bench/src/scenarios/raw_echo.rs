@@ -12,7 +12,8 @@ use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
 use tokio::net::{TcpListener, TcpStream};
 
 use super::common::{
-    CommonArgs, micros, multi_thread_runtime, on_worker, pace, spawn_listening_child,
+    CommonArgs, micros, multi_thread_runtime_with, on_worker, pace, spawn_listening_child,
+    workers_param,
 };
 use super::remote::NodeArgs;
 use crate::report::{Report, Row};
@@ -113,9 +114,17 @@ async fn serve(listener: TcpListener) -> anyhow::Result<()> {
     }
 }
 
+/// `raw-echo-server` flags (internal).
+#[derive(Debug, Args)]
+pub(crate) struct ServerArgs {
+    /// Worker threads of this process's runtime (default: one per core).
+    #[arg(long)]
+    workers: Option<usize>,
+}
+
 /// `raw-echo-server`: listens, prints `LISTENING <port>`, serves until stdin closes.
-pub(crate) fn server_main() -> anyhow::Result<()> {
-    let runtime = multi_thread_runtime();
+pub(crate) fn server_main(args: &ServerArgs) -> anyhow::Result<()> {
+    let runtime = multi_thread_runtime_with(args.workers);
     runtime.block_on(async {
         let listener = TcpListener::bind("127.0.0.1:0").await?;
         println!("LISTENING {}", listener.local_addr()?.port());
@@ -189,6 +198,7 @@ pub(crate) fn raw_echo(args: &RawEchoArgs) -> anyhow::Result<()> {
         (args.round_trips, args.clients.clone())
     };
     let processes = args.node.processes;
+    let workers = args.node.workers_flag();
     if args.node.cluster {
         bail!("raw-echo is plain bytes over one socket, no actors: --cluster does not apply");
     }
@@ -199,7 +209,7 @@ pub(crate) fn raw_echo(args: &RawEchoArgs) -> anyhow::Result<()> {
     } else {
         Vec::new()
     };
-    let runtime = multi_thread_runtime();
+    let runtime = multi_thread_runtime_with(args.node.workers());
     let rows = on_worker(&runtime, async move {
         let (port, _child) = if processes == 1 {
             let listener = TcpListener::bind("127.0.0.1:0").await?;
@@ -207,7 +217,9 @@ pub(crate) fn raw_echo(args: &RawEchoArgs) -> anyhow::Result<()> {
             tokio::spawn(serve(listener));
             (port, None)
         } else {
-            let (child, port) = spawn_listening_child(&["raw-echo-server".as_ref()]).await?;
+            let mut child_args: Vec<&std::ffi::OsStr> = vec!["raw-echo-server".as_ref()];
+            child_args.extend(workers.iter().map(|arg| arg.as_os_str()));
+            let (child, port) = spawn_listening_child(&child_args).await?;
             let port: u16 = port.parse()?;
             (port, Some(child))
         };
@@ -242,6 +254,7 @@ pub(crate) fn raw_echo(args: &RawEchoArgs) -> anyhow::Result<()> {
     report
         .param("frame_bytes", FRAME_LEN as u64)
         .param("processes", processes)
+        .param("workers_per_process", workers_param(args.node.workers()))
         .param("connections", 1);
     report.rows = rows;
     report.print(args.common.json);

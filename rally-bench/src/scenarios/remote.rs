@@ -20,7 +20,8 @@ use tokio::process::Child;
 use tokio::sync::oneshot;
 
 use super::common::{
-    CommonArgs, micros, multi_thread_runtime, on_worker, pace, spawn_listening_child,
+    CommonArgs, micros, multi_thread_runtime_with, on_worker, pace, spawn_listening_child,
+    workers_param,
 };
 use crate::report::{Report, Row};
 
@@ -44,6 +45,25 @@ pub(crate) struct NodeArgs {
     /// rally-bench built with `--features cluster`.
     #[arg(long)]
     pub cluster: bool,
+    /// Worker threads of each process's tokio runtime, node A's and node B's (default: one
+    /// per core). The two nodes share this machine's cores: `--workers 1` on 2 cores gives
+    /// each node one, as if each had a core of its own.
+    #[arg(long, value_parser = clap::value_parser!(u16).range(1..))]
+    pub workers: Option<u16>,
+}
+
+impl NodeArgs {
+    /// The worker count for [`multi_thread_runtime_with`].
+    pub(crate) fn workers(&self) -> Option<usize> {
+        self.workers.map(usize::from)
+    }
+
+    /// `--workers N` for a child process, when set.
+    pub(crate) fn workers_flag(&self) -> Vec<std::ffi::OsString> {
+        self.workers
+            .map(|n| vec!["--workers".into(), n.to_string().into()])
+            .unwrap_or_default()
+    }
 }
 
 /// `remote-echo-node` flags (internal).
@@ -55,6 +75,9 @@ pub(crate) struct EchoNodeArgs {
     /// Found a cluster (node A joins it).
     #[arg(long)]
     cluster: bool,
+    /// Worker threads of this process's runtime (default: one per core).
+    #[arg(long)]
+    workers: Option<usize>,
 }
 
 /// A node's cluster membership with `--cluster`, kept as long as the node.
@@ -287,7 +310,7 @@ pub(crate) async fn start_echo_node(
 
 /// `remote-echo-node`: runs node B until stdin closes; prints `LISTENING <address>` first.
 pub(crate) fn echo_node_main(args: &EchoNodeArgs) -> anyhow::Result<()> {
-    let runtime = multi_thread_runtime();
+    let runtime = multi_thread_runtime_with(args.workers);
     runtime.block_on(async {
         let (_system, node, _membership) =
             start_echo_node("127.0.0.1", 0, args.tls_dir.as_deref(), args.cluster).await?;
@@ -334,6 +357,7 @@ impl EchoSide {
             }
             2 => {
                 let cluster = args.cluster;
+                let workers = args.workers_flag();
                 let mut args: Vec<&std::ffi::OsStr> = vec!["remote-echo-node".as_ref()];
                 if let Some(dir) = &server_tls {
                     args.extend(["--tls-dir".as_ref(), dir.as_os_str()]);
@@ -341,6 +365,7 @@ impl EchoSide {
                 if cluster {
                     args.push("--cluster".as_ref());
                 }
+                args.extend(workers.iter().map(|arg| arg.as_os_str()));
                 let (child, address) = spawn_listening_child(&args).await?;
                 Ok(Self {
                     address: address.parse().map_err(|e| anyhow::anyhow!("{e:?}"))?,
@@ -599,6 +624,7 @@ pub(crate) fn ping_pong(args: &PingPongArgs) -> anyhow::Result<()> {
         .param("round_trips_per_client", round_trips)
         .param("in_flight_per_client", in_flight)
         .param("processes", args.node.processes)
+        .param("workers_per_process", workers_param(args.node.workers()))
         .param(
             "payload_bytes",
             match payload {
@@ -618,7 +644,7 @@ pub(crate) fn ping_pong(args: &PingPongArgs) -> anyhow::Result<()> {
         print!("{}", ping_pong_heading(&report, &payload));
     }
     let node_args = args.node.clone();
-    let runtime = multi_thread_runtime();
+    let runtime = multi_thread_runtime_with(args.node.workers());
     let rows = on_worker(&runtime, async move {
         eprintln!("remote-ping-pong: starting node B and connecting...");
         let echo_side = EchoSide::start(&node_args).await?;
@@ -688,11 +714,15 @@ fn ping_pong_heading(report: &Report, payload: &Payload) -> String {
         Payload::Bytes(n) => format!("{n}-byte payload"),
     };
     format!(
-        "# remote-ping-pong (rally), {message}, {}, {}; {} cores, {}\n\
+        "# remote-ping-pong (rally), {message}, {}{}, {}; {} cores, {}\n\
          Num clients, Total [msg], Msgs/sec, Total [ms], Msgs/write, Bytes/msg\n",
         match report.params["processes"].as_u64() {
             Some(1) => "both nodes in one process",
             _ => "nodes in 2 processes",
+        },
+        match report.params["workers_per_process"].as_u64() {
+            Some(n) => format!(" of {n} worker thread(s) each"),
+            None => String::new(),
         },
         report.params["transport"].as_str().unwrap_or("?"),
         report.machine.cores,
@@ -763,7 +793,7 @@ pub(crate) fn max_throughput(args: &MaxThroughputArgs) -> anyhow::Result<()> {
     } else {
         args.messages
     };
-    let runtime = multi_thread_runtime();
+    let runtime = multi_thread_runtime_with(args.node.workers());
     let rows = on_worker(&runtime, async move {
         let echo_side = EchoSide::start(&node_args).await?;
         let (_system, node, _membership) = start_client_node(&echo_side).await?;
@@ -829,7 +859,8 @@ pub(crate) fn max_throughput(args: &MaxThroughputArgs) -> anyhow::Result<()> {
     report
         .param("burst", burst)
         .param("window_bursts", window)
-        .param("processes", args.node.processes);
+        .param("processes", args.node.processes)
+        .param("workers_per_process", workers_param(args.node.workers()));
     report.rows = rows;
     report.print(args.common.json);
     Ok(())
@@ -902,7 +933,7 @@ pub(crate) fn latency(args: &LatencyArgs) -> anyhow::Result<()> {
     } else {
         (args.rates.clone(), args.seconds)
     };
-    let runtime = multi_thread_runtime();
+    let runtime = multi_thread_runtime_with(args.node.workers());
     let rows = on_worker(&runtime, async move {
         let echo_side = EchoSide::start(&node_args).await?;
         let (system, node, _membership) = start_client_node(&echo_side).await?;
@@ -991,6 +1022,7 @@ pub(crate) fn latency(args: &LatencyArgs) -> anyhow::Result<()> {
     report
         .param("seconds_per_rate", seconds)
         .param("processes", args.node.processes)
+        .param("workers_per_process", workers_param(args.node.workers()))
         .param("measured_from", "intended send time")
         .param(
             "via",
