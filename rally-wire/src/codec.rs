@@ -49,13 +49,22 @@ pub enum DecodeError {
     Trailing(usize),
 }
 
+/// The most bytes a `u64` takes as a varint (7 bits a byte).
+const MAX_VARINT_LEN: usize = 10;
+
 /// Appends `value` as an unsigned LEB128 varint.
 pub fn put_varint(out: &mut BytesMut, mut value: u64) {
+    // Built on the stack and appended with one copy: `put_u8` per byte would be one call to
+    // the buffer's copy routine per byte.
+    let mut bytes = [0u8; MAX_VARINT_LEN];
+    let mut len = 0;
     while value >= 0x80 {
-        out.put_u8((value as u8) | 0x80);
+        bytes[len] = (value as u8) | 0x80;
         value >>= 7;
+        len += 1;
     }
-    out.put_u8(value as u8);
+    bytes[len] = value as u8;
+    out.put_slice(&bytes[..=len]);
 }
 
 /// Appends a varint length then the UTF-8 bytes.

@@ -1,6 +1,8 @@
 //! Requests waiting for their replies: registered after their frame is queued, freed by the
 //! reply, by the asker giving up, or by the peer going down (with what is known of the outcome).
 
+use std::collections::hash_map::Entry;
+
 use rustc_hash::FxHashMap;
 
 use crate::envelope::ReplyStatus;
@@ -120,25 +122,22 @@ impl<P: Waiting> RequestTable<P> {
         if self.slots.len() >= self.sweep_at {
             self.sweep();
         }
-        match self.slots.remove(&id) {
-            Some(Slot::Early { status, payload }) => {
+        match self.slots.entry(id) {
+            Entry::Occupied(slot) if matches!(slot.get(), Slot::Early { .. }) => {
+                let Slot::Early { status, payload } = slot.remove() else {
+                    unreachable!("the slot was just matched as early");
+                };
                 self.early -= 1;
                 Some((pending, status, payload))
             }
-            Some(waiting @ Slot::Waiting { .. }) => {
-                // Ids are never reused; keep the first registration.
-                self.slots.insert(id, waiting);
-                None
-            }
-            None => {
-                self.slots.insert(
-                    id,
-                    Slot::Waiting {
-                        pending,
-                        lane,
-                        sequence,
-                    },
-                );
+            // Ids are never reused; keep the first registration.
+            Entry::Occupied(_) => None,
+            Entry::Vacant(slot) => {
+                slot.insert(Slot::Waiting {
+                    pending,
+                    lane,
+                    sequence,
+                });
                 None
             }
         }
