@@ -109,6 +109,7 @@ pub use event_stream::EventStream;
 pub use mailbox::{MailboxConfig, Overflow};
 pub use message::{Message, Terminated, TerminationReason};
 pub use monitor::{Monitor, MonitoringConfig};
+pub use panic::{CatchPanic, catch_panic};
 pub use pool::Pool;
 pub use props::Props;
 pub use routing::{BalancingPool, Resizer, Router, Routing};

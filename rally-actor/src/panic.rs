@@ -52,22 +52,62 @@ impl Drop for Catching {
 }
 
 /// Polls `future`, catching a panic as its text (with the place it happened, when known)
-/// without the panic hook printing it.
-pub(crate) fn catch<F: Future>(future: F) -> Catch<F> {
-    Catch { inner: future }
+/// without the panic hook printing it. The hook is installed when the system starts.
+pub(crate) fn catch<F: Future>(future: F) -> CatchPanic<F> {
+    CatchPanic { inner: future }
+}
+
+/// Runs `f`, catching a panic the way Rally catches a handler's: quietly (the process's panic
+/// hook does not print it) and as its text, with the place it happened when known. For code
+/// that runs user callbacks on the runtime's behalf (a transport encoding a message, a hook).
+///
+/// # Errors
+///
+/// The panic's text when `f` panicked.
+///
+/// # Example
+///
+/// ```
+/// assert_eq!(rally::catch_panic(|| 7), Ok(7));
+/// let caught = rally::catch_panic(|| -> u32 { panic!("boom") }).unwrap_err();
+/// assert!(caught.starts_with("boom (at "), "{caught}");
+/// ```
+pub fn catch_panic<T>(f: impl FnOnce() -> T) -> Result<T, String> {
+    install_hook();
+    catch_now(f)
 }
 
 pin_project_lite::pin_project! {
-    /// The future of [`catch`]: the inner future held once, in place (an `async fn` that
-    /// re-pinned its argument held it twice, which pushed every handled message's boxed future
-    /// onto the allocator's slow over-aligned path: -6% to -9% in remote ping-pong).
-    pub(crate) struct Catch<F> {
+    /// A future that catches a panic of the one it wraps as [`catch_panic`] does: its output
+    /// is `Err` with the panic's text when a poll panicked.
+    ///
+    /// The inner future is held once, in place (an `async fn` that re-pinned its argument held
+    /// it twice, which pushed every handled message's boxed future onto the allocator's slow
+    /// over-aligned path: -6% to -9% in remote ping-pong).
+    ///
+    /// # Example
+    ///
+    /// ```
+    /// # #[tokio::main] async fn main() {
+    /// let caught = rally::CatchPanic::new(async { panic!("late") }).await;
+    /// assert!(caught.unwrap_err().starts_with("late"));
+    /// # }
+    /// ```
+    pub struct CatchPanic<F> {
         #[pin]
         inner: F,
     }
 }
 
-impl<F: Future> Future for Catch<F> {
+impl<F: Future> CatchPanic<F> {
+    /// Wraps `future`.
+    pub fn new(future: F) -> Self {
+        install_hook();
+        catch(future)
+    }
+}
+
+impl<F: Future> Future for CatchPanic<F> {
     type Output = Result<F::Output, String>;
 
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
@@ -81,7 +121,7 @@ impl<F: Future> Future for Catch<F> {
     }
 }
 
-/// Runs `f` now, catching a panic as [`catch`] does.
+/// Runs `f` now, catching a panic as [`catch`] does (the hook installed already).
 pub(crate) fn catch_now<T>(f: impl FnOnce() -> T) -> Result<T, String> {
     let _inside = Catching::enter();
     std::panic::catch_unwind(AssertUnwindSafe(f)).map_err(|panic| caught(&*panic))

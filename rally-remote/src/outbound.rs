@@ -20,7 +20,6 @@
 
 mod wake;
 
-use std::panic::AssertUnwindSafe;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
@@ -97,23 +96,10 @@ pub(crate) fn guarded_encode(
     encode: impl FnOnce(&mut BytesMut) -> Result<(), postcard::Error>,
     buf: &mut BytesMut,
 ) -> Result<(), String> {
-    match std::panic::catch_unwind(AssertUnwindSafe(|| encode(buf))) {
+    match rally_actor::catch_panic(|| encode(buf)) {
         Ok(Ok(())) => Ok(()),
         Ok(Err(error)) => Err(error.to_string()),
-        Err(panic) => Err(format!(
-            "its Serialize panicked: {}",
-            rally_actor_panic_message(&panic)
-        )),
-    }
-}
-
-fn rally_actor_panic_message(panic: &Box<dyn std::any::Any + Send>) -> String {
-    if let Some(s) = panic.downcast_ref::<&str>() {
-        (*s).to_owned()
-    } else if let Some(s) = panic.downcast_ref::<String>() {
-        s.clone()
-    } else {
-        "(a non-string panic payload)".to_owned()
+        Err(panic) => Err(format!("its Serialize panicked: {panic}")),
     }
 }
 
@@ -864,6 +850,25 @@ mod tests {
     use tokio::io::AsyncReadExt;
 
     use super::*;
+
+    /// A `Serialize` that panics is a refusal with the panic's text and place, caught quietly
+    /// as a handler's panic is (before, the process's panic hook printed it and the text had
+    /// no place).
+    #[test]
+    fn a_panicking_serialize_is_a_refusal_with_its_text_and_place() {
+        let mut buf = BytesMut::new();
+        let refused = guarded_encode(|_| panic!("boom"), &mut buf).unwrap_err();
+        assert!(
+            refused.starts_with("its Serialize panicked: boom (at "),
+            "{refused}"
+        );
+        let failed = guarded_encode(|_| Err(postcard::Error::SerializeBufferFull), &mut buf);
+        assert_eq!(
+            failed,
+            Err(postcard::Error::SerializeBufferFull.to_string())
+        );
+        assert_eq!(guarded_encode(|_| Ok(()), &mut buf), Ok(()));
+    }
 
     fn heartbeat_len() -> usize {
         let mut encoder = OutboundEncoder::new(1 << 16);

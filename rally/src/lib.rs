@@ -77,8 +77,9 @@ pub use rally_actor::{
     TerminationReason, TerminationSink, TimerId, Undelivered, WeakActorRef,
 };
 pub use rally_actor::{
-    BalancingPool, ConfigError, DispatcherConfig, DispatcherError, DispatcherKind, Monitor,
-    MonitoringConfig, Pool, PoolStatus, Resizer, Router, Routing, SystemConfigBuilder, monitor,
+    BalancingPool, CatchPanic, ConfigError, DispatcherConfig, DispatcherError, DispatcherKind,
+    Monitor, MonitoringConfig, Pool, PoolStatus, Resizer, Router, Routing, SystemConfigBuilder,
+    catch_panic, monitor,
 };
 
 /// Actors on other nodes: [`RemoteNode`](remote::RemoteNode), registration of remote message

@@ -3,12 +3,10 @@
 
 use std::any::Any;
 use std::collections::HashMap;
-use std::panic::AssertUnwindSafe;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError, RwLock};
 use std::time::{Duration, Instant};
 
-use futures_util::FutureExt;
 use rally_actor::{ActorId, ActorRef, ActorSystem, Terminated, TerminationSink};
 use rally_state::{Claim, Epoch, StateStore};
 use tokio::sync::{Notify, Semaphore, oneshot};
@@ -990,9 +988,7 @@ impl<K: VirtualActor> Host<K> {
         );
         // Polled in this task (a task of its own cost a spawn and a wake-up per activation);
         // a panicking hook is caught here, not a dead runtime.
-        let built = AssertUnwindSafe(K::activate(activation))
-            .catch_unwind()
-            .await;
+        let built = rally_actor::CatchPanic::new(K::activate(activation)).await;
         let actor = match built {
             Ok(Ok(actor)) => inner
                 .system
@@ -1000,8 +996,7 @@ impl<K: VirtualActor> Host<K> {
                 .map_err(|e| GrainError::ActivationFailed(e.to_string())),
             Ok(Err(e)) => Err(GrainError::ActivationFailed(e.to_string())),
             Err(panic) => Err(GrainError::ActivationFailed(format!(
-                "the activation hook panicked: {}",
-                panic_message(panic)
+                "the activation hook panicked: {panic}"
             ))),
         };
         let actor = match actor {
@@ -1457,14 +1452,6 @@ fn run_or_spawn(future: impl Future<Output = ()> + Send + 'static) {
     if future.as_mut().poll(&mut cx).is_pending() {
         tokio::spawn(future);
     }
-}
-
-fn panic_message(payload: Box<dyn Any + Send>) -> String {
-    payload
-        .downcast_ref::<&str>()
-        .map(|s| (*s).to_owned())
-        .or_else(|| payload.downcast_ref::<String>().cloned())
-        .unwrap_or_else(|| "a non-text panic".to_owned())
 }
 
 #[cfg(test)]
