@@ -141,6 +141,12 @@ pub struct ReadmeDoctests;
 #[cfg(all(doctest, feature = "cluster", feature = "state"))]
 pub struct ClusterGuideDoctests;
 
+/// The example of `docs/testing.md` (a partition test on the simulation), compiled and run as
+/// a doc test so it stays true.
+#[doc = include_str!("../../docs/testing.md")]
+#[cfg(all(doctest, feature = "sim"))]
+pub struct TestingGuideDoctests;
+
 /// The examples of `docs/configuration.md`, compiled as doc tests so they stay true.
 #[doc = include_str!("../../docs/configuration.md")]
 #[cfg(all(doctest, feature = "remote"))]
