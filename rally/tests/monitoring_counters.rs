@@ -1,5 +1,8 @@
 //! Monitoring counters: who is monitored, and that the figures add up.
 
+#[path = "support/log.rs"]
+mod log;
+
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -165,34 +168,12 @@ async fn busy_time_and_blocking_are_measured() {
     system.shutdown().await.unwrap();
 }
 
-/// A `tracing` writer that keeps everything in memory.
-#[derive(Clone, Default)]
-struct Captured(Arc<std::sync::Mutex<Vec<u8>>>);
-
-impl std::io::Write for Captured {
-    fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
-        self.0.lock().unwrap().extend_from_slice(bytes);
-        Ok(bytes.len())
-    }
-
-    fn flush(&mut self) -> std::io::Result<()> {
-        Ok(())
-    }
-}
-
 #[tokio::test]
 async fn tracing_spans_wrap_each_handled_message_only_when_asked() {
     for spans in [false, true] {
-        let captured = Captured::default();
-        let writer = captured.clone();
-        let subscriber = tracing_subscriber::fmt()
-            .with_writer(move || writer.clone())
-            .with_span_events(tracing_subscriber::fmt::format::FmtSpan::NEW)
-            .with_ansi(false)
-            .finish();
         // The test's runtime is current-thread: the actor runs on this thread, under this
         // subscriber.
-        let _guard = tracing::subscriber::set_default(subscriber);
+        let (captured, _guard) = log::capture_with_spans();
         let mut config = SystemConfig::default();
         config.monitoring.tracing_spans = spans;
         let system = ActorSystem::with_config("spans", config);
@@ -206,7 +187,7 @@ async fn tracing_spans_wrap_each_handled_message_only_when_asked() {
         gated.ask(Work, T).await.unwrap();
         gated.ask(Work, T).await.unwrap();
         system.shutdown().await.unwrap();
-        let text = String::from_utf8(captured.0.lock().unwrap().clone()).unwrap();
+        let text = captured.text();
         let opened = text
             .matches("rally.handle{actor=/user/traced message_type=\"monitoring_counters::Work\"}")
             .count();
