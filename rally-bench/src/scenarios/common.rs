@@ -18,24 +18,44 @@ pub(crate) struct CommonArgs {
 
 /// A multi-threaded runtime with one worker per core (the default dispatcher).
 pub(crate) fn multi_thread_runtime() -> tokio::runtime::Runtime {
-    multi_thread_runtime_with(None)
+    Workers::default().runtime()
 }
 
-/// A multi-threaded runtime with `workers` worker threads, or one per core.
-pub(crate) fn multi_thread_runtime_with(workers: Option<usize>) -> tokio::runtime::Runtime {
-    let mut builder = tokio::runtime::Builder::new_multi_thread();
-    if let Some(workers) = workers {
-        builder.worker_threads(workers);
+/// `--workers N`: the worker threads of a process's tokio runtime. A scenario with a child
+/// process passes the same flag to it.
+#[derive(Debug, Clone, Copy, Default, Args)]
+pub(crate) struct Workers {
+    /// Worker threads of each process's tokio runtime (default: one per core). The remote
+    /// scenarios' two nodes share this machine's cores: `--workers 1` on 2 cores gives each
+    /// node one, as if each had a core of its own.
+    #[arg(long = "workers", value_parser = clap::value_parser!(u16).range(1..))]
+    count: Option<u16>,
+}
+
+impl Workers {
+    /// A multi-threaded runtime with this many workers.
+    pub(crate) fn runtime(self) -> tokio::runtime::Runtime {
+        let mut builder = tokio::runtime::Builder::new_multi_thread();
+        if let Some(count) = self.count {
+            builder.worker_threads(usize::from(count));
+        }
+        builder
+            .enable_all()
+            .build()
+            .expect("building a tokio runtime only fails when the process is out of resources")
     }
-    builder
-        .enable_all()
-        .build()
-        .expect("building a tokio runtime only fails when the process is out of resources")
-}
 
-/// The `workers` value as a report parameter: the count, or `"one per core"`.
-pub(crate) fn workers_param(workers: Option<usize>) -> serde_json::Value {
-    workers.map_or_else(|| "one per core".into(), Into::into)
+    /// The flag again, for a child process (nothing when not set).
+    pub(crate) fn flag(self) -> Vec<std::ffi::OsString> {
+        self.count
+            .map(|n| vec!["--workers".into(), n.to_string().into()])
+            .unwrap_or_default()
+    }
+
+    /// The report's `workers_per_process`: the count, or `"one per core"`.
+    pub(crate) fn param(self) -> serde_json::Value {
+        self.count.map_or_else(|| "one per core".into(), Into::into)
+    }
 }
 
 /// A current-thread runtime.

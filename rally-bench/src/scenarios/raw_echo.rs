@@ -11,10 +11,7 @@ use hdrhistogram::Histogram;
 use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
 use tokio::net::{TcpListener, TcpStream};
 
-use super::common::{
-    CommonArgs, micros, multi_thread_runtime_with, on_worker, pace, spawn_listening_child,
-    workers_param,
-};
+use super::common::{CommonArgs, Workers, micros, on_worker, pace, spawn_listening_child};
 use super::remote::NodeArgs;
 use crate::report::{Report, Row};
 
@@ -117,14 +114,13 @@ async fn serve(listener: TcpListener) -> anyhow::Result<()> {
 /// `raw-echo-server` flags (internal).
 #[derive(Debug, Args)]
 pub(crate) struct ServerArgs {
-    /// Worker threads of this process's runtime (default: one per core).
-    #[arg(long)]
-    workers: Option<usize>,
+    #[command(flatten)]
+    workers: Workers,
 }
 
 /// `raw-echo-server`: listens, prints `LISTENING <port>`, serves until stdin closes.
 pub(crate) fn server_main(args: &ServerArgs) -> anyhow::Result<()> {
-    let runtime = multi_thread_runtime_with(args.workers);
+    let runtime = args.workers.runtime();
     runtime.block_on(async {
         let listener = TcpListener::bind("127.0.0.1:0").await?;
         println!("LISTENING {}", listener.local_addr()?.port());
@@ -198,7 +194,7 @@ pub(crate) fn raw_echo(args: &RawEchoArgs) -> anyhow::Result<()> {
         (args.round_trips, args.clients.clone())
     };
     let processes = args.node.processes;
-    let workers = args.node.workers_flag();
+    let workers = args.node.workers.flag();
     if args.node.cluster {
         bail!("raw-echo is plain bytes over one socket, no actors: --cluster does not apply");
     }
@@ -209,7 +205,7 @@ pub(crate) fn raw_echo(args: &RawEchoArgs) -> anyhow::Result<()> {
     } else {
         Vec::new()
     };
-    let runtime = multi_thread_runtime_with(args.node.workers());
+    let runtime = args.node.workers.runtime();
     let rows = on_worker(&runtime, async move {
         let (port, _child) = if processes == 1 {
             let listener = TcpListener::bind("127.0.0.1:0").await?;
@@ -254,7 +250,7 @@ pub(crate) fn raw_echo(args: &RawEchoArgs) -> anyhow::Result<()> {
     report
         .param("frame_bytes", FRAME_LEN as u64)
         .param("processes", processes)
-        .param("workers_per_process", workers_param(args.node.workers()))
+        .param("workers_per_process", args.node.workers.param())
         .param("connections", 1);
     report.rows = rows;
     report.print(args.common.json);

@@ -19,10 +19,7 @@ use tokio::io::{AsyncBufReadExt, BufReader};
 use tokio::process::Child;
 use tokio::sync::oneshot;
 
-use super::common::{
-    CommonArgs, micros, multi_thread_runtime_with, on_worker, pace, spawn_listening_child,
-    workers_param,
-};
+use super::common::{CommonArgs, Workers, micros, on_worker, pace, spawn_listening_child};
 use crate::report::{Report, Row};
 
 /// The secret both benchmark nodes share.
@@ -45,25 +42,9 @@ pub(crate) struct NodeArgs {
     /// rally-bench built with `--features cluster`.
     #[arg(long)]
     pub cluster: bool,
-    /// Worker threads of each process's tokio runtime, node A's and node B's (default: one
-    /// per core). The two nodes share this machine's cores: `--workers 1` on 2 cores gives
-    /// each node one, as if each had a core of its own.
-    #[arg(long, value_parser = clap::value_parser!(u16).range(1..))]
-    pub workers: Option<u16>,
-}
-
-impl NodeArgs {
-    /// The worker count for [`multi_thread_runtime_with`].
-    pub(crate) fn workers(&self) -> Option<usize> {
-        self.workers.map(usize::from)
-    }
-
-    /// `--workers N` for a child process, when set.
-    pub(crate) fn workers_flag(&self) -> Vec<std::ffi::OsString> {
-        self.workers
-            .map(|n| vec!["--workers".into(), n.to_string().into()])
-            .unwrap_or_default()
-    }
+    /// Both nodes' runtimes (node B's process gets the same flag).
+    #[command(flatten)]
+    pub workers: Workers,
 }
 
 /// `remote-echo-node` flags (internal).
@@ -75,9 +56,8 @@ pub(crate) struct EchoNodeArgs {
     /// Found a cluster (node A joins it).
     #[arg(long)]
     cluster: bool,
-    /// Worker threads of this process's runtime (default: one per core).
-    #[arg(long)]
-    workers: Option<usize>,
+    #[command(flatten)]
+    workers: Workers,
 }
 
 /// A node's cluster membership with `--cluster`, kept as long as the node.
@@ -310,7 +290,7 @@ pub(crate) async fn start_echo_node(
 
 /// `remote-echo-node`: runs node B until stdin closes; prints `LISTENING <address>` first.
 pub(crate) fn echo_node_main(args: &EchoNodeArgs) -> anyhow::Result<()> {
-    let runtime = multi_thread_runtime_with(args.workers);
+    let runtime = args.workers.runtime();
     runtime.block_on(async {
         let (_system, node, _membership) =
             start_echo_node("127.0.0.1", 0, args.tls_dir.as_deref(), args.cluster).await?;
@@ -357,7 +337,7 @@ impl EchoSide {
             }
             2 => {
                 let cluster = args.cluster;
-                let workers = args.workers_flag();
+                let workers = args.workers.flag();
                 let mut args: Vec<&std::ffi::OsStr> = vec!["remote-echo-node".as_ref()];
                 if let Some(dir) = &server_tls {
                     args.extend(["--tls-dir".as_ref(), dir.as_os_str()]);
@@ -624,7 +604,7 @@ pub(crate) fn ping_pong(args: &PingPongArgs) -> anyhow::Result<()> {
         .param("round_trips_per_client", round_trips)
         .param("in_flight_per_client", in_flight)
         .param("processes", args.node.processes)
-        .param("workers_per_process", workers_param(args.node.workers()))
+        .param("workers_per_process", args.node.workers.param())
         .param(
             "payload_bytes",
             match payload {
@@ -644,7 +624,7 @@ pub(crate) fn ping_pong(args: &PingPongArgs) -> anyhow::Result<()> {
         print!("{}", ping_pong_heading(&report, &payload));
     }
     let node_args = args.node.clone();
-    let runtime = multi_thread_runtime_with(args.node.workers());
+    let runtime = args.node.workers.runtime();
     let rows = on_worker(&runtime, async move {
         eprintln!("remote-ping-pong: starting node B and connecting...");
         let echo_side = EchoSide::start(&node_args).await?;
@@ -793,7 +773,7 @@ pub(crate) fn max_throughput(args: &MaxThroughputArgs) -> anyhow::Result<()> {
     } else {
         args.messages
     };
-    let runtime = multi_thread_runtime_with(args.node.workers());
+    let runtime = args.node.workers.runtime();
     let rows = on_worker(&runtime, async move {
         let echo_side = EchoSide::start(&node_args).await?;
         let (_system, node, _membership) = start_client_node(&echo_side).await?;
@@ -860,7 +840,7 @@ pub(crate) fn max_throughput(args: &MaxThroughputArgs) -> anyhow::Result<()> {
         .param("burst", burst)
         .param("window_bursts", window)
         .param("processes", args.node.processes)
-        .param("workers_per_process", workers_param(args.node.workers()));
+        .param("workers_per_process", args.node.workers.param());
     report.rows = rows;
     report.print(args.common.json);
     Ok(())
@@ -933,7 +913,7 @@ pub(crate) fn latency(args: &LatencyArgs) -> anyhow::Result<()> {
     } else {
         (args.rates.clone(), args.seconds)
     };
-    let runtime = multi_thread_runtime_with(args.node.workers());
+    let runtime = args.node.workers.runtime();
     let rows = on_worker(&runtime, async move {
         let echo_side = EchoSide::start(&node_args).await?;
         let (system, node, _membership) = start_client_node(&echo_side).await?;
@@ -1022,7 +1002,7 @@ pub(crate) fn latency(args: &LatencyArgs) -> anyhow::Result<()> {
     report
         .param("seconds_per_rate", seconds)
         .param("processes", args.node.processes)
-        .param("workers_per_process", workers_param(args.node.workers()))
+        .param("workers_per_process", args.node.workers.param())
         .param("measured_from", "intended send time")
         .param(
             "via",
