@@ -1,12 +1,14 @@
 //! Dispatchers: where actors run, and how long one actor keeps its thread.
 //!
-//! A dispatcher is a named executor with its own threads. Four kinds exist
-//! ([`DispatcherKind`]): a shared pool (a tokio multi-thread runtime), pinned (one OS thread per
-//! actor), a blocking pool that grows and shrinks (for actors whose handlers block), and a
-//! calling-thread mode for deterministic tests. A dispatcher can also run on a tokio runtime the
+//! A dispatcher is a named executor with its own threads. Five kinds exist
+//! ([`DispatcherKind`]): a shared pool (a tokio multi-thread runtime), affinity (one thread per
+//! core, each actor staying on one of them), pinned (one OS thread per actor), a blocking pool
+//! that grows and shrinks (for actors whose handlers block), and a calling-thread mode for
+//! deterministic tests. A dispatcher can also run on a tokio runtime the
 //! application already has ([`Dispatcher::on_runtime`]), which is what the default dispatcher
 //! does unless configured otherwise.
 
+mod affinity;
 mod pool;
 
 use std::future::Future;
@@ -84,6 +86,20 @@ pub enum DispatcherKind {
         /// The most threads.
         parallelism_max: usize,
     },
+    /// `cores × factor` OS threads (clamped to `min..=max`), each running its own
+    /// current-thread tokio runtime; an actor stays on the thread it was placed on for its
+    /// life. An actor spawned by code on one of these threads (a parent's handler or hook) goes
+    /// on that thread; others take the threads in turn. Messages between actors of one thread
+    /// never wake another core, which work stealing does (Akka's affinity pool, a
+    /// thread-per-core layout).
+    Affinity {
+        /// Threads per core.
+        parallelism_factor: f64,
+        /// The fewest threads.
+        parallelism_min: usize,
+        /// The most threads.
+        parallelism_max: usize,
+    },
     /// One dedicated OS thread (running a current-thread tokio runtime) per actor.
     Pinned,
     /// A pool of OS threads that grows when every thread is busy and shrinks when idle; an
@@ -113,6 +129,25 @@ impl DispatcherKind {
         }
     }
 
+    /// An affinity set with the default sizing (the shared pool's: one thread per core, at
+    /// least 2).
+    ///
+    /// # Example
+    ///
+    /// ```
+    /// use rally::DispatcherKind;
+    ///
+    /// assert_eq!(DispatcherKind::affinity().threads_for_cores(4), Some(4));
+    /// assert_eq!(DispatcherKind::affinity().label(), "affinity");
+    /// ```
+    pub fn affinity() -> Self {
+        Self::Affinity {
+            parallelism_factor: DEFAULT_PARALLELISM_FACTOR,
+            parallelism_min: DEFAULT_PARALLELISM_MIN,
+            parallelism_max: DEFAULT_PARALLELISM_MAX,
+        }
+    }
+
     /// A blocking pool with the default sizing.
     pub fn blocking() -> Self {
         Self::Blocking {
@@ -123,11 +158,16 @@ impl DispatcherKind {
         }
     }
 
-    /// The thread count of a shared pool on a machine with `cores` cores (`None` for the other
-    /// kinds, whose thread count changes at run time).
+    /// The thread count of a shared pool or affinity set on a machine with `cores` cores
+    /// (`None` for the other kinds, whose thread count changes at run time).
     pub fn threads_for_cores(&self, cores: usize) -> Option<usize> {
         match self {
             Self::Shared {
+                parallelism_factor,
+                parallelism_min,
+                parallelism_max,
+            }
+            | Self::Affinity {
                 parallelism_factor,
                 parallelism_min,
                 parallelism_max,
@@ -144,11 +184,13 @@ impl DispatcherKind {
         matches!(self, Self::Pinned | Self::Blocking { .. })
     }
 
-    /// A short name: `current-runtime`, `shared`, `pinned`, `blocking`, `calling-thread`.
+    /// A short name: `current-runtime`, `shared`, `affinity`, `pinned`, `blocking`,
+    /// `calling-thread`.
     pub fn label(&self) -> &'static str {
         match self {
             Self::CurrentRuntime => "current-runtime",
             Self::Shared { .. } => "shared",
+            Self::Affinity { .. } => "affinity",
             Self::Pinned => "pinned",
             Self::Blocking { .. } => "blocking",
             Self::CallingThread => "calling-thread",
@@ -249,6 +291,7 @@ impl Drop for TimerAnchor {
 enum Executor {
     Tokio(Handle),
     OwnedTokio(OwnedRuntime),
+    Affinity(affinity::Threads),
     Pinned { next: AtomicUsize },
     Pool(Pool),
 }
@@ -359,6 +402,17 @@ impl Dispatcher {
                 let handle = runtime.handle().clone();
                 (Executor::OwnedTokio(OwnedRuntime(Some(runtime))), handle)
             }
+            DispatcherKind::Affinity { .. } => {
+                let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+                let count = kind
+                    .threads_for_cores(cores)
+                    .expect("an affinity kind always has a thread count");
+                let threads = affinity::Threads::start(&name, count).map_err(threads_error)?;
+                // Helper tasks go where the actor that starts them runs (see `spawn`); this
+                // handle is for the callers of `handle()`.
+                let handle = threads.handle(0).clone();
+                (Executor::Affinity(threads), handle)
+            }
             DispatcherKind::Pinned => (
                 Executor::Pinned {
                     next: AtomicUsize::new(0),
@@ -410,7 +464,7 @@ impl Dispatcher {
         let stats = Arc::new(DispatcherStats::new(name.clone()));
         let anchor = match &executor {
             Executor::Tokio(_) | Executor::OwnedTokio(_) => TimerAnchor::start(&timers),
-            Executor::Pinned { .. } | Executor::Pool(_) => None,
+            Executor::Affinity(_) | Executor::Pinned { .. } | Executor::Pool(_) => None,
         };
         Self {
             inner: Arc::new(Inner {
@@ -481,7 +535,7 @@ impl Dispatcher {
     }
 
     /// The tokio runtime the dispatcher's timers run on (for `CurrentRuntime` and shared pools
-    /// also the actors themselves).
+    /// also the actors themselves; for an affinity set, its first thread's runtime).
     pub fn handle(&self) -> &Handle {
         &self.inner.timers
     }
@@ -503,6 +557,7 @@ impl Dispatcher {
                 .0
                 .as_ref()
                 .map_or(0, |r| r.handle().metrics().num_workers()),
+            Executor::Affinity(threads) => threads.len(),
             Executor::Pinned { .. } => self.inner.stats.pinned_threads(),
             Executor::Pool(pool) => pool.status().threads,
         }
@@ -527,12 +582,16 @@ impl Dispatcher {
         }
     }
 
-    /// Spawns a helper task (a timer) on the dispatcher's tokio runtime.
+    /// Spawns a helper task (a timer) on the dispatcher's tokio runtime; on an affinity
+    /// dispatcher, on the thread of the actor that starts it.
     pub(crate) fn spawn<F>(&self, future: F) -> tokio::task::AbortHandle
     where
         F: Future<Output = ()> + Send + 'static,
     {
-        self.inner.timers.spawn(future).abort_handle()
+        match &self.inner.executor {
+            Executor::Affinity(threads) => threads.spawn(future).abort_handle(),
+            _ => self.inner.timers.spawn(future).abort_handle(),
+        }
     }
 
     /// Spawns an actor's task on the dispatcher's threads.
@@ -548,6 +607,9 @@ impl Dispatcher {
                 if let Some(runtime) = &runtime.0 {
                     runtime.spawn(future);
                 }
+            }
+            Executor::Affinity(threads) => {
+                threads.spawn(future);
             }
             Executor::Pinned { next } => {
                 let n = next.fetch_add(1, Ordering::Relaxed);
@@ -576,7 +638,10 @@ impl Dispatcher {
     /// Gives the thread back, in the way the executor expects.
     pub(crate) async fn yield_now(&self) {
         match &self.inner.executor {
-            Executor::Tokio(_) | Executor::OwnedTokio(_) | Executor::Pinned { .. } => {
+            Executor::Tokio(_)
+            | Executor::OwnedTokio(_)
+            | Executor::Affinity(_)
+            | Executor::Pinned { .. } => {
                 tokio::task::yield_now().await;
             }
             // Not a tokio worker: tokio's yield would defer the wake-up to a scheduler that is

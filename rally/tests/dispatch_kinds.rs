@@ -166,6 +166,109 @@ async fn pinned_actors_each_get_their_own_thread() {
     system.shutdown().await.unwrap();
 }
 
+/// Spawns a child on its own dispatcher (the default for a child) when asked, and reports the
+/// thread a timer's message arrives on.
+struct Parent {
+    timer_thread: Option<tokio::sync::oneshot::Sender<std::thread::ThreadId>>,
+}
+impl Actor for Parent {}
+
+struct SpawnChild;
+impl Message for SpawnChild {
+    type Reply = rally::ActorRef<Tracer>;
+}
+impl Handler<SpawnChild> for Parent {
+    async fn handle(
+        &mut self,
+        _: SpawnChild,
+        ctx: &mut Context<Self>,
+    ) -> ActorResult<rally::ActorRef<Tracer>> {
+        Ok(ctx.spawn(tracer("child", &Trace::default(), Duration::ZERO))?)
+    }
+}
+impl Handler<WhichThread> for Parent {
+    async fn handle(
+        &mut self,
+        _: WhichThread,
+        _: &mut Context<Self>,
+    ) -> ActorResult<(std::thread::ThreadId, Option<String>)> {
+        let me = std::thread::current();
+        Ok((me.id(), me.name().map(str::to_owned)))
+    }
+}
+struct ArmTimer(tokio::sync::oneshot::Sender<std::thread::ThreadId>);
+impl Message for ArmTimer {
+    type Reply = ();
+}
+impl Handler<ArmTimer> for Parent {
+    async fn handle(&mut self, arm: ArmTimer, ctx: &mut Context<Self>) -> ActorResult<()> {
+        self.timer_thread = Some(arm.0);
+        ctx.send_after(Duration::from_millis(1), Step(0));
+        Ok(())
+    }
+}
+impl Handler<Step> for Parent {
+    async fn handle(&mut self, _: Step, _: &mut Context<Self>) -> ActorResult<()> {
+        if let Some(tx) = self.timer_thread.take() {
+            let _ = tx.send(std::thread::current().id());
+        }
+        Ok(())
+    }
+}
+
+/// An affinity dispatcher of exactly two threads: actors spawned from outside take the threads
+/// in turn and stay on theirs; children join their parent's thread; a timer fires (its runtime
+/// has timers).
+#[tokio::test]
+async fn affinity_actors_stay_on_their_thread_and_children_join_their_parent() {
+    let mut config = SystemConfig::default();
+    config.default_dispatcher = DispatcherConfig::new(
+        "cores",
+        DispatcherKind::Affinity {
+            parallelism_factor: 1.0,
+            parallelism_min: 2,
+            parallelism_max: 2,
+        },
+    );
+    let system = ActorSystem::with_config("affinity", config);
+    let cores = system.default_dispatcher();
+    assert_eq!(cores.threads(), 2);
+    assert_eq!(cores.kind().label(), "affinity");
+    let parent = || Parent { timer_thread: None };
+    let (a, b) = (
+        system.spawn(parent()).unwrap(),
+        system.spawn(parent()).unwrap(),
+    );
+    let (a1, a_name) = a.ask(WhichThread, T).await.unwrap();
+    let (b1, b_name) = b.ask(WhichThread, T).await.unwrap();
+    for _ in 0..10 {
+        assert_eq!(
+            a.ask(WhichThread, T).await.unwrap().0,
+            a1,
+            "a stays on its thread"
+        );
+    }
+    assert_ne!(
+        a1, b1,
+        "two actors spawned from outside take the two threads in turn"
+    );
+    assert_ne!(a1, std::thread::current().id());
+    let mut names = [a_name.unwrap(), b_name.unwrap()];
+    names.sort();
+    assert_eq!(names, ["cores-0", "cores-1"]);
+
+    // Children spawned by `b` (three of them: a turn would have moved two) join `b`'s thread.
+    for _ in 0..3 {
+        let child = b.ask(SpawnChild, T).await.unwrap();
+        assert_eq!(child.ask(WhichThread, T).await.unwrap().0, b1);
+    }
+    // A timer `a` sets fires, and its message is handled on `a`'s thread.
+    let (tx, rx) = tokio::sync::oneshot::channel();
+    a.tell(ArmTimer(tx)).unwrap();
+    assert_eq!(tokio::time::timeout(T, rx).await.unwrap().unwrap(), a1);
+    system.shutdown().await.unwrap();
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_blocking_pool_grows_to_its_max_and_shrinks_after_keep_alive() {
     let mut config = SystemConfig::default();
@@ -264,6 +367,11 @@ fn toml_configures_every_kind_with_its_throughput() {
 
         [dispatchers.test]
         type = "calling-thread"
+
+        [dispatchers.cores]
+        type = "affinity"
+        parallelism-factor = 2.0
+        parallelism-max = 3
         "#,
     )
     .unwrap();
@@ -291,6 +399,16 @@ fn toml_configures_every_kind_with_its_throughput() {
         system.dispatcher("test").unwrap().kind(),
         &DispatcherKind::CallingThread
     );
+    let cores = system.dispatcher("cores").unwrap();
+    assert_eq!(
+        cores.kind(),
+        &DispatcherKind::Affinity {
+            parallelism_factor: 2.0,
+            parallelism_min: 2,
+            parallelism_max: 3,
+        }
+    );
+    assert!((2..=3).contains(&cores.threads()));
 }
 
 #[test]
@@ -307,6 +425,14 @@ fn config_errors_name_the_key() {
         (
             "[dispatchers.io]\ntype = \"blocking\"\nparallelism-min = 2",
             "dispatchers.io.parallelism-min",
+        ),
+        (
+            "[dispatchers.io]\ntype = \"affinity\"\nkeep-alive = \"1s\"",
+            "dispatchers.io.keep-alive",
+        ),
+        (
+            "[dispatchers.io]\ntype = \"affinity\"\nparallelism-min = 4\nparallelism-max = 2",
+            "dispatchers.io.parallelism-max",
         ),
         (
             "[dispatchers.io]\ntype = \"blocking\"\ncore-pool-size = 8\nmax-pool-size = 4",

@@ -211,14 +211,15 @@ fn dispatcher(
         match fields.iter().find(|(_, set)| *set) {
             Some((field, _)) => Err(invalid(
                 &k(field),
-                &format!("only applies to type = \"{of}\", not \"{kind_name}\""),
+                &format!("only applies to type = {of}, not \"{kind_name}\""),
             )),
             None => Ok(()),
         }
     };
+    let sized = "\"shared\" or \"affinity\"";
     let kind = match kind_name {
-        "shared" => {
-            refuse(&blocking_only, "blocking")?;
+        "shared" | "affinity" => {
+            refuse(&blocking_only, "\"blocking\"")?;
             let factor = d.parallelism_factor.unwrap_or(DEFAULT_PARALLELISM_FACTOR);
             if !(factor.is_finite() && factor > 0.0) {
                 return Err(invalid(
@@ -238,14 +239,22 @@ fn dispatcher(
                     &format!("must be at least parallelism-min ({min})"),
                 ));
             }
-            DispatcherKind::Shared {
-                parallelism_factor: factor,
-                parallelism_min: min,
-                parallelism_max: max,
+            if kind_name == "shared" {
+                DispatcherKind::Shared {
+                    parallelism_factor: factor,
+                    parallelism_min: min,
+                    parallelism_max: max,
+                }
+            } else {
+                DispatcherKind::Affinity {
+                    parallelism_factor: factor,
+                    parallelism_min: min,
+                    parallelism_max: max,
+                }
             }
         }
         "blocking" => {
-            refuse(&shared_only, "shared")?;
+            refuse(&shared_only, sized)?;
             let core = d.core_pool_size.map_or(Ok(DEFAULT_CORE_POOL_SIZE), |n| {
                 non_negative(&k("core-pool-size"), n)
             })?;
@@ -273,8 +282,8 @@ fn dispatcher(
             }
         }
         "pinned" | "calling-thread" | "current-runtime" => {
-            refuse(&shared_only, "shared")?;
-            refuse(&blocking_only, "blocking")?;
+            refuse(&shared_only, sized)?;
+            refuse(&blocking_only, "\"blocking\"")?;
             match kind_name {
                 "pinned" => DispatcherKind::Pinned,
                 "calling-thread" => DispatcherKind::CallingThread,
@@ -285,8 +294,8 @@ fn dispatcher(
             return Err(invalid(
                 &k("type"),
                 &format!(
-                    "{other:?} is not one of \"shared\", \"pinned\", \"blocking\", \
-                     \"calling-thread\", \"current-runtime\""
+                    "{other:?} is not one of \"shared\", \"affinity\", \"pinned\", \
+                     \"blocking\", \"calling-thread\", \"current-runtime\""
                 ),
             ));
         }

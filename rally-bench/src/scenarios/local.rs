@@ -5,7 +5,10 @@ use std::time::{Duration, Instant};
 
 use clap::Args;
 use hdrhistogram::Histogram;
-use rally::{Actor, ActorRef, ActorResult, ActorSystem, Context, Handler, Message, Recipient};
+use rally::{
+    Actor, ActorRef, ActorResult, ActorSystem, Context, DispatcherConfig, DispatcherKind, Handler,
+    Message, Recipient, SystemConfig,
+};
 use tokio::sync::oneshot;
 
 use super::common::{
@@ -24,8 +27,8 @@ pub(crate) struct PingPongArgs {
     /// Round trips of the `ask` row (one task awaiting `ask` in a loop), per runtime flavour.
     #[arg(long, default_value_t = 200_000)]
     asks: u64,
-    /// Only this runtime flavour (`mt` or `ct`), e.g. to profile one row.
-    #[arg(long, value_parser = ["mt", "ct"])]
+    /// Only this runtime flavour (`mt`, `ct` or `aff`), e.g. to profile one row.
+    #[arg(long, value_parser = ["mt", "ct", "aff"])]
     runtime: Option<String>,
     /// Only the rows with this many pairs (the ask row is skipped).
     #[arg(long)]
@@ -55,8 +58,9 @@ impl Handler<Ping> for Ponger {
 }
 
 /// Sends `Ping`s with its own recipient as the reply target, keeping `in_flight` outstanding.
+/// Spawns its `Ponger` as a child, so that on an affinity dispatcher the pair shares a thread.
 struct Pinger {
-    ponger: ActorRef<Ponger>,
+    ponger: Option<ActorRef<Ponger>>,
     me: Option<Recipient<Pong>>,
     remaining_to_send: u64,
     remaining_replies: u64,
@@ -68,12 +72,22 @@ impl Message for Start {
     type Reply = ();
 }
 
-impl Actor for Pinger {}
+impl Actor for Pinger {
+    async fn started(&mut self, ctx: &mut Context<Self>) -> ActorResult<()> {
+        self.ponger = Some(ctx.spawn(Ponger)?);
+        Ok(())
+    }
+}
+impl Pinger {
+    fn ponger(&self) -> &ActorRef<Ponger> {
+        self.ponger.as_ref().expect("started spawns the ponger")
+    }
+}
 impl Handler<Start> for Pinger {
     async fn handle(&mut self, start: Start, ctx: &mut Context<Self>) -> ActorResult<()> {
         let me = ctx.myself().recipient::<Pong>();
         for _ in 0..start.0.min(self.remaining_to_send) {
-            self.ponger.request(Ping, &me)?;
+            self.ponger().request(Ping, &me)?;
             self.remaining_to_send -= 1;
         }
         self.me = Some(me);
@@ -89,7 +103,7 @@ impl Handler<Pong> for Pinger {
                 .me
                 .as_ref()
                 .expect("Start sets the recipient before any Pong");
-            self.ponger.request(Ping, me)?;
+            self.ponger().request(Ping, me)?;
         } else if self.remaining_replies == 0 {
             if let Some(done) = self.done.take() {
                 let _ = done.send(());
@@ -97,6 +111,17 @@ impl Handler<Pong> for Pinger {
         }
         Ok(())
     }
+}
+
+/// The benchmark's actor system: on the current runtime, or with an affinity set (one thread
+/// per core) as its default dispatcher.
+fn bench_system(affinity: bool) -> ActorSystem {
+    if !affinity {
+        return ActorSystem::new("bench");
+    }
+    let mut config = SystemConfig::default();
+    config.default_dispatcher = DispatcherConfig::new("cores", DispatcherKind::affinity());
+    ActorSystem::with_config("bench", config)
 }
 
 /// Runs `pairs` pairs on one system; with `gate`, waits at it (after spawning, before the
@@ -107,16 +132,16 @@ async fn run_pairs(
     in_flight: u64,
     round_trips: u64,
     gate: Option<Arc<Barrier>>,
+    affinity: bool,
 ) -> (Instant, Instant) {
-    let system = ActorSystem::new("bench");
+    let system = bench_system(affinity);
     let mut waits = Vec::new();
     let mut pingers = Vec::new();
     for _ in 0..pairs {
-        let ponger = system.spawn(Ponger).expect("spawn");
         let (done, wait) = oneshot::channel();
         let pinger = system
             .spawn(Pinger {
-                ponger,
+                ponger: None,
                 me: None,
                 remaining_to_send: round_trips,
                 remaining_replies: round_trips,
@@ -151,7 +176,13 @@ fn run_pairs_thread_per_pair(pairs: usize, in_flight: u64, round_trips: u64) -> 
         .map(|_| {
             let gate = gate.clone();
             std::thread::spawn(move || {
-                current_thread_runtime().block_on(run_pairs(1, in_flight, round_trips, Some(gate)))
+                current_thread_runtime().block_on(run_pairs(
+                    1,
+                    in_flight,
+                    round_trips,
+                    Some(gate),
+                    false,
+                ))
             })
         })
         .collect();
@@ -192,7 +223,9 @@ pub(crate) fn ping_pong(args: &PingPongArgs) -> anyhow::Result<()> {
         .param(
             "runtime",
             "mt: one tokio multi-thread runtime (one worker per core) for all pairs; ct: one \
-             current-thread runtime and actor system per OS thread, one pair per thread",
+             current-thread runtime and actor system per OS thread, one pair per thread; aff: \
+             one actor system whose default dispatcher is an affinity set (one thread per core, \
+             an actor stays on its thread), pairs placed on the threads in turn",
         );
     // Untimed, as the peers do before their rows: 1 pair at 50 in flight.
     let warm_up = if args.common.quick { 10_000 } else { 100_000 };
@@ -203,12 +236,15 @@ pub(crate) fn ping_pong(args: &PingPongArgs) -> anyhow::Result<()> {
     for (flavour, runtime) in [
         ("mt", multi_thread_runtime()),
         ("ct", current_thread_runtime()),
+        // The runtime only drives the benchmark; the actors run on the affinity threads.
+        ("aff", current_thread_runtime()),
     ] {
         if args.runtime.as_deref().is_some_and(|only| only != flavour) {
             continue;
         }
-        if flavour == "mt" {
-            on_worker(&runtime, run_pairs(1, 50, warm_up, None));
+        let affinity = flavour == "aff";
+        if flavour != "ct" {
+            on_worker(&runtime, run_pairs(1, 50, warm_up, None, affinity));
         }
         for pairs in [1, cores] {
             if args.pairs.is_some_and(|only| only != pairs) {
@@ -221,8 +257,10 @@ pub(crate) fn ping_pong(args: &PingPongArgs) -> anyhow::Result<()> {
                 let elapsed = if flavour == "ct" {
                     run_pairs_thread_per_pair(pairs, in_flight, round_trips)
                 } else {
-                    let (start, end) =
-                        on_worker(&runtime, run_pairs(pairs, in_flight, round_trips, None));
+                    let (start, end) = on_worker(
+                        &runtime,
+                        run_pairs(pairs, in_flight, round_trips, None, affinity),
+                    );
                     end - start
                 };
                 let total = pairs as u64 * round_trips * 2;
@@ -235,7 +273,8 @@ pub(crate) fn ping_pong(args: &PingPongArgs) -> anyhow::Result<()> {
                 );
             }
         }
-        if args.pairs.is_some() || args.in_flight.is_some() {
+        // No ask row on the affinity set: its asking task would not run on the actor's thread.
+        if args.pairs.is_some() || args.in_flight.is_some() || affinity {
             continue;
         }
         // The peers' `ask` row: one task on the runtime awaits the framework's
