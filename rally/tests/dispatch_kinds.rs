@@ -42,20 +42,23 @@ impl Handler<Step> for Tracer {
 
 struct WhichThread;
 impl Message for WhichThread {
-    type Reply = (std::thread::ThreadId, Option<String>);
+    type Reply = Here;
+}
+
+/// The thread a handler runs on: its id and name.
+type Here = (std::thread::ThreadId, Option<String>);
+
+fn here() -> Here {
+    let me = std::thread::current();
+    (me.id(), me.name().map(str::to_owned))
 }
 
 impl Handler<WhichThread> for Tracer {
-    async fn handle(
-        &mut self,
-        _: WhichThread,
-        _: &mut Context<Self>,
-    ) -> ActorResult<(std::thread::ThreadId, Option<String>)> {
+    async fn handle(&mut self, _: WhichThread, _: &mut Context<Self>) -> ActorResult<Here> {
         if !self.block.is_zero() {
             std::thread::sleep(self.block);
         }
-        let me = std::thread::current();
-        Ok((me.id(), me.name().map(str::to_owned)))
+        Ok(here())
     }
 }
 
@@ -187,13 +190,8 @@ impl Handler<SpawnChild> for Parent {
     }
 }
 impl Handler<WhichThread> for Parent {
-    async fn handle(
-        &mut self,
-        _: WhichThread,
-        _: &mut Context<Self>,
-    ) -> ActorResult<(std::thread::ThreadId, Option<String>)> {
-        let me = std::thread::current();
-        Ok((me.id(), me.name().map(str::to_owned)))
+    async fn handle(&mut self, _: WhichThread, _: &mut Context<Self>) -> ActorResult<Here> {
+        Ok(here())
     }
 }
 struct ArmTimer(tokio::sync::oneshot::Sender<std::thread::ThreadId>);
