@@ -90,8 +90,8 @@ pub enum DispatcherKind {
     /// current-thread tokio runtime; an actor stays on the thread it was placed on for its
     /// life. An actor spawned by code on one of these threads (a parent's handler or hook) goes
     /// on that thread; others take the threads in turn. Messages between actors of one thread
-    /// never wake another core, which work stealing does (Akka's affinity pool, a
-    /// thread-per-core layout).
+    /// never wake another core, which work stealing does (a thread-per-core layout; Akka's
+    /// affinity pool also keeps an actor on one thread, but places it by a hash of the actor).
     Affinity {
         /// Threads per core.
         parallelism_factor: f64,

@@ -217,40 +217,45 @@ fn dispatcher(
         }
     };
     let sized = "\"shared\" or \"affinity\"";
+    // `parallelism-factor`, `-min` and `-max`, for the kinds sized by cores.
+    let sizing = || -> Result<(f64, usize, usize), ConfigError> {
+        refuse(&blocking_only, "\"blocking\"")?;
+        let factor = d.parallelism_factor.unwrap_or(DEFAULT_PARALLELISM_FACTOR);
+        if !(factor.is_finite() && factor > 0.0) {
+            return Err(invalid(
+                &k("parallelism-factor"),
+                "must be a number greater than 0",
+            ));
+        }
+        let min = d.parallelism_min.map_or(Ok(DEFAULT_PARALLELISM_MIN), |n| {
+            positive(&k("parallelism-min"), n)
+        })?;
+        let max = d.parallelism_max.map_or(Ok(DEFAULT_PARALLELISM_MAX), |n| {
+            positive(&k("parallelism-max"), n)
+        })?;
+        if max < min {
+            return Err(invalid(
+                &k("parallelism-max"),
+                &format!("must be at least parallelism-min ({min})"),
+            ));
+        }
+        Ok((factor, min, max))
+    };
     let kind = match kind_name {
-        "shared" | "affinity" => {
-            refuse(&blocking_only, "\"blocking\"")?;
-            let factor = d.parallelism_factor.unwrap_or(DEFAULT_PARALLELISM_FACTOR);
-            if !(factor.is_finite() && factor > 0.0) {
-                return Err(invalid(
-                    &k("parallelism-factor"),
-                    "must be a number greater than 0",
-                ));
+        "shared" => {
+            let (parallelism_factor, parallelism_min, parallelism_max) = sizing()?;
+            DispatcherKind::Shared {
+                parallelism_factor,
+                parallelism_min,
+                parallelism_max,
             }
-            let min = d.parallelism_min.map_or(Ok(DEFAULT_PARALLELISM_MIN), |n| {
-                positive(&k("parallelism-min"), n)
-            })?;
-            let max = d.parallelism_max.map_or(Ok(DEFAULT_PARALLELISM_MAX), |n| {
-                positive(&k("parallelism-max"), n)
-            })?;
-            if max < min {
-                return Err(invalid(
-                    &k("parallelism-max"),
-                    &format!("must be at least parallelism-min ({min})"),
-                ));
-            }
-            if kind_name == "shared" {
-                DispatcherKind::Shared {
-                    parallelism_factor: factor,
-                    parallelism_min: min,
-                    parallelism_max: max,
-                }
-            } else {
-                DispatcherKind::Affinity {
-                    parallelism_factor: factor,
-                    parallelism_min: min,
-                    parallelism_max: max,
-                }
+        }
+        "affinity" => {
+            let (parallelism_factor, parallelism_min, parallelism_max) = sizing()?;
+            DispatcherKind::Affinity {
+                parallelism_factor,
+                parallelism_min,
+                parallelism_max,
             }
         }
         "blocking" => {
