@@ -52,8 +52,13 @@ pub(crate) fn run<A: Actor>(mut cell: Cell<A>) -> impl Future<Output = ()> + Sen
             if let Some(failed) = failure.take() {
                 let text = failed.to_string();
                 // Failure handling is rare: boxed, so it does not enlarge every actor's task.
-                let decision =
-                    Box::pin(await_decision(&mut cell.ctx, &mut cell.receiver, *failed)).await;
+                let decision = Box::pin(await_decision(
+                    &mut cell.ctx,
+                    &cell.mailbox,
+                    &mut cell.receiver,
+                    *failed,
+                ))
+                .await;
                 if matches!(decision, Decision::Stop | Decision::Escalate) {
                     cell.ctx.set_stop_reason(TerminationReason::Failed(text));
                 }
@@ -237,6 +242,7 @@ fn supervise_child<A: Actor>(
 /// The failed child's side: report, then wait (handling only system messages) for the verdict.
 async fn await_decision<A: Actor>(
     ctx: &mut Context<A>,
+    mailbox: &Mailbox<A>,
     receiver: &mut MailboxReceiver<A>,
     failure: Failure,
 ) -> Decision {
@@ -246,7 +252,7 @@ async fn await_decision<A: Actor>(
     } else {
         tracing::debug!(actor = %ctx.myself().path(), %failure, "actor failed");
     }
-    ctx.parent.child_failed(ctx.id(), failure);
+    ctx.parent.child_failed(mailbox, failure);
     let mut deferred = Vec::new();
     let decision = loop {
         match receiver.next_system().await {
@@ -404,7 +410,7 @@ async fn stop<A: Actor>(
     if mailbox.monitor.counters().is_some() {
         ctx.system().monitor().remove_actor(mailbox.id);
     }
-    ctx.parent.child_stopped(mailbox.id);
+    ctx.parent.child_stopped(&*mailbox);
 }
 
 /// [`stop`] with the parts of the cell (a plain function: an `async fn` would hold the cell
