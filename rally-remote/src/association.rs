@@ -383,7 +383,12 @@ impl Association {
 
     fn fail_requests(&self, reason: &str) {
         let handed: Vec<u64> = self.lanes.iter().map(|lane| lane.handed()).collect();
-        let failed = lock(&self.requests).fail_all(|lane| handed.get(lane).copied().unwrap_or(0));
+        let failed = {
+            let mut requests = lock(&self.requests);
+            let failed = requests.fail_all(|lane| handed.get(lane).copied().unwrap_or(0));
+            self.show_awaited(&requests);
+            failed
+        };
         for (pending, outcome) in failed {
             pending.complete(Err(failure(reason, outcome)));
         }
@@ -411,7 +416,12 @@ impl Association {
         sequence: u64,
         generation: u64,
     ) {
-        let early = lock(&self.requests).register(id, pending, lane, sequence);
+        let early = {
+            let mut requests = lock(&self.requests);
+            let early = requests.register(id, pending, lane, sequence);
+            self.show_awaited_on(&requests, lane);
+            early
+        };
         if let Some((pending, status, payload)) = early {
             pending.complete(reply_result(status, &payload));
             return;
@@ -424,7 +434,13 @@ impl Association {
             return;
         };
         let handed = self.lanes.get(lane).map_or(0, |lane| lane.handed());
-        let Some(pending) = lock(&self.requests).cancel(id) else {
+        let cancelled = {
+            let mut requests = lock(&self.requests);
+            let cancelled = requests.cancel(id);
+            self.show_awaited_on(&requests, lane);
+            cancelled
+        };
+        let Some((pending, _)) = cancelled else {
             return; // failed or answered meanwhile
         };
         let outcome = if sequence <= handed {
@@ -441,17 +457,39 @@ impl Association {
         let waiting = {
             let mut requests = lock(&self.requests);
             requests.issued(issued);
-            requests.complete(id, status, payload)
+            let waiting = requests.complete(id, status, payload);
+            if let Some((_, lane)) = &waiting {
+                self.show_awaited_on(&requests, *lane);
+            }
+            waiting
         };
         match waiting {
-            Some(pending) => pending.complete(reply_result(status, payload)),
+            Some((pending, _)) => pending.complete(reply_result(status, payload)),
             None => tracing::trace!(request = id, "a reply for an unknown or abandoned request"),
         }
     }
 
     /// Frees the slots of asks that gave up. Returns how many.
     pub(crate) fn sweep_requests(&self) -> usize {
-        lock(&self.requests).sweep()
+        let mut requests = lock(&self.requests);
+        let swept = requests.sweep();
+        self.show_awaited(&requests);
+        swept
+    }
+
+    /// Tells `lane`'s writer how many replies are awaited on it (under the table's lock, so
+    /// two callers never store in the wrong order).
+    fn show_awaited_on(&self, requests: &RequestTable<PendingReply>, lane: usize) {
+        if let Some(outbound) = self.lanes.get(lane) {
+            outbound.set_awaited(requests.waiting_on(lane));
+        }
+    }
+
+    /// [`show_awaited_on`](Self::show_awaited_on) for every lane.
+    fn show_awaited(&self, requests: &RequestTable<PendingReply>) {
+        for lane in 0..self.lanes.len() {
+            self.show_awaited_on(requests, lane);
+        }
     }
 
     /// Registers a local watcher of the remote actor `name`.
@@ -493,6 +531,7 @@ impl Association {
     pub(crate) fn pending_requests(&self) -> usize {
         let mut requests = lock(&self.requests);
         requests.sweep();
+        self.show_awaited(&requests);
         requests.waiting()
     }
 }
@@ -543,7 +582,6 @@ mod tests {
             PendingReply {
                 complete,
                 reply: envelope.into_reply(),
-                _awaited: None,
             },
             rx,
         )

@@ -21,7 +21,7 @@
 mod wake;
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Duration;
 
 #[cfg(loom)]
@@ -123,11 +123,12 @@ pub(crate) struct OutboundLane {
     capacity: usize,
     pub(crate) stats: LaneStats,
     /// Replies this lane owes: requests from the peer handed to local actors whose reply has
-    /// not been queued yet (one [`LaneCount`] in each [`ReplyRoute`]).
+    /// not been queued yet (one [`Owed`] in each [`ReplyRoute`]).
     owed: AtomicU64,
-    /// Replies awaited for requests sent on this lane (one [`LaneCount`] in each request's
-    /// entry in the request table).
-    awaited: AtomicU64,
+    /// Whether replies to more than one request sent on this lane are awaited. The request
+    /// table counts them under its own lock; this is written only when the answer changes, so
+    /// askers on several cores do not pass a counter's cache line between them per request.
+    awaited_many: AtomicBool,
 }
 
 struct LaneState {
@@ -219,7 +220,7 @@ impl OutboundLane {
             capacity,
             stats: LaneStats::default(),
             owed: AtomicU64::new(0),
-            awaited: AtomicU64::new(0),
+            awaited_many: AtomicBool::new(false),
         }
     }
 
@@ -535,7 +536,7 @@ impl OutboundLane {
                     // writes keep themselves going.
                     if batching
                         || self.owed.load(Ordering::Relaxed) > 0
-                        || self.awaited.load(Ordering::Relaxed) > 1
+                        || self.awaited_many.load(Ordering::Relaxed)
                     {
                         tokio::task::yield_now().await;
                     }
@@ -741,7 +742,7 @@ impl Drop for Attached<'_> {
 /// life of it that asked. The lane counts it as owed from its making until it is sent or
 /// dropped.
 pub(crate) struct ReplyRoute {
-    owed: LaneCount,
+    owed: Owed,
     pub(crate) generation: u64,
     pub(crate) request_id: u64,
 }
@@ -750,7 +751,7 @@ impl ReplyRoute {
     /// The way back for request `request_id` of the peer's life `generation`, owed by `lane`.
     pub(crate) fn new(lane: Arc<OutboundLane>, generation: u64, request_id: u64) -> Self {
         Self {
-            owed: LaneCount::new(lane, Count::Owed),
+            owed: Owed::new(lane),
             generation,
             request_id,
         }
@@ -787,44 +788,32 @@ impl ReplyRoute {
     }
 }
 
-/// Which of a lane's counts a [`LaneCount`] holds one of.
-#[derive(Debug, Clone, Copy)]
-enum Count {
-    Owed,
-    Awaited,
-}
-
-/// One reply a lane owes or awaits, counted by the lane while this lives (the writer reads
-/// the counts to know whether company is coming).
-pub(crate) struct LaneCount {
+/// One reply a lane owes, counted by the lane while this lives (the writer reads the count to
+/// know whether company is coming).
+struct Owed {
     lane: Arc<OutboundLane>,
-    count: Count,
 }
 
-impl LaneCount {
-    fn new(lane: Arc<OutboundLane>, count: Count) -> Self {
-        lane.count(count).fetch_add(1, Ordering::Relaxed);
-        Self { lane, count }
-    }
-
-    /// A reply awaited for a request sent on `lane`: held by the request's entry in the
-    /// request table, so the count ends when the reply is taken or the request given up.
-    pub(crate) fn awaited(lane: &Arc<OutboundLane>) -> Self {
-        Self::new(Arc::clone(lane), Count::Awaited)
+impl Owed {
+    fn new(lane: Arc<OutboundLane>) -> Self {
+        lane.owed.fetch_add(1, Ordering::Relaxed);
+        Self { lane }
     }
 }
 
-impl Drop for LaneCount {
+impl Drop for Owed {
     fn drop(&mut self) {
-        self.lane.count(self.count).fetch_sub(1, Ordering::Relaxed);
+        self.lane.owed.fetch_sub(1, Ordering::Relaxed);
     }
 }
 
 impl OutboundLane {
-    fn count(&self, count: Count) -> &AtomicU64 {
-        match count {
-            Count::Owed => &self.owed,
-            Count::Awaited => &self.awaited,
+    /// The request table's count of replies awaited on this lane, `waiting`, as the writer
+    /// reads it: whether more than one is. Stores only a change.
+    pub(crate) fn set_awaited(&self, waiting: usize) {
+        let many = waiting > 1;
+        if self.awaited_many.load(Ordering::Relaxed) != many {
+            self.awaited_many.store(many, Ordering::Relaxed);
         }
     }
 }

@@ -315,9 +315,6 @@ impl<A: Actor> Exposed for ExposedActor<A> {
 pub(crate) struct PendingReply {
     pub(crate) complete: CompleteFn,
     pub(crate) reply: ErasedReply,
-    /// Counted by the lane the request left on while it waits (held, never read: dropping
-    /// it, with the reply taken or given up, ends the count).
-    pub(crate) _awaited: Option<crate::outbound::LaneCount>,
 }
 
 impl rally_wire::Waiting for PendingReply {

@@ -9,7 +9,7 @@ use rally_actor::{
 use rally_wire::{RecipientKey, SystemMessage};
 
 use crate::association::Association;
-use crate::outbound::{LaneCount, PushError};
+use crate::outbound::PushError;
 use crate::registry::{MessageTable, PendingReply};
 
 /// The transport behind an `ActorRef<A>` whose actor lives on another node. It belongs to the
@@ -88,7 +88,6 @@ impl<A: Actor> ExternalTarget<A> for RemoteRef<A> {
                         PendingReply {
                             complete: outgoing.complete,
                             reply: envelope.into_reply(),
-                            _awaited: Some(LaneCount::awaited(lane)),
                         },
                         self.lane,
                         sequence,

@@ -58,7 +58,9 @@ enum Slot<P> {
 /// let mut table = RequestTable::default();
 /// let id = table.next_id();
 /// assert!(table.register(id, Ask { gave_up: false }, 0, 1).is_none());
-/// assert!(table.complete(id, ReplyStatus::Ok, b"reply").is_some());
+/// assert_eq!(table.waiting_on(0), 1);
+/// let (_ask, lane) = table.complete(id, ReplyStatus::Ok, b"reply").unwrap();
+/// assert_eq!((lane, table.waiting_on(0)), (0, 0));
 ///
 /// let lost = table.next_id();
 /// table.register(lost, Ask { gave_up: false }, 0, 2);
@@ -68,6 +70,9 @@ enum Slot<P> {
 /// ```
 pub struct RequestTable<P> {
     slots: FxHashMap<u64, Slot<P>>,
+    /// Waiting requests by the lane their frame went out on (abandoned ones not yet swept
+    /// count), kept here so a transport reads it under the lock it already holds.
+    on_lane: Vec<usize>,
     early: usize,
     next: u64,
     /// The size at which the next registration sweeps.
@@ -78,6 +83,7 @@ impl<P> Default for RequestTable<P> {
     fn default() -> Self {
         Self {
             slots: FxHashMap::default(),
+            on_lane: Vec::new(),
             early: 0,
             next: 1,
             sweep_at: SWEEP_SLACK,
@@ -138,16 +144,24 @@ impl<P: Waiting> RequestTable<P> {
                     lane,
                     sequence,
                 });
+                if self.on_lane.len() <= lane {
+                    self.on_lane.resize(lane + 1, 0);
+                }
+                self.on_lane[lane] += 1;
                 None
             }
         }
     }
 
-    /// A reply to `id` arrived: the waiting request, if any. A reply for a request not yet
-    /// registered is kept (up to [`MAX_EARLY_REPLIES`]); a second reply is ignored.
-    pub fn complete(&mut self, id: u64, status: ReplyStatus, payload: &[u8]) -> Option<P> {
+    /// A reply to `id` arrived: the waiting request, if any, and the lane its frame went out
+    /// on. A reply for a request not yet registered is kept (up to [`MAX_EARLY_REPLIES`]); a
+    /// second reply is ignored.
+    pub fn complete(&mut self, id: u64, status: ReplyStatus, payload: &[u8]) -> Option<(P, usize)> {
         match self.slots.remove(&id) {
-            Some(Slot::Waiting { pending, .. }) => Some(pending),
+            Some(Slot::Waiting { pending, lane, .. }) => {
+                self.on_lane[lane] -= 1;
+                Some((pending, lane))
+            }
             Some(early @ Slot::Early { .. }) => {
                 self.slots.insert(id, early);
                 None
@@ -168,10 +182,14 @@ impl<P: Waiting> RequestTable<P> {
         }
     }
 
-    /// Takes back the registration of `id` (its frame was refused after all).
-    pub fn cancel(&mut self, id: u64) -> Option<P> {
+    /// Takes back the registration of `id` (its frame was refused after all), with the lane
+    /// its frame went out on.
+    pub fn cancel(&mut self, id: u64) -> Option<(P, usize)> {
         match self.slots.remove(&id) {
-            Some(Slot::Waiting { pending, .. }) => Some(pending),
+            Some(Slot::Waiting { pending, lane, .. }) => {
+                self.on_lane[lane] -= 1;
+                Some((pending, lane))
+            }
             Some(early) => {
                 self.slots.insert(id, early);
                 None
@@ -183,8 +201,15 @@ impl<P: Waiting> RequestTable<P> {
     /// Frees the slots of asks that gave up. Returns how many.
     pub fn sweep(&mut self) -> usize {
         let before = self.slots.len();
+        let on_lane = &mut self.on_lane;
         self.slots.retain(|_, slot| match slot {
-            Slot::Waiting { pending, .. } => !pending.is_abandoned(),
+            Slot::Waiting { pending, lane, .. } => {
+                let keep = !pending.is_abandoned();
+                if !keep {
+                    on_lane[*lane] -= 1;
+                }
+                keep
+            }
             Slot::Early { .. } => true,
         });
         self.sweep_at = 2 * self.slots.len() + SWEEP_SLACK;
@@ -195,6 +220,7 @@ impl<P: Waiting> RequestTable<P> {
     /// highest sequence `handed(lane)` handed to the transport on each lane. Early replies go.
     pub fn fail_all(&mut self, handed: impl Fn(usize) -> u64) -> Vec<(P, Outcome)> {
         self.early = 0;
+        self.on_lane.fill(0);
         let mut slots: Vec<(u64, Slot<P>)> = std::mem::take(&mut self.slots).into_iter().collect();
         slots.sort_unstable_by_key(|(id, _)| *id);
         slots
@@ -221,6 +247,12 @@ impl<P: Waiting> RequestTable<P> {
     /// Requests waiting for a reply (abandoned ones not yet swept count).
     pub fn waiting(&self) -> usize {
         self.slots.len() - self.early
+    }
+
+    /// Requests waiting for a reply whose frame went out on `lane` (abandoned ones not yet
+    /// swept count).
+    pub fn waiting_on(&self, lane: usize) -> usize {
+        self.on_lane.get(lane).copied().unwrap_or(0)
     }
 
     /// Slots held, early replies included: the table's memory.
@@ -303,5 +335,85 @@ mod tests {
             ]
         );
         assert_eq!(table.waiting(), 0);
+    }
+
+    /// Every way a request leaves the table (reply, cancel, sweep, peer down) ends its count
+    /// on its lane; early replies and duplicate registrations never count.
+    #[test]
+    fn each_lane_counts_the_requests_waiting_on_it() {
+        use proptest::prelude::*;
+        #[derive(Debug, Clone)]
+        enum Op {
+            Register { lane: usize },
+            Early,
+            Complete(usize),
+            Cancel(usize),
+            Abandon(usize),
+            Sweep,
+            FailAll,
+        }
+        let op = prop_oneof![
+            6 => (0..3usize).prop_map(|lane| Op::Register { lane }),
+            1 => Just(Op::Early),
+            4 => (0..64usize).prop_map(Op::Complete),
+            1 => (0..64usize).prop_map(Op::Cancel),
+            2 => (0..64usize).prop_map(Op::Abandon),
+            1 => Just(Op::Sweep),
+            1 => Just(Op::FailAll),
+        ];
+        proptest!(|(ops in proptest::collection::vec(op, 1..200))| {
+            let mut table = RequestTable::default();
+            // The model: per id, its lane and whether it waits.
+            let mut model: Vec<(u64, usize, Rc<Cell<bool>>, bool)> = Vec::new();
+            for op in ops {
+                match op {
+                    Op::Register { lane } => {
+                        let id = table.next_id();
+                        let gave_up = Rc::new(Cell::new(false));
+                        prop_assert!(table.register(id, Ask(gave_up.clone()), lane, id).is_none());
+                        // A second registration of the same id is ignored.
+                        table.register(id, Ask(Rc::default()), lane, id);
+                        model.push((id, lane, gave_up, true));
+                    }
+                    Op::Early => {
+                        // A reply to an issued id that waits for nobody here: kept early.
+                        let id = table.next_id();
+                        table.complete(id, ReplyStatus::Ok, &[]);
+                    }
+                    Op::Complete(k) | Op::Cancel(k) => {
+                        if let Some((id, lane, _, waiting)) = model.get_mut(k) {
+                            let taken = if matches!(op, Op::Complete(_)) {
+                                table.complete(*id, ReplyStatus::Ok, &[])
+                            } else {
+                                table.cancel(*id)
+                            };
+                            prop_assert_eq!(taken.map(|(_, l)| l), waiting.then_some(*lane));
+                            *waiting = false;
+                        }
+                    }
+                    Op::Abandon(k) => {
+                        if let Some((_, _, gave_up, _)) = model.get(k) {
+                            gave_up.set(true);
+                        }
+                    }
+                    Op::Sweep => {
+                        table.sweep();
+                        for (_, _, gave_up, waiting) in &mut model {
+                            *waiting &= !gave_up.get();
+                        }
+                    }
+                    Op::FailAll => {
+                        table.fail_all(|_| 0);
+                        for entry in &mut model {
+                            entry.3 = false;
+                        }
+                    }
+                }
+                for lane in 0..4 {
+                    let expected = model.iter().filter(|e| e.3 && e.1 == lane).count();
+                    prop_assert_eq!(table.waiting_on(lane), expected, "lane {}", lane);
+                }
+            }
+        });
     }
 }
