@@ -450,6 +450,15 @@ impl OutboundLane {
         self.lock().encoder.handed()
     }
 
+    /// The request table's count of replies awaited on this lane, `waiting`, as the writer
+    /// reads it: whether more than one is. Stores only a change.
+    pub(crate) fn set_awaited(&self, waiting: usize) {
+        let many = waiting > 1;
+        if self.awaited_many.load(Ordering::Relaxed) != many {
+            self.awaited_many.store(many, Ordering::Relaxed);
+        }
+    }
+
     /// The peer's life `generation` begins: everything queued for an earlier one is dropped,
     /// and a connection to an earlier one is left (the writer sees it at its next wake-up).
     /// Returns the messages dropped.
@@ -804,17 +813,6 @@ impl Owed {
 impl Drop for Owed {
     fn drop(&mut self) {
         self.lane.owed.fetch_sub(1, Ordering::Relaxed);
-    }
-}
-
-impl OutboundLane {
-    /// The request table's count of replies awaited on this lane, `waiting`, as the writer
-    /// reads it: whether more than one is. Stores only a change.
-    pub(crate) fn set_awaited(&self, waiting: usize) {
-        let many = waiting > 1;
-        if self.awaited_many.load(Ordering::Relaxed) != many {
-            self.awaited_many.store(many, Ordering::Relaxed);
-        }
     }
 }
 

@@ -233,12 +233,7 @@ fn dispatcher(
         let max = d.parallelism_max.map_or(Ok(DEFAULT_PARALLELISM_MAX), |n| {
             positive(&k("parallelism-max"), n)
         })?;
-        if max < min {
-            return Err(invalid(
-                &k("parallelism-max"),
-                &format!("must be at least parallelism-min ({min})"),
-            ));
-        }
+        at_least(&k("parallelism-max"), max, "parallelism-min", min)?;
         Ok((factor, min, max))
     };
     let kind = match kind_name {
@@ -266,12 +261,7 @@ fn dispatcher(
             let max = d.max_pool_size.map_or(Ok(DEFAULT_MAX_POOL_SIZE), |n| {
                 positive(&k("max-pool-size"), n)
             })?;
-            if max < core {
-                return Err(invalid(
-                    &k("max-pool-size"),
-                    &format!("must be at least core-pool-size ({core})"),
-                ));
-            }
+            at_least(&k("max-pool-size"), max, "core-pool-size", core)?;
             let keep_alive = match &d.keep_alive {
                 Some(text) => duration(&k("keep-alive"), text)?,
                 None => DEFAULT_KEEP_ALIVE,
@@ -335,6 +325,17 @@ fn positive(key: &str, n: i64) -> Result<usize, ConfigError> {
             &format!("must be a whole number greater than 0, not {n}"),
         )
     })
+}
+
+/// An upper bound `max` (at `key`) below the lower bound `min` (the key `min_name`) is refused.
+fn at_least(key: &str, max: usize, min_name: &str, min: usize) -> Result<(), ConfigError> {
+    if max < min {
+        return Err(invalid(
+            key,
+            &format!("must be at least {min_name} ({min})"),
+        ));
+    }
+    Ok(())
 }
 
 fn non_negative(key: &str, n: i64) -> Result<usize, ConfigError> {
