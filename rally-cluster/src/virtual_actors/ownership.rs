@@ -126,6 +126,11 @@ impl Ownership {
         view
     }
 
+    /// The member this view belongs to.
+    pub fn local(&self) -> &MemberId {
+        &self.local
+    }
+
     /// The string an owner is recorded under in the state store: address and incarnation.
     pub fn owner_key(member: &MemberId) -> String {
         member.to_string()
