@@ -18,8 +18,8 @@ use crate::membership::MembershipStats;
 use crate::provider::{
     Command, GossipProvider, Provider, ProviderContext, ProviderStartError, Shared,
 };
-use crate::virtual_actors::host::Inner as GrainsInner;
-use crate::virtual_actors::{GrainError, GrainRef, VirtualActor, VirtualActors};
+use crate::virtual_actors::Runtime as GrainsInner;
+use crate::virtual_actors::{GetError, GrainRef, VirtualActor, VirtualActors};
 
 /// Why a member could not join.
 ///
@@ -321,9 +321,9 @@ impl Cluster {
     ///
     /// # Errors
     ///
-    /// [`GrainError::NotStarted`] before this member's runtime is started
+    /// [`GetError::NotStarted`] before this member's runtime is started
     /// ([`VirtualActors::builder`]);
-    /// [`GrainError::InvalidIdentity`] for an empty or too long identity.
+    /// [`GetError::InvalidIdentity`] for an empty or too long identity.
     ///
     /// # Example
     ///
@@ -331,7 +331,7 @@ impl Cluster {
     /// use rally::cluster::{Cluster, ClusterConfig, MemberId};
     /// use rally::cluster::provider::{MemoryNetwork, MemoryProvider};
     /// use rally::cluster::virtual_actors::{
-    ///     Activation, GrainError, GrainMessages, GrainNetwork, VirtualActor, VirtualActors,
+    ///     Activation, GetError, GrainMessages, GrainNetwork, VirtualActor, VirtualActors,
     /// };
     /// use rally::remote::Incarnation;
     /// use rally::{Actor, ActorResult, ActorSystem};
@@ -347,7 +347,7 @@ impl Cluster {
     /// # #[tokio::main] async fn main() {
     /// let me = MemberId::new("rally://doc@mem:1".parse().unwrap(), Incarnation(1), 1);
     /// let cluster = Cluster::join_with(me, ClusterConfig::default(), MemoryProvider::new(&MemoryNetwork::new())).unwrap();
-    /// assert!(matches!(cluster.get::<Cart>("user-42"), Err(GrainError::NotStarted)));
+    /// assert!(matches!(cluster.get::<Cart>("user-42"), Err(GetError::NotStarted)));
     /// let system = ActorSystem::new("doc");
     /// let grains = VirtualActors::builder(&cluster, &system).start_in_memory(&GrainNetwork::new()).unwrap();
     /// let cart = cluster.get::<Cart>("user-42").unwrap();
@@ -355,15 +355,15 @@ impl Cluster {
     /// # drop(grains);
     /// # }
     /// ```
-    pub fn get<K: VirtualActor>(&self, identity: &str) -> Result<GrainRef<K>, GrainError> {
+    pub fn get<K: VirtualActor>(&self, identity: &str) -> Result<GrainRef<K>, GetError> {
         let inner = self
             .grains
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
             .upgrade();
         inner
-            .map(VirtualActors::from_inner)
-            .ok_or(GrainError::NotStarted)?
+            .map(VirtualActors::from_runtime)
+            .ok_or(GetError::NotStarted)?
             .get(identity)
     }
 

@@ -390,7 +390,7 @@ impl Association {
             failed
         };
         for (pending, outcome) in failed {
-            pending.complete(Err(failure(reason, outcome)));
+            pending.failed(failure(reason, outcome));
         }
     }
 
@@ -423,7 +423,7 @@ impl Association {
             early
         };
         if let Some((pending, status, payload)) = early {
-            pending.complete(reply_result(status, &payload));
+            pending.replied(status, &payload);
             return;
         }
         let reason = if let Some(refused) = self.refused_fast() {
@@ -448,7 +448,7 @@ impl Association {
         } else {
             Outcome::NeverSent
         };
-        pending.complete(Err(failure(&reason, outcome)));
+        pending.failed(failure(&reason, outcome));
     }
 
     /// A reply frame arrived.
@@ -464,7 +464,7 @@ impl Association {
             waiting
         };
         match waiting {
-            Some((pending, _)) => pending.complete(reply_result(status, payload)),
+            Some((pending, _)) => pending.replied(status, payload),
             None => tracing::trace!(request = id, "a reply for an unknown or abandoned request"),
         }
     }
@@ -536,19 +536,6 @@ impl Association {
     }
 }
 
-fn reply_result(status: ReplyStatus, payload: &[u8]) -> Result<&[u8], ReplyError> {
-    match status {
-        ReplyStatus::Ok => Ok(payload),
-        ReplyStatus::RecipientGone => Err(ReplyError::Stopped),
-        ReplyStatus::HandlerFailed => {
-            Err(ReplyError::Failed("the remote handler failed".to_owned()))
-        }
-        other => Err(ReplyError::Undeliverable(format!(
-            "the remote node answered {other:?}"
-        ))),
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use std::sync::mpsc;
@@ -579,7 +566,7 @@ mod tests {
         let envelope: Envelope<Nobody> =
             Envelope::new(Ask, ReplyTo::callback(move |r| tx.send(r).unwrap()));
         (
-            PendingReply {
+            PendingReply::Actor {
                 complete,
                 reply: envelope.into_reply(),
             },

@@ -16,6 +16,7 @@ use tokio::sync::OwnedSemaphorePermit;
 use crate::association::{Association, lock};
 use crate::connection;
 use crate::events::DownReason;
+use crate::grain::{GrainReplyTo, GrainRequest, GrainService};
 use crate::node::NodeInner;
 use crate::outbound::ReplyRoute;
 use crate::registry::{Exposed, InboundError};
@@ -100,6 +101,7 @@ pub(crate) async fn serve(
         incarnation: peer.peer.incarnation,
         generation,
         targets: Vec::new(),
+        grains: None,
         origin: Arc::new(peer.peer.clone()),
         peer: peer.clone(),
     };
@@ -128,6 +130,8 @@ struct Connection {
     incarnation: Incarnation,
     generation: u64,
     targets: Vec<CachedTarget>,
+    /// What serves grain requests, as resolved under a version of the node's grain service.
+    grains: Option<(u64, Option<Arc<dyn GrainService>>)>,
     /// The authenticated sender, handed to every message delivered from this connection
     /// (`RemoteContext::remote_origin`).
     origin: rally_actor::Origin,
@@ -155,6 +159,7 @@ impl Connection {
                     &self.node,
                     &self.association,
                     &mut self.targets,
+                    &mut self.grains,
                     self.incarnation,
                     self.generation,
                     &self.peer,
@@ -211,6 +216,7 @@ impl Connection {
         node: &Arc<NodeInner>,
         association: &Arc<Association>,
         targets: &mut Vec<CachedTarget>,
+        grains: &mut Option<(u64, Option<Arc<dyn GrainService>>)>,
         incarnation: Incarnation,
         generation: u64,
         peer: &PeerInfo,
@@ -267,6 +273,53 @@ impl Connection {
                     if request_id != 0 {
                         let lane = association.reply_lane(peer.lane);
                         let _ = lane.push_reply::<()>(generation, request_id, Err(status));
+                    }
+                }
+            }
+            InboundFrame::GrainRequest {
+                request_id,
+                kind,
+                manifest,
+                identity,
+                hops,
+                wait_ms,
+                flags,
+                payload,
+            } => {
+                let version = node.grains_version();
+                if !matches!(grains, Some((seen, _)) if *seen == version) {
+                    *grains = Some(node.grain_service());
+                }
+                match grains.as_ref().and_then(|(_, service)| service.as_ref()) {
+                    Some(service) => service.request(
+                        &peer.peer,
+                        GrainRequest {
+                            kind,
+                            manifest,
+                            identity,
+                            hops,
+                            wait: (wait_ms > 0).then(|| std::time::Duration::from_millis(wait_ms)),
+                            flags,
+                            payload,
+                        },
+                        (request_id != 0).then(|| {
+                            GrainReplyTo::new(ReplyRoute::new(
+                                association.reply_lane(peer.lane).clone(),
+                                generation,
+                                request_id,
+                            ))
+                        }),
+                    ),
+                    None => {
+                        counters.unknown_recipient.fetch_add(1, Ordering::Relaxed);
+                        if request_id != 0 {
+                            let lane = association.reply_lane(peer.lane);
+                            let _ = lane.push_reply::<()>(
+                                generation,
+                                request_id,
+                                Err(ReplyStatus::UnknownRecipient),
+                            );
+                        }
                     }
                 }
             }

@@ -3,7 +3,7 @@
 use std::any::{Any, TypeId};
 use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, RwLock, Weak};
+use std::sync::{Arc, Mutex, PoisonError, RwLock, Weak};
 use std::time::Duration;
 
 use rally_actor::{ActorId, ActorRef, ActorSystem, DeadLetterReason};
@@ -104,7 +104,7 @@ pub enum ExposeError {
 /// ```
 #[derive(Clone)]
 pub struct RemoteNode {
-    inner: Arc<NodeInner>,
+    pub(crate) inner: Arc<NodeInner>,
     _alive: Arc<watch::Sender<bool>>,
 }
 
@@ -128,6 +128,10 @@ pub(crate) struct NodeInner {
     shutdown: watch::Receiver<bool>,
     /// Where peer events go ([`RemoteNode::peer_events`]).
     events: broadcast::Sender<PeerEvent>,
+    /// What serves grain requests ([`RemoteNode::serve_grains`]), and a count of its changes
+    /// (connections keep the one they found while the count holds).
+    grains: RwLock<Option<Weak<dyn crate::grain::GrainService>>>,
+    grains_version: AtomicU64,
 }
 
 struct ExposedEntry {
@@ -238,6 +242,8 @@ impl RemoteNode {
             counters: Counters::default(),
             shutdown,
             events: broadcast::channel(PEER_EVENTS_CAPACITY).0,
+            grains: RwLock::new(None),
+            grains_version: AtomicU64::new(0),
         });
         tracing::info!(address = %inner.local.address, "remote node listening");
         let weak = Arc::downgrade(&inner);
@@ -577,6 +583,29 @@ impl NodeInner {
     }
 
     /// The version of the exposed names (changes on every expose and unexpose).
+    /// Installs what serves grain requests (see [`RemoteNode::serve_grains`]).
+    pub(crate) fn set_grain_service(&self, service: Weak<dyn crate::grain::GrainService>) {
+        *self.grains.write().unwrap_or_else(PoisonError::into_inner) = Some(service);
+        self.grains_version.fetch_add(1, Ordering::Release);
+    }
+
+    /// What serves grain requests now, and the count of its changes it was read at.
+    pub(crate) fn grain_service(&self) -> (u64, Option<Arc<dyn crate::grain::GrainService>>) {
+        let version = self.grains_version.load(Ordering::Acquire);
+        let service = self
+            .grains
+            .read()
+            .unwrap_or_else(PoisonError::into_inner)
+            .as_ref()
+            .and_then(Weak::upgrade);
+        (version, service)
+    }
+
+    /// The count of grain service changes.
+    pub(crate) fn grains_version(&self) -> u64 {
+        self.grains_version.load(Ordering::Acquire)
+    }
+
     pub(crate) fn exposed_version(&self) -> u64 {
         self.exposed_version.load(Ordering::Acquire)
     }

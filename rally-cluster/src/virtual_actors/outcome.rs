@@ -5,6 +5,8 @@
 
 use std::fmt;
 
+use rally_remote::GrainOutcome;
+
 /// Why a call was not handled: it was refused before any activation saw it, so sending it again
 /// cannot apply it twice. Rally itself sends again only [`resend`](Self::resend)-able ones, and
 /// only within the call's deadline.
@@ -37,13 +39,59 @@ pub(crate) enum Refusal {
     InvalidIdentity(String),
     /// Too many calls wait for the identity already.
     Overloaded,
+    /// The activation it was handed to had stopped before it took it.
+    Ended,
 }
 
 impl Refusal {
     /// Whether Rally sends the call again by itself (within its deadline): the member stopped
     /// hosting (its peers route elsewhere once their view moves on), or the call never left.
     pub(crate) fn resend(&self) -> bool {
-        matches!(self, Self::Stopped | Self::Unreachable(_))
+        matches!(self, Self::Stopped | Self::Unreachable(_) | Self::Ended)
+    }
+
+    /// The outcome code and text it travels as.
+    pub(crate) fn to_wire(&self) -> (GrainOutcome, String) {
+        let text = |s: &String| s.clone();
+        match self {
+            Self::Stopped => (GrainOutcome::STOPPED, String::new()),
+            Self::Unreachable(why) => (GrainOutcome::UNREACHABLE, text(why)),
+            Self::NoHost => (GrainOutcome::NO_HOST, String::new()),
+            Self::NotHosted(member) => (GrainOutcome::NOT_HOSTED, text(member)),
+            Self::UnknownMessage(manifest) => (GrainOutcome::UNKNOWN_MESSAGE, text(manifest)),
+            Self::Undecodable(why) => (GrainOutcome::UNDECODABLE, text(why)),
+            Self::ActivationFailed(why) => (GrainOutcome::ACTIVATION_FAILED, text(why)),
+            Self::Store(why) => (GrainOutcome::STORE, text(why)),
+            Self::TooManyHops(hops) => (GrainOutcome::TOO_MANY_HOPS, hops.to_string()),
+            Self::SettingsMismatch(why) => (GrainOutcome::SETTINGS_MISMATCH, text(why)),
+            Self::Expired => (GrainOutcome::EXPIRED, String::new()),
+            Self::InvalidIdentity(why) => (GrainOutcome::INVALID_IDENTITY, text(why)),
+            Self::Overloaded => (GrainOutcome::OVERLOADED, String::new()),
+            Self::Ended => (GrainOutcome::ENDED, String::new()),
+        }
+    }
+
+    /// The refusal an outcome code in the not-handled range stands for (`text` is its body);
+    /// a code this version does not know is a refusal all the same, not sent again.
+    pub(crate) fn from_wire(outcome: GrainOutcome, text: &[u8]) -> Self {
+        let text = String::from_utf8_lossy(text).into_owned();
+        match outcome {
+            GrainOutcome::STOPPED => Self::Stopped,
+            GrainOutcome::UNREACHABLE => Self::Unreachable(text),
+            GrainOutcome::NO_HOST => Self::NoHost,
+            GrainOutcome::NOT_HOSTED => Self::NotHosted(text),
+            GrainOutcome::UNKNOWN_MESSAGE => Self::UnknownMessage(text),
+            GrainOutcome::UNDECODABLE => Self::Undecodable(text),
+            GrainOutcome::ACTIVATION_FAILED => Self::ActivationFailed(text),
+            GrainOutcome::STORE => Self::Store(text),
+            GrainOutcome::TOO_MANY_HOPS => Self::TooManyHops(text.parse().unwrap_or(u8::MAX)),
+            GrainOutcome::SETTINGS_MISMATCH => Self::SettingsMismatch(text),
+            GrainOutcome::EXPIRED => Self::Expired,
+            GrainOutcome::INVALID_IDENTITY => Self::InvalidIdentity(text),
+            GrainOutcome::OVERLOADED => Self::Overloaded,
+            GrainOutcome::ENDED => Self::Ended,
+            other => Self::Undecodable(format!("refused with code {} ({text})", other.0)),
+        }
     }
 }
 
@@ -69,6 +117,7 @@ impl fmt::Display for Refusal {
             Self::Expired => f.write_str("its deadline passed before an activation took it"),
             Self::InvalidIdentity(why) => write!(f, "invalid identity: {why}"),
             Self::Overloaded => f.write_str("too many calls wait for the identity"),
+            Self::Ended => f.write_str("the activation had stopped before it took the call"),
         }
     }
 }
