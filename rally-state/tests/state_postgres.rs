@@ -14,6 +14,7 @@ async fn postgres_store_keeps_the_contract_and_races_have_one_winner() {
     let store = PostgresStore::connect(&server.config()).await.unwrap();
     support::check_contract(&store, "p").await;
     support::check_shared_scope(&store, "p").await;
+    support::check_fences(&store, "p").await;
     // Four connections, as four members would hold.
     let mut stores: Vec<Arc<dyn StateStore>> = Vec::new();
     for _ in 0..4 {

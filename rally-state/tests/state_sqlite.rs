@@ -6,6 +6,7 @@ mod support;
 use std::sync::Arc;
 
 use rally::state::{Claim, SqliteStore, StateStore, StoreError};
+use support::lease;
 
 /// A database file in a fresh temporary directory, removed with it.
 struct TempDb {
@@ -37,6 +38,7 @@ async fn sqlite_store_keeps_the_contract() {
     let store = SqliteStore::open(db.path()).unwrap();
     support::check_contract(&store, "s").await;
     support::check_shared_scope(&store, "s").await;
+    support::check_fences(&store, "s").await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -106,14 +108,20 @@ async fn operations_issued_together_share_commits_and_keep_their_own_answers() {
             let identity = format!("u{i}");
             (
                 i,
-                store.save("cart", &identity, epoch, &identity, b"s").await,
+                store
+                    .save("cart", &identity, lease(epoch), &identity, b"s")
+                    .await,
             )
         });
     }
     while let Some(done) = saves.join_next().await {
         let (i, saved) = done.unwrap();
         if i % 10 == 0 {
-            assert_eq!(saved, Err(StoreError::StaleEpoch { epoch: 7 }), "u{i}");
+            assert_eq!(
+                saved,
+                Err(StoreError::StaleEpoch { fence: lease(7) }),
+                "u{i}"
+            );
         } else {
             assert_eq!(saved, Ok(()), "u{i}");
         }
@@ -131,7 +139,10 @@ async fn state_and_fencing_survive_reopening_the_file() {
     {
         let first = SqliteStore::open(db.path()).unwrap();
         assert_eq!(first.claim("cart", "u1", "m1").await, Ok(Claim::Granted(1)));
-        first.save("cart", "u1", 1, "u1", b"kept").await.unwrap();
+        first
+            .save("cart", "u1", lease(1), "u1", b"kept")
+            .await
+            .unwrap();
     }
     // Another member on the machine, as a member process restarted would open it.
     let second = SqliteStore::open(db.path()).unwrap();
@@ -144,8 +155,8 @@ async fn state_and_fencing_survive_reopening_the_file() {
         Ok(Claim::Granted(2))
     );
     assert_eq!(
-        second.save("cart", "u1", 1, "u1", b"stale").await,
-        Err(StoreError::StaleEpoch { epoch: 1 })
+        second.save("cart", "u1", lease(1), "u1", b"stale").await,
+        Err(StoreError::StaleEpoch { fence: lease(1) })
     );
 }
 
@@ -288,4 +299,14 @@ async fn the_write_ahead_log_stays_bounded_under_commits_that_never_pause() {
         largest < BOUND,
         "the write-ahead log reached {largest} bytes (bound {BOUND})"
     );
+}
+
+#[test]
+fn sqlite_store_answers_as_the_model_over_random_sequences() {
+    let db = TempDb::new("model");
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .build()
+        .unwrap();
+    let store = SqliteStore::open(db.path()).unwrap();
+    support::model::check_against_model(&store, &runtime, "sqlite", 512);
 }
