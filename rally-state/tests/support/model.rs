@@ -8,8 +8,57 @@ use proptest::prelude::*;
 use proptest::test_runner::{Config, TestCaseError, TestRunner};
 use rally::state::{Claim, Epoch, Fence, MAX_LIFE, StateStore, StoreError};
 
+/// An epoch as a sequence names it: relative to the scope's latest epoch when the operation
+/// runs (so that most operations carry an epoch that matters), or one never granted.
+#[derive(Debug, Clone, Copy)]
+pub enum Pick {
+    /// The scope's latest epoch (held or released).
+    Latest,
+    /// The one before it.
+    Previous,
+    /// The one after it (not granted yet).
+    Next,
+    /// Never granted: 0, and the largest (past what SQL stores).
+    Zero,
+    Max,
+}
+
 /// One call of the store, on keys from small sets so that sequences meet the same leases and
-/// identities again and again.
+/// identities again and again; its epochs named by [`Pick`].
+#[derive(Debug, Clone)]
+pub enum Step {
+    Claim {
+        scope: usize,
+        owner: usize,
+    },
+    TakeOver {
+        scope: usize,
+        owner: usize,
+        from: Pick,
+    },
+    Release {
+        scope: usize,
+        epoch: Pick,
+    },
+    Save {
+        scope: usize,
+        epoch: Pick,
+        life: u64,
+        identity: usize,
+        value: u8,
+    },
+    Fence {
+        scope: usize,
+        epoch: Pick,
+        life: u64,
+        identity: usize,
+    },
+    Load {
+        identity: usize,
+    },
+}
+
+/// One call of the store with its epochs resolved.
 #[derive(Debug, Clone)]
 pub enum Op {
     Claim {
@@ -64,6 +113,61 @@ pub struct Model {
 }
 
 impl Model {
+    /// `step` with its epochs resolved against the leases as they are now.
+    pub fn resolve(&self, step: &Step) -> Op {
+        let epoch = |scope: usize, pick: Pick| {
+            let latest = self.leases.get(SCOPES[scope]).map_or(0, |lease| lease.0);
+            match pick {
+                Pick::Latest => latest,
+                Pick::Previous => latest.saturating_sub(1),
+                Pick::Next => latest + 1,
+                Pick::Zero => 0,
+                Pick::Max => u64::MAX,
+            }
+        };
+        match *step {
+            Step::Claim { scope, owner } => Op::Claim { scope, owner },
+            Step::TakeOver { scope, owner, from } => Op::TakeOver {
+                scope,
+                owner,
+                from: epoch(scope, from),
+            },
+            Step::Release { scope, epoch: pick } => Op::Release {
+                scope,
+                epoch: epoch(scope, pick),
+            },
+            Step::Save {
+                scope,
+                epoch: pick,
+                life,
+                identity,
+                value,
+            } => Op::Save {
+                scope,
+                fence: Fence {
+                    epoch: epoch(scope, pick),
+                    life,
+                },
+                identity,
+                value,
+            },
+            Step::Fence {
+                scope,
+                epoch: pick,
+                life,
+                identity,
+            } => Op::Fence {
+                scope,
+                fence: Fence {
+                    epoch: epoch(scope, pick),
+                    life,
+                },
+                identity,
+            },
+            Step::Load { identity } => Op::Load { identity },
+        }
+    }
+
     fn held(&self, scope: &str, epoch: Epoch) -> bool {
         self.leases
             .get(scope)
@@ -200,31 +304,37 @@ pub async fn call(store: &dyn StateStore, kind: &str, op: &Op) -> Answer {
     }
 }
 
-/// Epochs near those granted (1 to 5 in a sequence this long), 0 (never granted) and the
-/// largest (past what SQL stores).
-fn epoch() -> impl Strategy<Value = Epoch> {
-    prop_oneof![8 => 0..6u64, 1 => Just(u64::MAX)]
+fn pick() -> impl Strategy<Value = Pick> {
+    prop_oneof![
+        12 => Just(Pick::Latest),
+        3 => Just(Pick::Previous),
+        2 => Just(Pick::Next),
+        1 => Just(Pick::Zero),
+        1 => Just(Pick::Max),
+    ]
 }
 
-fn fence() -> impl Strategy<Value = Fence> {
-    let life = prop_oneof![12 => 0..4u64, 1 => Just(MAX_LIFE), 1 => Just(MAX_LIFE + 1)];
-    (epoch(), life).prop_map(|(epoch, life)| Fence { epoch, life })
+/// Lives 0 to 3 mostly, so that fences and saves of one lease meet; the largest accepted and
+/// the smallest refused now and then.
+fn life() -> impl Strategy<Value = u64> {
+    prop_oneof![24 => 0..4u64, 1 => Just(MAX_LIFE), 1 => Just(MAX_LIFE + 1)]
 }
 
-fn op() -> impl Strategy<Value = Op> {
+fn step() -> impl Strategy<Value = Step> {
     let scope = 0..SCOPES.len();
     let owner = 0..OWNERS.len();
     let identity = 0..IDENTITIES.len();
     prop_oneof![
-        3 => (scope.clone(), owner.clone()).prop_map(|(scope, owner)| Op::Claim { scope, owner }),
-        2 => (scope.clone(), owner, epoch())
-            .prop_map(|(scope, owner, from)| Op::TakeOver { scope, owner, from }),
-        2 => (scope.clone(), epoch()).prop_map(|(scope, epoch)| Op::Release { scope, epoch }),
-        5 => (scope.clone(), fence(), identity.clone(), any::<u8>())
-            .prop_map(|(scope, fence, identity, value)| Op::Save { scope, fence, identity, value }),
-        3 => (scope, fence(), identity.clone())
-            .prop_map(|(scope, fence, identity)| Op::Fence { scope, fence, identity }),
-        2 => identity.prop_map(|identity| Op::Load { identity }),
+        3 => (scope.clone(), owner.clone()).prop_map(|(scope, owner)| Step::Claim { scope, owner }),
+        2 => (scope.clone(), owner, pick())
+            .prop_map(|(scope, owner, from)| Step::TakeOver { scope, owner, from }),
+        2 => (scope.clone(), pick()).prop_map(|(scope, epoch)| Step::Release { scope, epoch }),
+        6 => (scope.clone(), pick(), life(), identity.clone(), any::<u8>()).prop_map(
+            |(scope, epoch, life, identity, value)| Step::Save { scope, epoch, life, identity, value }
+        ),
+        4 => (scope, pick(), life(), identity.clone())
+            .prop_map(|(scope, epoch, life, identity)| Step::Fence { scope, epoch, life, identity }),
+        3 => identity.prop_map(|identity| Step::Load { identity }),
     ]
 }
 
@@ -246,13 +356,14 @@ pub fn check_against_model(
         failure_persistence: None,
         ..Config::default()
     });
-    let strategy = proptest::collection::vec(op(), 1..60);
-    let result = runner.run(&strategy, |ops| {
+    let strategy = proptest::collection::vec(step(), 1..60);
+    let result = runner.run(&strategy, |steps| {
         let kind = format!("{name}-{}", CASE.fetch_add(1, Ordering::Relaxed));
         let mut model = Model::default();
-        for (i, op) in ops.iter().enumerate() {
-            let expected = model.apply(op);
-            let got = runtime.block_on(call(store, &kind, op));
+        for (i, step) in steps.iter().enumerate() {
+            let op = model.resolve(step);
+            let expected = model.apply(&op);
+            let got = runtime.block_on(call(store, &kind, &op));
             let same = match (&expected, &got) {
                 (
                     Answer::Done(Err(StoreError::InvalidKey(_))),
