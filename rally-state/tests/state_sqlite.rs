@@ -420,7 +420,10 @@ async fn stats_count_every_write_transaction_and_its_hold_time() {
     assert_eq!(store.stats().longest_hold(), std::time::Duration::ZERO);
     // One at a time: a transaction each.
     assert_eq!(store.claim("cart", "#1", "m1").await, Ok(Claim::Granted(1)));
-    store.save("cart", "#1", lease(1), "u1", b"s").await.unwrap();
+    store
+        .save("cart", "#1", lease(1), "u1", b"s")
+        .await
+        .unwrap();
     store.load("cart", "u1").await.unwrap();
     let stats = store.stats();
     assert_eq!((stats.transactions(), stats.operations()), (2, 2));
