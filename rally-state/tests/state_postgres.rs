@@ -295,3 +295,263 @@ async fn no_save_of_an_older_life_is_applied_after_its_fence_returned() {
         "the saves and the fences raced: some of the saves in flight were applied, some refused"
     );
 }
+
+/// A member process of the store, its stdout collected line by line.
+struct Member {
+    child: std::process::Child,
+    lines: Arc<std::sync::Mutex<Vec<String>>>,
+    arrived: Arc<tokio::sync::Notify>,
+}
+
+impl Member {
+    fn start(config: &str, owner: &str, shards: u64) -> Self {
+        let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_rally-state-test-member"))
+            .args([config, owner, &shards.to_string()])
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .spawn()
+            .expect("the member binary starts");
+        let stdout = child.stdout.take().expect("piped");
+        let lines = Arc::new(std::sync::Mutex::new(Vec::new()));
+        let arrived = Arc::new(tokio::sync::Notify::new());
+        let (collected, notify) = (Arc::clone(&lines), Arc::clone(&arrived));
+        std::thread::spawn(move || {
+            use std::io::BufRead;
+            for line in std::io::BufReader::new(stdout).lines() {
+                let Ok(line) = line else { break };
+                collected.lock().unwrap().push(line);
+                notify.notify_one();
+            }
+            notify.notify_one();
+        });
+        Self {
+            child,
+            lines,
+            arrived,
+        }
+    }
+
+    fn pid(&self) -> nix::unistd::Pid {
+        nix::unistd::Pid::from_raw(i32::try_from(self.child.id()).unwrap())
+    }
+
+    fn lines(&self) -> Vec<String> {
+        self.lines.lock().unwrap().clone()
+    }
+
+    /// Waits (bounded) until `done` holds for the lines so far.
+    async fn wait_for(&self, what: &str, done: impl Fn(&[String]) -> bool) {
+        tokio::time::timeout(T, async {
+            while !done(&self.lines()) {
+                self.arrived.notified().await;
+            }
+        })
+        .await
+        .unwrap_or_else(|_| panic!("the member did not {what} within {T:?}"));
+    }
+
+    /// Whether the kernel shows the process stopped (state `T` in `/proc/<pid>/stat`).
+    fn stopped(&self) -> bool {
+        let stat = std::fs::read_to_string(format!("/proc/{}/stat", self.child.id())).unwrap();
+        // The state follows the command name, which is in parentheses.
+        stat.rsplit_once(") ")
+            .is_some_and(|(_, rest)| rest.starts_with('T'))
+    }
+}
+
+impl Drop for Member {
+    fn drop(&mut self) {
+        // A test that failed while the member was stopped must not leave it behind.
+        let _ = nix::sys::signal::kill(self.pid(), nix::sys::signal::Signal::SIGCONT);
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Bound on every wait of the process test: generous, since several builds share two cores.
+const T: std::time::Duration = std::time::Duration::from_secs(120);
+
+fn wall_ns() -> u128 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_nanos()
+}
+
+/// Defect 8's PostgreSQL side: a member process stopped (SIGSTOP) in the middle of saving to its
+/// shards blocks only those shards, and only as long as its lease is respected. While it is
+/// stopped, another member claims, saves to and releases other shards (every operation
+/// completes), finds the stopped member's shards held by it, and can even take one over (the
+/// stopped member holds no lock in the database). Once resumed, the member's operations in
+/// flight all complete; its saves to the shard taken over are refused, the rest apply.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs postgresql; run by .ci/run"]
+async fn a_member_stopped_mid_operation_blocks_only_its_own_shards() {
+    const SHARDS: u64 = 4;
+    let server = PgServer::start("stopped");
+    let config = server.config();
+    let mut member = Member::start(&config, "stopped", SHARDS);
+    // Stop it in the middle of its saves: once every worker has saved a few times.
+    member
+        .wait_for("save", |lines| {
+            lines.iter().filter(|l| l.starts_with("END ")).count() >= 200
+        })
+        .await;
+    nix::sys::signal::kill(member.pid(), nix::sys::signal::Signal::SIGSTOP).unwrap();
+    tokio::time::timeout(T, async {
+        while !member.stopped() {
+            tokio::time::sleep(std::time::Duration::from_millis(1)).await;
+        }
+    })
+    .await
+    .expect("the member stops");
+    let stopped_at = wall_ns();
+
+    // Meanwhile, another member: 40 shards of its own, each claimed, saved three times, read,
+    // released (200 operations), on a connection of its own.
+    let other = PostgresStore::connect(&config).await.unwrap();
+    let mut completed = 0;
+    for shard in 0..40 {
+        let scope = format!("#other-{shard}");
+        let Ok(Claim::Granted(epoch)) = other.claim("paused", &scope, "other").await else {
+            panic!("{scope}: a free shard is granted while the member is stopped")
+        };
+        let identity = format!("other-{shard}");
+        for value in 0..3u8 {
+            other
+                .save(
+                    "paused",
+                    &scope,
+                    Fence { epoch, life: 0 },
+                    &identity,
+                    &[value],
+                )
+                .await
+                .unwrap();
+        }
+        assert_eq!(
+            other.load("paused", &identity).await.unwrap(),
+            Some(vec![2])
+        );
+        other.release("paused", &scope, epoch).await.unwrap();
+        completed += 6;
+    }
+    // The stopped member's shards are its own: still held by it (the runtime waits for its
+    // lease, and takes over only from a member it downed).
+    let mut epochs = Vec::new();
+    for shard in 0..SHARDS {
+        let scope = format!("#stopped-{shard}");
+        match other.claim("paused", &scope, "other").await.unwrap() {
+            Claim::Held { owner, epoch } => {
+                assert_eq!(owner, "stopped", "{scope}");
+                epochs.push(epoch);
+            }
+            granted => panic!("{scope}: the stopped member's shard was {granted:?}"),
+        }
+    }
+    // Taking one over does not wait for the stopped member either: it holds no lock.
+    let Ok(Claim::Granted(taken)) = other
+        .take_over("paused", "#stopped-0", "other", epochs[0])
+        .await
+    else {
+        panic!("the takeover from the member's epoch is granted")
+    };
+    // Worker 0 saves to stopped-0, in the shard taken over: its state as the takeover left it.
+    let at_takeover = other.load("paused", "stopped-0").await.unwrap();
+    assert!(member.stopped(), "the member stayed stopped throughout");
+    let resumed_at = wall_ns();
+    nix::sys::signal::kill(member.pid(), nix::sys::signal::Signal::SIGCONT).unwrap();
+
+    // Resumed: let its workers go on for a while, then stop them.
+    let seen = member.lines().len();
+    member
+        .wait_for("save after resuming", |lines| lines.len() >= seen + 200)
+        .await;
+    use std::io::Write;
+    writeln!(member.child.stdin.as_mut().unwrap(), "stop").unwrap();
+    member
+        .wait_for("finish", |lines| lines.last().is_some_and(|l| l == "DONE"))
+        .await;
+    assert!(member.child.wait().unwrap().success());
+
+    // What the member did, from its lines.
+    let lines = member.lines();
+    let mut begun = std::collections::HashMap::new();
+    let (mut in_flight_at_stop, mut refused_after, mut applied) = (0, 0, 0);
+    for line in &lines {
+        let fields: Vec<&str> = line.split(' ').collect();
+        match fields.as_slice() {
+            ["BEGIN", worker, seq, at] => {
+                begun.insert(
+                    (worker.to_string(), seq.to_string()),
+                    at.parse::<u128>().unwrap(),
+                );
+            }
+            ["END", worker, seq, outcome, at] => {
+                let at: u128 = at.parse().unwrap();
+                assert!(
+                    at < stopped_at || at > resumed_at,
+                    "the member wrote while stopped: {line}"
+                );
+                let began = begun
+                    .remove(&(worker.to_string(), seq.to_string()))
+                    .unwrap_or_else(|| panic!("{line}: never began"));
+                if began < stopped_at && at > resumed_at {
+                    in_flight_at_stop += 1;
+                }
+                match (*worker, *outcome) {
+                    // Worker 0 (and 4) save to shard 0: refused once it was taken over.
+                    ("0" | "4", "STALE") if at > resumed_at => refused_after += 1,
+                    ("0" | "4", "OK") | (_, "OK") => {
+                        assert!(
+                            !(*worker == "0" || *worker == "4") || began < stopped_at,
+                            "a save begun after the takeover applied: {line}"
+                        );
+                        applied += 1;
+                    }
+                    _ => panic!("unexpected outcome: {line}"),
+                }
+            }
+            _ => {}
+        }
+    }
+    assert!(begun.is_empty(), "operations never answered: {begun:?}");
+    assert!(
+        in_flight_at_stop >= 1,
+        "the member was stopped in the middle of its operations"
+    );
+    assert!(
+        refused_after >= 1,
+        "its saves to the shard taken over were refused"
+    );
+    let released: Vec<&String> = lines.iter().filter(|l| l.starts_with("RELEASED")).collect();
+    assert_eq!(
+        released,
+        [
+            "RELEASED #stopped-0 STALE",
+            "RELEASED #stopped-1 OK",
+            "RELEASED #stopped-2 OK",
+            "RELEASED #stopped-3 OK"
+        ]
+    );
+    // No save of the member applied after the takeover; its other shards are free again.
+    assert_eq!(
+        other.load("paused", "stopped-0").await.unwrap(),
+        at_takeover
+    );
+    for (shard, epoch) in epochs.iter().enumerate().skip(1) {
+        assert_eq!(
+            other
+                .claim("paused", &format!("#stopped-{shard}"), "other")
+                .await,
+            Ok(Claim::Granted(epoch + 1))
+        );
+    }
+    assert!(taken > epochs[0]);
+    eprintln!(
+        "while the member was stopped ({} ms): {completed} operations of another member \
+         completed; {in_flight_at_stop} of the member's saves were in flight, all answered after \
+         it resumed; it applied {applied} saves, {refused_after} refused after the takeover",
+        (resumed_at - stopped_at) / 1_000_000
+    );
+}
