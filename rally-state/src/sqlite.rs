@@ -297,6 +297,10 @@ impl std::fmt::Debug for Shared {
     }
 }
 
+/// The longest hold [`Holds`] tells apart, in nanoseconds (an hour); longer ones count as an
+/// hour. Two significant digits (1%) over this range take about 40 KiB.
+const HOLD_BOUND_NS: u64 = 3_600_000_000_000;
+
 /// What the write transactions held the write lock for.
 struct Holds {
     transactions: u64,
@@ -310,8 +314,8 @@ impl Holds {
         Self {
             transactions: 0,
             operations: 0,
-            histogram: Histogram::new(3)
-                .expect("3 significant digits is within hdrhistogram's 0..=5"),
+            histogram: Histogram::new_with_bounds(1, HOLD_BOUND_NS, 2)
+                .expect("1 ns to an hour at 2 significant digits are valid bounds"),
         }
     }
 }
@@ -398,7 +402,7 @@ impl SqliteStats {
         self.operations
     }
 
-    /// The hold time at `quantile` (0.0 to 1.0) of the transactions, to three significant
+    /// The hold time at `quantile` (0.0 to 1.0) of the transactions, to two significant
     /// digits; zero before any.
     pub fn hold_quantile(&self, quantile: f64) -> Duration {
         Duration::from_nanos(self.hold.value_at_quantile(quantile))

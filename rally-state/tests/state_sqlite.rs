@@ -446,7 +446,9 @@ async fn stats_count_every_write_transaction_and_its_hold_time() {
         "{}",
         stats.transactions()
     );
-    assert!(stats.hold_quantile(0.5) > std::time::Duration::ZERO);
+    // A commit writes the log (a system call at least): never under a microsecond, so a
+    // figure below one would be the histogram's, not the lock's.
+    assert!(stats.hold_quantile(0.5) >= std::time::Duration::from_micros(1));
     assert!(stats.hold_quantile(0.5) <= stats.hold_quantile(0.99));
     assert!(stats.hold_quantile(0.99) <= stats.longest_hold());
 }

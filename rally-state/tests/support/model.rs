@@ -108,9 +108,11 @@ pub enum Answer {
 pub struct Model {
     /// scope → (epoch, owner, held)
     leases: BTreeMap<&'static str, (Epoch, &'static str, bool)>,
-    /// identity → (state, floor with its scope)
-    states: BTreeMap<&'static str, (Option<Vec<u8>>, Option<(&'static str, Fence)>)>,
+    states: BTreeMap<&'static str, Record>,
 }
+
+/// An identity's state, and its floor with the scope it belongs to.
+type Record = (Option<Vec<u8>>, Option<(&'static str, Fence)>);
 
 impl Model {
     /// `step` with its epochs resolved against the leases as they are now.
