@@ -10,7 +10,7 @@ use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 use rally::cluster::virtual_actors::{
-    GrainError, Hashed, Placement, VirtualActorsConfig, shard_of,
+    AskError, GetError, Hashed, Placement, VirtualActorsConfig, shard_of,
 };
 use rally::cluster::{MemberEvent, MemberId, MemberStatus};
 use rally::state::{Claim, MemoryStore, SqliteStore, StateStore};
@@ -109,12 +109,12 @@ async fn bad_input_is_a_typed_error_at_the_sender_and_activates_nothing() {
     // Empty or too long identity.
     assert!(matches!(
         client.grains.get::<Probe>(""),
-        Err(GrainError::InvalidIdentity(_))
+        Err(GetError::InvalidIdentity(_))
     ));
     let long = "x".repeat(257);
     assert!(matches!(
         client.grains.get::<Probe>(&long),
-        Err(GrainError::InvalidIdentity(_))
+        Err(GetError::InvalidIdentity(_))
     ));
     assert!(client.grains.get::<Probe>(&"x".repeat(256)).is_ok());
 
@@ -122,13 +122,13 @@ async fn bad_input_is_a_typed_error_at_the_sender_and_activates_nothing() {
     let grain = client.grains.get::<Probe>("bad-1").unwrap();
     assert_eq!(
         grain.ask(Where, Duration::ZERO).await,
-        Err(GrainError::InvalidTimeout)
+        Err(AskError::InvalidTimeout)
     );
 
     // A message type the kind did not register cannot cross to another member.
     assert_eq!(
         grain.ask(Unlisted, T).await,
-        Err(GrainError::UnknownMessage("test.probe.Unlisted".into()))
+        Err(AskError::UnknownMessage("test.probe.Unlisted".into()))
     );
 
     // A kind no member hosts: a second cluster whose only host declares no kind.
@@ -142,7 +142,7 @@ async fn bad_input_is_a_typed_error_at_the_sender_and_activates_nothing() {
             .unwrap()
             .ask(Where, Duration::from_millis(300))
             .await,
-        Err(GrainError::NoHost("probe".into())),
+        Err(AskError::NoHost("probe".into())),
         "no host seen within the ask's timeout"
     );
 
@@ -168,7 +168,7 @@ async fn bad_input_is_a_typed_error_at_the_sender_and_activates_nothing() {
     .await;
     assert!(matches!(
         grains.get::<Probe>("bad-3").unwrap().ask(Where, T).await,
-        Err(GrainError::NotHosted { .. })
+        Err(AskError::NotHosted { .. })
     ));
 
     // Registering a kind the member does not declare is refused at start.
@@ -199,7 +199,7 @@ async fn a_failing_or_panicking_hook_fails_the_sender_and_the_identity_activates
     for identity in ["failonce-a", "paniconce-b"] {
         let grain = client.grains.get::<Probe>(identity).unwrap();
         let first = grain.ask(Add(1), T).await;
-        let Err(GrainError::ActivationFailed(why)) = first else {
+        let Err(AskError::ActivationFailed(why)) = first else {
             panic!("{identity}: {first:?}");
         };
         let expected = if identity.starts_with("paniconce-") {
@@ -861,6 +861,6 @@ async fn the_cluster_hands_out_refs_of_its_one_runtime() {
     .unwrap();
     assert!(matches!(
         bare.get::<Probe>("viacluster-1"),
-        Err(GrainError::NotStarted)
+        Err(GetError::NotStarted)
     ));
 }

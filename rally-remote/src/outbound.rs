@@ -894,7 +894,7 @@ mod tests {
     #[test]
     fn a_panicking_serialize_is_a_refusal_with_its_text_and_place() {
         let mut buf = BytesMut::new();
-        let refused = guarded_encode(|_| panic!("boom"), &mut buf).unwrap_err();
+        let refused = guarded_encode(|_| -> Result<(), String> { panic!("boom") }, &mut buf).unwrap_err();
         assert!(
             refused.starts_with("its Serialize panicked: boom (at "),
             "{refused}"
@@ -904,7 +904,7 @@ mod tests {
             failed,
             Err(postcard::Error::SerializeBufferFull.to_string())
         );
-        assert_eq!(guarded_encode(|_| Ok(()), &mut buf), Ok(()));
+        assert_eq!(guarded_encode(|_| Ok::<(), String>(()), &mut buf), Ok(()));
     }
 
     fn heartbeat_len() -> usize {

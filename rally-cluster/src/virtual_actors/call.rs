@@ -7,7 +7,7 @@ use std::sync::{Arc, Mutex, PoisonError, Weak};
 use std::time::Instant;
 
 use bytes::BytesMut;
-use rally_actor::{ActorRef, Handler, ReplyError, ReplyTo};
+use rally_actor::{ActorRef, Envelope, Handler, ReplyError, ReplyTo};
 use rally_remote::codec;
 use rally_remote::{GrainAnswer, GrainOutcome, Handled, RemoteMessage};
 use tokio::sync::oneshot;
@@ -281,7 +281,7 @@ where
         // a life that had stopped refuses it, and the call goes back whole.
         let slot = Arc::new(Mutex::new(Some((reply, done))));
         let on_reply = Arc::clone(&slot);
-        let sent = actor.send_with(
+        let envelope = Envelope::new(
             msg,
             ReplyTo::callback(move |result: Result<M::Reply, ReplyError>| {
                 let taken = on_reply
@@ -294,16 +294,19 @@ where
                 }
             }),
         );
-        match sent {
+        match actor.deliver(envelope) {
             Ok(()) => Ok(()),
             Err(refused) => {
+                // The envelope comes back untouched: its reply was not called.
+                let (msg, unused_reply) = refused.envelope.into_parts();
+                drop(unused_reply);
                 let taken = slot.lock().unwrap_or_else(PoisonError::into_inner).take();
-                let Some((reply, done)) = taken else {
+                let (Some((reply, done)), Ok(msg)) = (taken, msg.downcast::<M>()) else {
                     return Ok(());
                 };
                 done.defused();
                 Err(Box::new(TypedCall {
-                    msg: refused.0,
+                    msg: *msg,
                     reply,
                     deadline,
                     hops,

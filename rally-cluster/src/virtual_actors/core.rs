@@ -49,7 +49,7 @@ pub(crate) use self::effect::{Effect, OpId, StoreAnswer, StoreRequest};
 use self::slots::Slot;
 use self::timers::{Timer, Timers};
 use super::config::VirtualActorsConfig;
-use super::host::KindStats;
+use super::runtime::KindStats;
 use super::outcome::Refusal;
 use super::ownership::Ownership;
 use super::placement::Placement;
@@ -189,21 +189,6 @@ impl<T: Types> KindCore<T> {
             core.arm(at, Timer::Sweep);
         }
         core
-    }
-
-    /// The kind.
-    pub(crate) fn kind(&self) -> &'static str {
-        self.kind
-    }
-
-    /// This member's view.
-    pub(crate) fn ownership(&self) -> &Ownership {
-        &self.ownership
-    }
-
-    /// The placement it routes by.
-    pub(crate) fn placement(&self) -> &Arc<dyn Placement> {
-        &self.placement
     }
 
     /// Whether this member stopped hosting (it was downed, left, or shut down).

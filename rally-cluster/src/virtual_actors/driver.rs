@@ -17,7 +17,7 @@ use rally_remote::{
 use rally_state::Fence;
 use tokio::sync::{Notify, oneshot};
 
-use super::call::{BoxCall, Call, Completion, Done, Held, TypedCall, typed_answer};
+use super::call::{BoxCall, Completion, Done, Held, TypedCall, typed_answer};
 use super::core::{Effect, KindCore, LifeId, StoreAnswer, StoreRequest, Types};
 use super::error::AskError;
 use super::kind::{Activation, GrainMessages, Incoming, LifeState, VirtualActor};
@@ -46,7 +46,7 @@ pub(crate) struct KindDriver<K: VirtualActor> {
     messages: GrainMessages<K>,
     hosting: bool,
     /// Wakes the timer task when the earliest timer moved earlier.
-    timer: Notify,
+    timer: Arc<Notify>,
     /// Wakes those waiting for the kind to be drained.
     drained: Notify,
     /// Asks passed on for another member whose answers have not come back through here.
@@ -64,7 +64,7 @@ impl<K: VirtualActor> KindDriver<K> {
             shared,
             messages: GrainMessages::of(),
             hosting,
-            timer: Notify::new(),
+            timer: Arc::new(Notify::new()),
             drained: Notify::new(),
             relays: AtomicUsize::new(0),
             generation: AtomicU64::new(0),
@@ -458,16 +458,14 @@ impl<K: VirtualActor> KindDriver<K> {
         // An ask that reached this member from another (it took a hop already) is answered
         // through it: a leaving member waits for it (see `drained`).
         let relay = (call.hops() > 1).then(|| Relay::new(self.me.clone(), &self.relays));
-        peer.ask(
-            &request,
-            Box::new(Forwarded {
-                driver: self.me.clone(),
-                identity,
-                to: to.clone(),
-                call: Some(call),
-                relay,
-            }),
-        );
+        let forwarded = Forwarded {
+            driver: self.me.clone(),
+            identity: Arc::clone(&identity),
+            to: to.clone(),
+            call: Some(call),
+            relay,
+        };
+        peer.ask(&request, Box::new(forwarded));
     }
 
     fn completion(&self) -> Weak<dyn Completion> {
@@ -544,10 +542,13 @@ impl<K: VirtualActor> Completion for KindDriver<K> {
 /// Runs a kind's timers: sleeps until the core's earliest, or until woken because an earlier
 /// one was armed.
 fn spawn_timer<K: VirtualActor>(driver: Weak<KindDriver<K>>) {
+    let Some(timer) = driver.upgrade().map(|d| Arc::clone(&d.timer)) else {
+        return;
+    };
     tokio::spawn(async move {
         loop {
+            let notified = timer.notified();
             let Some(strong) = driver.upgrade() else { return };
-            let notified = strong.timer.notified();
             let next = strong.core().poll_timeout();
             drop(strong);
             let far = tokio::time::Instant::now() + FAR;

@@ -343,7 +343,10 @@ impl Store {
                         Ok(())
                     }
                     _ => Err(StoreError::StaleEpoch {
-                        epoch: *epoch,
+                        fence: rally_state::Fence {
+                            epoch: *epoch,
+                            life: 0,
+                        },
                     }),
                 }
             }),
@@ -362,7 +365,12 @@ impl Store {
                 entry.1 = entry.1.max((*epoch, life.0));
                 Ok(())
             } else {
-                Err(StoreError::StaleEpoch { epoch: *epoch })
+                Err(StoreError::StaleEpoch {
+                    fence: rally_state::Fence {
+                        epoch: *epoch,
+                        life: life.0,
+                    },
+                })
             }),
         }
     }
