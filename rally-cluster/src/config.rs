@@ -1,5 +1,6 @@
 //! Cluster settings, each defaulted, with the reason for the default.
 
+use std::collections::BTreeMap;
 use std::time::Duration;
 
 use rally_remote::NodeAddress;
@@ -81,6 +82,10 @@ pub struct ClusterConfig {
     /// nothing is placed). Gossiped with its identity ([`MemberId::kinds`](crate::MemberId)),
     /// fixed for the member's incarnation.
     pub kinds: Vec<String>,
+    /// How each hosted kind is placed, by the placement strategy's name (default `"hashed"`
+    /// for every kind; `"prefer-local"` is the other built-in one). Every member that hosts a
+    /// kind must declare the same; a member that declares another is refused for the kind.
+    pub placements: BTreeMap<String, String>,
     /// How a partition is resolved (default keep-majority).
     pub downing: DowningStrategy,
     /// How long the view must be unchanged before a downing decision (default 2 s).
@@ -127,6 +132,7 @@ impl Default for ClusterConfig {
             seeds: Vec::new(),
             roles: Vec::new(),
             kinds: Vec::new(),
+            placements: BTreeMap::new(),
             downing: DowningStrategy::default(),
             stable_after: DEFAULT_STABLE_AFTER,
             down_all_when_unstable: DEFAULT_STABLE_AFTER,
@@ -330,6 +336,16 @@ impl ClusterConfig {
         if self.gossip_period.is_zero() || self.join_retry.is_zero() {
             return invalid("gossip-period", "periods must be above zero");
         }
+        if self
+            .placements
+            .iter()
+            .any(|(kind, placement)| placement.is_empty() || !self.kinds.contains(kind))
+        {
+            return invalid(
+                "placements",
+                "every entry names a declared kind (in kinds) and a placement strategy",
+            );
+        }
         if self.remove_down_after.is_zero() {
             return invalid("remove-down-after", "must be above zero");
         }
@@ -377,9 +393,24 @@ impl ClusterConfigBuilder {
         self
     }
 
-    /// Adds a hosted virtual-actor kind.
+    /// Adds a hosted virtual-actor kind, placed by the default strategy (hashed).
     pub fn kind(&mut self, kind: impl Into<String>) -> &mut Self {
         self.config.kinds.push(kind.into());
+        self
+    }
+
+    /// Adds a hosted virtual-actor kind placed by `placement` (every member hosting the kind
+    /// must declare the same strategy).
+    pub fn kind_placed(
+        &mut self,
+        kind: impl Into<String>,
+        placement: &impl crate::virtual_actors::Placement,
+    ) -> &mut Self {
+        let kind = kind.into();
+        self.config
+            .placements
+            .insert(kind.clone(), placement.name().to_owned());
+        self.config.kinds.push(kind);
         self
     }
 

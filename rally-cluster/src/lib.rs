@@ -62,6 +62,6 @@ pub mod virtual_actors;
 pub use cluster::{Cluster, DownError, JoinError, LeaveError, MemberEvents};
 pub use config::{ClusterConfig, ClusterConfigBuilder, ConfigError};
 pub use downing::{Decision, DowningStrategy, ViewMember, decide};
-pub use member::{Member, MemberEvent, MemberId, MemberStatus};
+pub use member::{KindDeclaration, Member, MemberEvent, MemberId, MemberStatus};
 pub use membership::{Membership, MembershipStats, PacketError, Transmit};
 pub use singleton::{ClusterSingleton, ProxyError, SingletonChange, SingletonGate, SingletonProxy};

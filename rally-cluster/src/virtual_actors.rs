@@ -112,7 +112,7 @@ pub use config::{VirtualActorsConfig, VirtualActorsConfigBuilder};
 pub use error::{AskError, GetError, Handled, TellError};
 pub use kind::{Activation, GrainMessages, VirtualActor};
 pub use ownership::{Holder, Ownership, Route};
-pub use placement::{Hashed, Placement, PreferLocal, SHARDS, Scope, shard_of};
+pub use placement::{Hashed, Placement, PreferLocal, SHARDS, Scope, fingerprint, shard_of};
 pub use rally_state::Fence;
 pub use runtime::{GrainRef, KindStats, StartError, VirtualActors, VirtualActorsBuilder};
 pub use transport::GrainNetwork;

@@ -52,7 +52,7 @@ use super::config::VirtualActorsConfig;
 use super::runtime::KindStats;
 use super::outcome::Refusal;
 use super::ownership::Ownership;
-use super::placement::Placement;
+use super::placement::{Placement, Placements};
 use super::slot_table::SlotTable;
 use crate::member::MemberEvent;
 
@@ -105,7 +105,11 @@ pub(crate) struct KindCore<T: Types> {
     /// Whether this member hosts the kind (else it only sends to it).
     hosting: bool,
     config: VirtualActorsConfig,
+    /// The strategies this member knows, and the one the kind is placed by: this member's own
+    /// declaration when it hosts the kind, else its hosts' (`None` while unknown here).
+    placements: Arc<Placements>,
     placement: Arc<dyn Placement>,
+    unknown_placement: Option<String>,
     ownership: Ownership,
     slots: SlotTable<Slot<T>>,
     leases: HashMap<LeaseKey, Lease>,
@@ -128,6 +132,9 @@ pub(crate) struct KindCore<T: Types> {
     /// When this member last stopped hosting or refused a call because it had.
     last_refused: Option<Instant>,
     counters: Counters,
+    /// Members (and this one) whose placement settings for the kind were found to differ,
+    /// logged once each.
+    mismatch_logged: std::collections::HashSet<String>,
 }
 
 /// A call waiting for a membership change.
@@ -148,16 +155,17 @@ struct Counters {
     failed: u64,
     moves: u64,
     forwarded: u64,
+    mismatches: u64,
 }
 
 impl<T: Types> KindCore<T> {
     /// The core of `kind` on a member whose view is `ownership` (it hosts the kind when
-    /// `hosting`), placing by `placement`.
+    /// `hosting`), knowing the placement strategies `placements`.
     pub(crate) fn new(
         kind: &'static str,
         hosting: bool,
         config: VirtualActorsConfig,
-        placement: Arc<dyn Placement>,
+        placements: Arc<Placements>,
         ownership: Ownership,
         now: Instant,
     ) -> Self {
@@ -165,7 +173,9 @@ impl<T: Types> KindCore<T> {
             kind,
             hosting,
             config,
-            placement,
+            placement: Arc::new(super::placement::Hashed),
+            placements,
+            unknown_placement: None,
             ownership,
             slots: SlotTable::new(),
             leases: HashMap::new(),
@@ -183,7 +193,9 @@ impl<T: Types> KindCore<T> {
             stopped: false,
             last_refused: None,
             counters: Counters::default(),
+            mismatch_logged: std::collections::HashSet::new(),
         };
+        core.resolve_placement();
         if hosting {
             let at = now + core.sweep_period();
             core.arm(at, Timer::Sweep);
@@ -243,6 +255,7 @@ impl<T: Types> KindCore<T> {
     /// Takes in a member event seen at `now`.
     pub(crate) fn member_event(&mut self, event: &MemberEvent, now: Instant) {
         self.ownership.apply(event, now);
+        self.resolve_placement();
         if self.ownership.is_stopped() {
             self.stop(now);
         } else {
@@ -266,6 +279,63 @@ impl<T: Types> KindCore<T> {
             failed_activations: c.failed,
             moves: c.moves,
             forwarded: c.forwarded,
+            settings_mismatches: c.mismatches,
+        }
+    }
+
+    /// Finds the strategy the kind is placed by: this member's own declaration when it hosts
+    /// the kind, else the one its hosts agree on.
+    fn resolve_placement(&mut self) {
+        let declared = if self.hosting {
+            self.ownership.local().declaration(self.kind)
+        } else {
+            self.ownership.agreed(self.kind)
+        };
+        let Some(name) = declared.map(|d| d.placement.clone()) else {
+            return;
+        };
+        if name == self.placement.name() {
+            self.unknown_placement = None;
+            return;
+        }
+        match self.placements.get(&name) {
+            Some(placement) => {
+                self.placement = placement;
+                self.unknown_placement = None;
+            }
+            None => self.unknown_placement = Some(name),
+        }
+    }
+
+    /// Why this member may not take part in the kind, if its placement settings differ from
+    /// the cluster's (or it does not know the strategy the kind's hosts declared).
+    pub(super) fn mismatch(&self) -> Option<String> {
+        if let Some(name) = &self.unknown_placement {
+            return Some(format!(
+                "kind {:?} is placed by {name:?}, which this member does not know (register it \
+                 with VirtualActorsBuilder::placement)",
+                self.kind
+            ));
+        }
+        if !self.hosting {
+            return None;
+        }
+        let ours = self.ownership.local().declaration(self.kind)?;
+        let agreed = self.ownership.agreed(self.kind)?;
+        (agreed.fingerprint != ours.fingerprint).then(|| {
+            format!(
+                "this member places kind {:?} by {:?}, the cluster (its oldest host) by {:?} or \
+                 with other settings",
+                self.kind, ours.placement, agreed.placement
+            )
+        })
+    }
+
+    /// Counts a call refused because placement settings differ, and logs it once per `who`.
+    pub(super) fn count_mismatch(&mut self, who: String, why: &str) {
+        self.counters.mismatches += 1;
+        if self.mismatch_logged.len() < 1024 && self.mismatch_logged.insert(who.clone()) {
+            tracing::warn!(kind = self.kind, member = %who, %why, "placement settings differ: calls refused");
         }
     }
 

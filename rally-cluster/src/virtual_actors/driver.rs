@@ -154,7 +154,6 @@ impl<K: VirtualActor> KindDriver<K> {
         request: GrainRequest<'_>,
         reply: Option<InboundReply>,
     ) {
-        let _ = from;
         if request.flags.has(GrainFlags::HANDOVER_DONE) {
             // The calls handed over before it arrived first and are queued: arrival is the
             // answer.
@@ -179,7 +178,11 @@ impl<K: VirtualActor> KindDriver<K> {
             handed_over: request.flags.has(GrainFlags::HANDED_OVER),
         };
         match self.messages.decode(manifest, request.payload, incoming) {
-            Ok(call) => self.request(Arc::from(request.identity), call),
+            Ok(call) => {
+                let identity = Arc::from(request.identity);
+                let sender = (&from.address, from.incarnation);
+                self.input(|core, now| core.received(identity, call, sender, now));
+            }
             Err((refusal, incoming)) => {
                 if let Some(reply) = incoming.reply {
                     let (outcome, text) = refusal.to_wire();

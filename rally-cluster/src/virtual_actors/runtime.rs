@@ -21,7 +21,7 @@ use super::error::{AskError, GetError, TellError};
 use super::kind::VirtualActor;
 use super::outcome::Refusal;
 use super::ownership::Ownership;
-use super::placement::{Hashed, Placement};
+use super::placement::{Placement, Placements};
 use super::transport::{GrainNetwork, Inbound, InboundReply, Peer, RemoteInbound, Transport};
 use crate::cluster::Cluster;
 use crate::config::ClusterConfig;
@@ -47,6 +47,15 @@ pub enum StartError {
     /// Two registered kinds share one name.
     #[error("kind {0:?} is registered twice")]
     DuplicateKind(String),
+    /// A hosted kind is declared with a placement strategy this member does not know (register
+    /// it with [`VirtualActorsBuilder::placement`]).
+    #[error("kind {kind:?} is declared with placement {placement:?}, which is not registered")]
+    UnknownPlacement {
+        /// The kind.
+        kind: String,
+        /// The strategy's name.
+        placement: String,
+    },
     /// A virtual-actor runtime already runs for this cluster member.
     #[error("virtual actors are already started on this member")]
     AlreadyStarted,
@@ -86,6 +95,9 @@ pub struct KindStats {
     pub moves: u64,
     /// Messages this member passed on to another member instead of handling them.
     pub forwarded: u64,
+    /// Messages refused because a member's placement settings for the kind differ from the
+    /// cluster's (this member's own, or a sender's).
+    pub settings_mismatches: u64,
 }
 
 /// What the drivers of one member share.
@@ -141,7 +153,7 @@ type MakeKind = Box<dyn FnOnce(&Runtime, bool) -> Arc<dyn KindEntry> + Send>;
 /// view of the members, from which the drivers made later start.
 pub(crate) struct Runtime {
     pub(crate) shared: Arc<Shared>,
-    placement: Arc<dyn Placement>,
+    placements: Arc<Placements>,
     kinds: RwLock<HashMap<&'static str, Arc<dyn KindEntry>>>,
     view: Mutex<Ownership>,
     stopped: AtomicBool,
@@ -186,7 +198,7 @@ impl Runtime {
             K::KIND,
             hosting,
             self.shared.config.clone(),
-            Arc::clone(&self.placement),
+            Arc::clone(&self.placements),
             view,
             super::now(),
         );
@@ -350,7 +362,7 @@ pub struct VirtualActorsBuilder {
     cluster: Cluster,
     system: ActorSystem,
     store: Arc<dyn StateStore>,
-    placement: Arc<dyn Placement>,
+    placements: Placements,
     config: VirtualActorsConfig,
     membership: ClusterConfig,
     kinds: Vec<(&'static str, MakeKind)>,
@@ -359,15 +371,16 @@ pub struct VirtualActorsBuilder {
 impl VirtualActors {
     /// A builder for this member of `cluster`, whose actors run in `system`. Defaults: no
     /// kind (client-only), a [`MemoryStore`] (enough for members in one process; members in
-    /// several processes must share a durable store), [`Hashed`] placement, the default
-    /// [`VirtualActorsConfig`], and the cluster's own timings ([`Cluster::config`]) for the
-    /// takeover wait.
+    /// several processes must share a durable store), the built-in placement strategies
+    /// ([`Hashed`], [`PreferLocal`](super::PreferLocal)), the default [`VirtualActorsConfig`],
+    /// and the cluster's own timings ([`Cluster::config`]) for the takeover wait. Each kind is
+    /// placed by the strategy its hosts declare (`ClusterConfig`'s `placements`).
     pub fn builder(cluster: &Cluster, system: &ActorSystem) -> VirtualActorsBuilder {
         VirtualActorsBuilder {
             cluster: cluster.clone(),
             system: system.clone(),
             store: Arc::new(MemoryStore::new()),
-            placement: Arc::new(Hashed),
+            placements: Placements::default(),
             config: VirtualActorsConfig::default(),
             membership: cluster.config().clone(),
             kinds: Vec::new(),
@@ -430,9 +443,11 @@ impl VirtualActorsBuilder {
         self
     }
 
-    /// How identities are placed.
+    /// Makes a placement strategy of the application's own known by its name, so that kinds
+    /// declared with it (`ClusterConfigBuilder::kind_placed`) can be hosted, or sent to, from
+    /// this member. The built-in ones need no registration.
     pub fn placement(&mut self, placement: impl Placement) -> &mut Self {
-        self.placement = Arc::new(placement);
+        self.placements.add(Arc::new(placement));
         self
     }
 
@@ -494,8 +509,14 @@ impl VirtualActorsBuilder {
         let local = self.cluster.self_member().id;
         let mut seen = std::collections::HashSet::new();
         for (kind, _) in &self.kinds {
-            if !local.hosts_kind(kind) {
+            let Some(declared) = local.declaration(kind) else {
                 return Err(StartError::KindNotDeclared((*kind).to_owned()));
+            };
+            if self.placements.get(&declared.placement).is_none() {
+                return Err(StartError::UnknownPlacement {
+                    kind: (*kind).to_owned(),
+                    placement: declared.placement.clone(),
+                });
             }
             if !seen.insert(*kind) {
                 return Err(StartError::DuplicateKind((*kind).to_owned()));
@@ -512,7 +533,7 @@ impl VirtualActorsBuilder {
         let view = Ownership::new(local, &self.membership, self.config.deactivation_timeout);
         let runtime = Arc::new(Runtime {
             shared,
-            placement: Arc::clone(&self.placement),
+            placements: Arc::new(self.placements.clone()),
             kinds: RwLock::new(HashMap::new()),
             view: Mutex::new(view),
             stopped: AtomicBool::new(false),
@@ -652,7 +673,7 @@ impl fmt::Debug for VirtualActorsBuilder {
                 "kinds",
                 &self.kinds.iter().map(|(k, _)| k).collect::<Vec<_>>(),
             )
-            .field("placement", &self.placement)
+            .field("placements", &self.placements)
             .field("config", &self.config)
             .finish_non_exhaustive()
     }

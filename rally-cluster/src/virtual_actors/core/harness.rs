@@ -26,7 +26,7 @@ use crate::member::{MemberEvent, MemberId};
 use crate::virtual_actors::config::VirtualActorsConfig;
 use crate::virtual_actors::outcome::Refusal;
 use crate::virtual_actors::ownership::Ownership;
-use crate::virtual_actors::placement::{Hashed, Placement};
+use crate::virtual_actors::placement::Placements;
 
 /// The kind every simulated member hosts.
 pub(super) const KIND: &str = "account";
@@ -436,7 +436,7 @@ pub(super) struct Cluster {
     /// Asks by id: their caller's member and where the call is.
     holds: HashMap<u64, (usize, Rc<Cell<Held>>)>,
     next_id: u64,
-    placement: Arc<dyn Placement>,
+    placements: Arc<Placements>,
 }
 
 impl Cluster {
@@ -459,7 +459,7 @@ impl Cluster {
             answered: HashMap::new(),
             holds: HashMap::new(),
             next_id: 0,
-            placement: Arc::new(Hashed),
+            placements: Arc::new(Placements::default()),
         };
         for i in 0..hosts + clients {
             let id = cluster.member_id(i, i < hosts);
@@ -493,7 +493,7 @@ impl Cluster {
             KIND,
             hosting,
             self.knobs.config.clone(),
-            Arc::clone(&self.placement),
+            Arc::clone(&self.placements),
             ownership,
             self.now,
         );

@@ -28,6 +28,31 @@ impl<T: Types> KindCore<T> {
         self.route_call(identity, call, true, now);
     }
 
+    /// A call from member `from` (`address`, `incarnation`) reached this member: refused if
+    /// `from` hosts the kind with other placement settings than this member (it must not take
+    /// part in the kind beside the others), else as [`request`](Self::request).
+    pub(crate) fn received(
+        &mut self,
+        identity: Arc<str>,
+        call: T::Call,
+        from: (&rally_remote::NodeAddress, rally_remote::Incarnation),
+        now: Instant,
+    ) {
+        if self.hosting
+            && let Some(ours) = self.ownership.local().declaration(self.kind)
+            && let Some(Some(theirs)) = self.ownership.declaration_of(from.0, from.1, self.kind)
+            && theirs.fingerprint != ours.fingerprint
+        {
+            let why = format!(
+                "member {} places kind {:?} by {:?}, this member by {:?} or with other settings",
+                from.0, self.kind, theirs.placement, ours.placement
+            );
+            self.count_mismatch(from.0.to_string(), &why);
+            return self.refuse(call, Refusal::SettingsMismatch(why));
+        }
+        self.request(identity, call, now);
+    }
+
     /// Where `identity` goes by this member's view: never here once this member stopped
     /// hosting, or when it does not host the kind.
     pub(crate) fn route(&self, identity: &str) -> Route {
@@ -43,6 +68,11 @@ impl<T: Types> KindCore<T> {
     /// Routes a call for an identity that has no slot here. A handed-over call that this
     /// member's view does not place here waits (parked) for the view to agree, if `may_park`.
     fn route_call(&mut self, identity: Arc<str>, call: T::Call, may_park: bool, now: Instant) {
+        if let Some(why) = self.mismatch() {
+            let me = self.ownership.local().to_string();
+            self.count_mismatch(me, &why);
+            return self.refuse(call, Refusal::SettingsMismatch(why));
+        }
         // This member declares the kind (so its view places identities on it) but never
         // registered it: it cannot activate them.
         if !self.hosting
@@ -57,6 +87,13 @@ impl<T: Types> KindCore<T> {
             return self.refuse(call, Refusal::NotHosted(member));
         }
         match self.route(&identity) {
+            // A call from this member waits until the member sees itself up, and with it the
+            // members that joined before it and the placement settings they declared: before
+            // that, it could activate an identity another member holds under other settings.
+            // (A call from another member may be served: its sender saw this member up.)
+            Route::Local if call.hops() == 0 && !self.ownership.is_up() => {
+                self.wait_for_view(identity, call, None, now);
+            }
             Route::Local => self.start(identity, VecDeque::from([call]), now),
             // The member that handed it over sees this one as the identity's next owner: this
             // member's view is behind (sending it back would bounce it between the two). It is
