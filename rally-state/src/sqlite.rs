@@ -1,8 +1,8 @@
 //! A store in one SQLite file, shared by the members on one machine.
 
 use std::path::Path;
+use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use rusqlite::{Connection, ErrorCode, OptionalExtension, params};
@@ -11,6 +11,7 @@ use tokio::sync::{mpsc, oneshot};
 use crate::store::{
     BoxFuture, Claim, Epoch, StateStore, StoreError, check_key, check_scope, from_sql, to_sql,
 };
+use rally_actor::sync::Mutex;
 
 /// How long a statement waits for another process's write lock before failing: far above a
 /// single-row write, short enough that a wedged process is reported rather than waited on.
@@ -307,7 +308,7 @@ impl SqliteStore {
         if !one_at_a_time(&self.shared.peak, in_flight) {
             return Err(f);
         }
-        let Ok(connection) = self.shared.connection.try_lock() else {
+        let Some(connection) = self.shared.connection.try_lock() else {
             return Err(f);
         };
         NO_WAIT.set(true);
@@ -506,10 +507,7 @@ fn serve(shared: &Shared, mut queue: mpsc::UnboundedReceiver<Job>) {
             }
         }
         let taken = batch.len();
-        let connection = shared
-            .connection
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let connection = shared.connection.lock();
         // IMMEDIATE takes the write lock at once (waiting up to the busy timeout), so no
         // statement of the batch meets a lock it cannot wait for.
         let began = run_cached(&connection, "BEGIN IMMEDIATE").map_err(backend);
