@@ -1,12 +1,13 @@
 //! A store in this process's memory.
 
 use std::collections::HashMap;
-use std::sync::{Mutex, MutexGuard, PoisonError};
+use std::sync::MutexGuard;
 
 use crate::store::{
     BoxFuture, Claim, Epoch, Fence, StateStore, StoreError, check_key, check_scope, check_write,
     stale,
 };
+use rally_actor::sync::Mutex;
 
 /// A [`StateStore`] in this process's memory: for tests and for members that share one
 /// process. Its epochs and state are lost when the process exits.
@@ -70,10 +71,9 @@ impl MemoryStore {
         Self::default()
     }
 
-    /// No method panics while holding the lock, but a poisoned lock must not take the store
-    /// down with it: every update below is a single assignment, so the data stays whole.
+    /// The tables, locked (every update below is a single assignment).
     fn tables(&self) -> MutexGuard<'_, Tables> {
-        self.tables.lock().unwrap_or_else(PoisonError::into_inner)
+        self.tables.lock()
     }
 
     /// Checks a write's keys and that its fence's epoch is held, then runs `write` on the

@@ -1,8 +1,8 @@
 //! A store in one SQLite file, shared by the members on one machine.
 
 use std::path::Path;
+use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::{Duration, Instant};
 
 use hdrhistogram::Histogram;
@@ -13,6 +13,7 @@ use crate::store::{
     BoxFuture, Claim, Epoch, Fence, StateStore, StoreError, applied, check_key, check_scope,
     check_write, epoch_to_sql, from_sql, life_to_sql,
 };
+use rally_actor::sync::Mutex;
 
 /// How long a statement waits for another process's write lock before failing: far above a
 /// single-row write, short enough that a wedged process is reported rather than waited on.
@@ -347,7 +348,7 @@ fn commit(
     }
     let held = u64::try_from(locked.elapsed().as_nanos()).unwrap_or(u64::MAX);
     {
-        let mut holds = lock(&shared.holds);
+        let mut holds = shared.holds.lock();
         holds.transactions += 1;
         holds.operations += u64::try_from(operations).unwrap_or(u64::MAX);
         holds.histogram.saturating_record(held);
@@ -511,7 +512,7 @@ impl SqliteStore {
 
     /// How long this store's write transactions held the file's write lock so far.
     pub fn stats(&self) -> SqliteStats {
-        let holds = lock(&self.shared.holds);
+        let holds = self.shared.holds.lock();
         SqliteStats {
             transactions: holds.transactions,
             operations: holds.operations,
@@ -579,7 +580,7 @@ impl SqliteStore {
         if !one_at_a_time(&self.shared.peak, in_flight) {
             return Err(f);
         }
-        let Ok(writer) = self.shared.writer.try_lock() else {
+        let Some(writer) = self.shared.writer.try_lock() else {
             return Err(f);
         };
         NO_WAIT.set(true);
@@ -659,7 +660,7 @@ impl SqliteStore {
     /// file is busy all the same (a checkpoint restarting the log, a recovery): then the load
     /// queues for the store's thread, which waits.
     fn load_here(&self, kind: &str, identity: &str) -> Option<Result<Option<Vec<u8>>, StoreError>> {
-        let reader = lock(&self.shared.reader);
+        let reader = self.shared.reader.lock();
         NO_WAIT.set(true);
         let loaded = load_with(&reader, kind, identity);
         NO_WAIT.set(false);
@@ -681,12 +682,6 @@ fn load_with(c: &Connection, kind: &str, identity: &str) -> rusqlite::Result<Opt
         .query_row(params![kind, identity], |row| row.get(0))
         .optional()?;
     Ok(state.flatten())
-}
-
-/// Locks a mutex of the store. Nothing panics while holding one (the statements report errors
-/// as values), and a connection stays whole if something did: a poisoned lock is used as is.
-fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
-    mutex.lock().unwrap_or_else(PoisonError::into_inner)
 }
 
 /// Notes in the decayed `peak` an operation that starts with `in_flight` operations in flight
@@ -813,7 +808,7 @@ fn serve(shared: &Shared, mut queue: mpsc::UnboundedReceiver<Job>) {
             }
         }
         let taken = batch.len();
-        let writer = lock(&shared.writer);
+        let writer = shared.writer.lock();
         // IMMEDIATE takes the write lock at once (waiting up to the busy timeout), so no
         // statement of the batch meets a lock it cannot wait for. Between it and the commit
         // only the batch's statements run: the answers are sent after the commit.

@@ -7,6 +7,7 @@ use std::future::Future;
 use std::sync::Arc;
 
 use rally::state::{Claim, Fence, SqliteStore, StateStore, StoreError};
+use rally_test::eventually;
 use support::lease;
 
 /// A database file in a fresh temporary directory, removed with it.
@@ -222,18 +223,16 @@ async fn commits_are_copied_into_the_database_file_in_the_background() {
         assert!(matches!(claim.await.unwrap(), Ok(Claim::Granted(1))));
     }
     // 2,000 rows of about 60 bytes: over 64 KiB once in the file, not just in its log.
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
-    loop {
-        let size = std::fs::metadata(db.path()).unwrap().len();
-        if size >= 64 * 1024 {
-            break;
-        }
-        assert!(
-            std::time::Instant::now() < deadline,
-            "the database file is still {size} bytes: the log was never copied into it"
-        );
-        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
-    }
+    let within = std::time::Duration::from_secs(30);
+    eventually(
+        "the log is copied into the database file",
+        within,
+        async || match std::fs::metadata(db.path()).unwrap().len() {
+            size if size >= 64 * 1024 => Ok(()),
+            size => Err(format!("the file is {size} bytes")),
+        },
+    )
+    .await;
     drop(store);
 }
 
