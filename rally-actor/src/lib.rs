@@ -51,6 +51,7 @@
 //!   hashing, broadcast, optional [`Resizer`]) and [`BalancingPool`] as handles
 //! - waiting for an end: [`ActorRef::terminated`] ([`Termination`], [`TerminationReason`])
 //! - [`monitor`]: per-actor and per-dispatcher counters and their snapshots
+//! - [`sync`]: the poison-tolerant locks every Rally crate uses
 //!
 //! # Features
 //!
@@ -88,6 +89,7 @@ mod props;
 mod routing;
 mod runner;
 mod supervision;
+pub mod sync;
 mod system;
 mod watch;
 

@@ -450,7 +450,10 @@ mod tests {
         let client = id(1, 1, 1);
         let host = client.clone().with_kinds(["cart"]);
         assert_eq!(client, host);
-        assert_eq!(host.declaration("cart"), Some(&KindDeclaration::new("hashed")));
+        assert_eq!(
+            host.declaration("cart"),
+            Some(&KindDeclaration::new("hashed"))
+        );
         let other = client.clone().with_kind("cart", "prefer-local");
         assert_ne!(other.declaration("cart"), host.declaration("cart"));
         assert!(client.is_client_only() && !client.hosts_kind("cart"));

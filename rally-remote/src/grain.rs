@@ -129,9 +129,10 @@ impl GrainReplyTo {
                 None => Err("a reply is encoded once".to_owned()),
             }
         };
-        let queued = route
-            .lane()
-            .push_encoded_reply(route.generation, route.request_id, &mut write);
+        let queued =
+            route
+                .lane()
+                .push_encoded_reply(route.generation, route.request_id, &mut write);
         match queued {
             Ok(rally_wire::ReplyQueued::AsGiven) => {}
             Ok(rally_wire::ReplyQueued::Replaced(error)) => {

@@ -22,7 +22,6 @@ mod wake;
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::time::Duration;
 
 #[cfg(loom)]
 use loom::sync::{Mutex, MutexGuard};
@@ -874,12 +873,6 @@ fn status_of(error: &ReplyError) -> ReplyStatus {
     }
 }
 
-/// The reconnection backoff: 100 ms doubling up to `max`.
-pub(crate) fn backoff(attempt: u32, max: Duration) -> Duration {
-    let base = Duration::from_millis(100).saturating_mul(1 << attempt.min(16));
-    base.min(max)
-}
-
 #[cfg(all(test, not(loom)))]
 mod tests {
     use std::time::{Duration, Instant};
@@ -894,7 +887,8 @@ mod tests {
     #[test]
     fn a_panicking_serialize_is_a_refusal_with_its_text_and_place() {
         let mut buf = BytesMut::new();
-        let refused = guarded_encode(|_| -> Result<(), String> { panic!("boom") }, &mut buf).unwrap_err();
+        let refused =
+            guarded_encode(|_| -> Result<(), String> { panic!("boom") }, &mut buf).unwrap_err();
         assert!(
             refused.starts_with("its Serialize panicked: boom (at "),
             "{refused}"

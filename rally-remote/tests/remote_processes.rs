@@ -15,6 +15,7 @@ use nodes::{Blob, Check, Echo, Record, T, Target, client_node, config, target_no
 use rally_actor::{AskError, Terminated};
 use rally_remote::NodeAddress;
 use rally_test::Probe;
+use rally_test::eventually;
 use tokio::io::{AsyncBufReadExt, BufReader};
 use tokio::process::{Child, Command};
 
@@ -91,20 +92,20 @@ impl Peer {
     }
 
     /// Stops the process and returns once the kernel shows it stopped (state `T`).
-    fn pause(&self) {
+    async fn pause(&self) {
         self.signal("-STOP");
         let stat = format!("/proc/{}/stat", self.child.id().unwrap());
-        let deadline = Instant::now() + T;
-        loop {
+        eventually("the kernel shows the peer stopped", T, async || {
             let text = std::fs::read_to_string(&stat).unwrap();
             // The state follows the parenthesised command name.
-            let state = text.rsplit_once(") ").unwrap().1.chars().next();
-            if state == Some('T') {
-                return;
+            let state = text.rsplit_once(") ").unwrap().1;
+            if state.starts_with('T') {
+                Ok(())
+            } else {
+                Err(text)
             }
-            assert!(Instant::now() < deadline, "the peer never stopped: {text}");
-            std::thread::yield_now();
-        }
+        })
+        .await;
     }
 }
 
@@ -205,13 +206,15 @@ async fn a_restarted_peer_is_reached_again_under_a_new_incarnation() {
     ));
     // A new lookup reaches the new process once the lanes have reconnected.
     let fresh = a.lookup::<Target>(&second.address, "target");
-    let deadline = Instant::now() + Duration::from_secs(15);
-    loop {
-        match fresh.ask(Echo(3), Duration::from_millis(500)).await {
-            Ok(3) => break,
-            other => assert!(Instant::now() < deadline, "never reconnected: {other:?}"),
-        }
-    }
+    eventually(
+        "a new lookup reaches the new process",
+        Duration::from_secs(15),
+        async || match fresh.ask(Echo(3), Duration::from_millis(500)).await {
+            Ok(3) => Ok(()),
+            other => Err(other),
+        },
+    )
+    .await;
     assert!(matches!(
         target.ask(Echo(4), T).await,
         Err(AskError::Undeliverable(_))
@@ -229,7 +232,7 @@ async fn a_peer_paused_past_the_detector_is_down_for_good_and_undeliverable_asks
     assert_eq!(target.ask(Echo(1), T).await, Ok(1));
     let mut probe = Probe::<Terminated>::spawn(&a_system);
     probe.watch(&target);
-    peer.pause();
+    peer.pause().await;
     // Asks sent while it is paused: some leave (they sit in the socket buffers), and once the
     // detector declares the peer down each gets an answer that says what is known.
     let asks: Vec<_> = (1..=300u64)
@@ -258,16 +261,20 @@ async fn a_peer_paused_past_the_detector_is_down_for_good_and_undeliverable_asks
         Err(AskError::Undeliverable(_))
     ));
     let fresh = a.lookup::<Target>(&peer.address, "target");
-    let deadline = Instant::now() + Duration::from_secs(15);
-    loop {
-        match fresh.ask(Echo(3), Duration::from_millis(500)).await {
-            // Refused either way: this node quarantined the paused incarnation, and the woken
-            // process, whose own detector gave up on us, quarantined ours.
-            Err(AskError::Undeliverable(why)) if why.contains("declared") => break,
-            Ok(_) => panic!("a quarantined incarnation answered"),
-            other => assert!(Instant::now() < deadline, "never refused: {other:?}"),
-        }
-    }
+    eventually(
+        "a new lookup is refused",
+        Duration::from_secs(15),
+        async || {
+            match fresh.ask(Echo(3), Duration::from_millis(500)).await {
+                // Refused either way: this node quarantined the paused incarnation, and the woken
+                // process, whose own detector gave up on us, quarantined ours.
+                Err(AskError::Undeliverable(why)) if why.contains("declared") => Ok(()),
+                Ok(_) => panic!("a quarantined incarnation answered"),
+                other => Err(other),
+            }
+        },
+    )
+    .await;
     // What the woken process ran is at most what was reported as "outcome unknown": every
     // ask reported undeliverable never ran. Its reader drains what was in its socket within
     // moments of waking; read the count until it holds still (bounded).

@@ -1,12 +1,13 @@
 //! A store in this process's memory.
 
 use std::collections::HashMap;
-use std::sync::{Mutex, MutexGuard, PoisonError};
+use std::sync::MutexGuard;
 
 use crate::store::{
     BoxFuture, Claim, Epoch, Fence, StateStore, StoreError, check_key, check_scope, check_write,
     stale,
 };
+use rally_actor::sync::Mutex;
 
 /// A [`StateStore`] in this process's memory: for tests and for members that share one
 /// process. Its epochs and state are lost when the process exits.
@@ -70,10 +71,32 @@ impl MemoryStore {
         Self::default()
     }
 
-    /// No method panics while holding the lock, but a poisoned lock must not take the store
-    /// down with it: every update below is a single assignment, so the data stays whole.
+    /// The tables, locked (every update below is a single assignment).
     fn tables(&self) -> MutexGuard<'_, Tables> {
-        self.tables.lock().unwrap_or_else(PoisonError::into_inner)
+        self.tables.lock()
+    }
+
+    /// Checks a write's keys and that its fence's epoch is held, then runs `write` on the
+    /// identity's record (an empty one if it has none), all under the lock.
+    fn write(
+        &self,
+        kind: &str,
+        scope: &str,
+        fence: Fence,
+        identity: &str,
+        write: impl FnOnce(&mut Record) -> Result<(), StoreError>,
+    ) -> Result<(), StoreError> {
+        check_write(kind, scope, fence, identity)?;
+        let mut tables = self.tables();
+        if !tables.holds(kind, scope, fence.epoch) {
+            return Err(stale(fence));
+        }
+        write(
+            tables
+                .states
+                .entry((kind.to_owned(), identity.to_owned()))
+                .or_default(),
+        )
     }
 
     fn claim_now(
@@ -170,15 +193,7 @@ impl StateStore for MemoryStore {
         identity: &'a str,
         state: &'a [u8],
     ) -> BoxFuture<'a, Result<(), StoreError>> {
-        let result = check_write(kind, scope, fence, identity).and_then(|()| {
-            let mut tables = self.tables();
-            if !tables.holds(kind, scope, fence.epoch) {
-                return Err(stale(fence));
-            }
-            let record = tables
-                .states
-                .entry((kind.to_owned(), identity.to_owned()))
-                .or_default();
+        let result = self.write(kind, scope, fence, identity, |record| {
             if !record.admits(scope, fence) {
                 return Err(stale(fence));
             }
@@ -195,15 +210,7 @@ impl StateStore for MemoryStore {
         fence: Fence,
         identity: &'a str,
     ) -> BoxFuture<'a, Result<(), StoreError>> {
-        let result = check_write(kind, scope, fence, identity).and_then(|()| {
-            let mut tables = self.tables();
-            if !tables.holds(kind, scope, fence.epoch) {
-                return Err(stale(fence));
-            }
-            let record = tables
-                .states
-                .entry((kind.to_owned(), identity.to_owned()))
-                .or_default();
+        let result = self.write(kind, scope, fence, identity, |record| {
             let raised = match &record.floor {
                 Some((floor_scope, floor)) => floor_scope != scope || fence > *floor,
                 None => true,

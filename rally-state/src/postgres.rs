@@ -3,8 +3,8 @@
 use tokio_postgres::{Client, NoTls, Statement};
 
 use crate::store::{
-    BoxFuture, Claim, Epoch, Fence, StateStore, StoreError, check_key, check_scope, check_write,
-    epoch_to_sql, from_sql, life_to_sql, stale,
+    BoxFuture, Claim, Epoch, Fence, StateStore, StoreError, applied, check_key, check_scope,
+    check_write, epoch_to_sql, from_sql, life_to_sql,
 };
 
 /// `state` is NULL for an identity fenced and never saved. The floor (`floor_scope`,
@@ -286,7 +286,7 @@ impl StateStore for PostgresStore {
                 )
                 .await
                 .map_err(backend)?;
-            fenced(changed, Fence { epoch, life: 0 })
+            applied(changed, Fence { epoch, life: 0 })
         })
     }
 
@@ -325,7 +325,7 @@ impl StateStore for PostgresStore {
                 )
                 .await
                 .map_err(backend)?;
-            fenced(changed, fence)
+            applied(changed, fence)
         })
     }
 
@@ -347,20 +347,11 @@ impl StateStore for PostgresStore {
                 )
                 .await
                 .map_err(backend)?;
-            fenced(changed, fence)
+            applied(changed, fence)
         })
     }
 }
 
 fn backend(e: tokio_postgres::Error) -> StoreError {
     StoreError::Backend(format!("postgres: {e}"))
-}
-
-/// One row changed: the compare held; none: the operation carrying `fence` is refused.
-fn fenced(changed: u64, fence: Fence) -> Result<(), StoreError> {
-    if changed == 1 {
-        Ok(())
-    } else {
-        Err(stale(fence))
-    }
 }

@@ -316,6 +316,17 @@ pub(crate) fn stale(fence: Fence) -> StoreError {
     StoreError::StaleEpoch { fence }
 }
 
+/// The answer of a statement that changes one row when its compare holds: one row changed,
+/// applied; none, the operation carrying `fence` is refused.
+#[cfg(any(feature = "sqlite", feature = "postgres"))]
+pub(crate) fn applied(changed: u64, fence: Fence) -> Result<(), StoreError> {
+    if changed == 1 {
+        Ok(())
+    } else {
+        Err(stale(fence))
+    }
+}
+
 /// An epoch as SQL stores it (a signed 64-bit integer). No epoch above `i64::MAX` is ever
 /// granted, so one that high from outside (a caller's argument) becomes -1, which no lease
 /// holds and no takeover's `from` matches: the statement then refuses it as it would any

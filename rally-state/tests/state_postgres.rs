@@ -81,30 +81,7 @@ async fn a_database_from_before_fences_is_migrated_in_place_on_connect() {
     for connect in connects {
         stores.push(connect.await.unwrap().unwrap());
     }
-    let store = &stores[0];
-    assert_eq!(
-        store.load("cart", "u1").await.unwrap().as_deref(),
-        Some(&b"old"[..])
-    );
-    assert_eq!(
-        store.load("cart", "u2").await.unwrap().as_deref(),
-        Some(&b"old2"[..])
-    );
-    let (held, next) = (Fence { epoch: 4, life: 0 }, Fence { epoch: 4, life: 1 });
-    let old = Fence { epoch: 3, life: 0 };
-    assert_eq!(
-        store.save("cart", "#1", old, "u1", b"x").await,
-        Err(StoreError::StaleEpoch { fence: old })
-    );
-    store.save("cart", "#1", held, "u1", b"new").await.unwrap();
-    store.fence("cart", "#1", next, "u1").await.unwrap();
-    assert_eq!(
-        stores[3].save("cart", "#1", held, "u1", b"late").await,
-        Err(StoreError::StaleEpoch { fence: held })
-    );
-    store.fence("cart", "#1", next, "u9").await.unwrap();
-    assert_eq!(store.load("cart", "u9").await, Ok(None));
-    assert_eq!(store.claim("cart", "#2", "m2").await, Ok(Claim::Granted(3)));
+    support::check_migrated(&stores[0], &stores[3]).await;
     // Connecting again finds nothing to migrate and loses nothing.
     let again = PostgresStore::connect(&server.config()).await.unwrap();
     assert_eq!(
@@ -299,7 +276,7 @@ async fn no_save_of_an_older_life_is_applied_after_its_fence_returned() {
 /// A member process of the store, its stdout collected line by line.
 struct Member {
     child: std::process::Child,
-    lines: Arc<std::sync::Mutex<Vec<String>>>,
+    lines: Arc<rally::sync::Mutex<Vec<String>>>,
     arrived: Arc<tokio::sync::Notify>,
 }
 
@@ -312,14 +289,14 @@ impl Member {
             .spawn()
             .expect("the member binary starts");
         let stdout = child.stdout.take().expect("piped");
-        let lines = Arc::new(std::sync::Mutex::new(Vec::new()));
+        let lines = Arc::new(rally::sync::Mutex::new(Vec::new()));
         let arrived = Arc::new(tokio::sync::Notify::new());
         let (collected, notify) = (Arc::clone(&lines), Arc::clone(&arrived));
         std::thread::spawn(move || {
             use std::io::BufRead;
             for line in std::io::BufReader::new(stdout).lines() {
                 let Ok(line) = line else { break };
-                collected.lock().unwrap().push(line);
+                collected.lock().push(line);
                 notify.notify_one();
             }
             notify.notify_one();
@@ -336,7 +313,7 @@ impl Member {
     }
 
     fn lines(&self) -> Vec<String> {
-        self.lines.lock().unwrap().clone()
+        self.lines.lock().clone()
     }
 
     /// Waits (bounded) until `done` holds for the lines so far.
@@ -398,13 +375,7 @@ async fn a_member_stopped_mid_operation_blocks_only_its_own_shards() {
         })
         .await;
     nix::sys::signal::kill(member.pid(), nix::sys::signal::Signal::SIGSTOP).unwrap();
-    tokio::time::timeout(T, async {
-        while !member.stopped() {
-            tokio::time::sleep(std::time::Duration::from_millis(1)).await;
-        }
-    })
-    .await
-    .expect("the member stops");
+    rally_test::eventually("the member stops", T, async || member.stopped()).await;
     let stopped_at = wall_ns();
 
     // Meanwhile, another member: 40 shards of its own, each claimed, saved three times, read,

@@ -7,6 +7,7 @@ use std::future::Future;
 use std::sync::Arc;
 
 use rally::state::{Claim, Fence, SqliteStore, StateStore, StoreError};
+use rally_test::eventually;
 use support::lease;
 
 /// A database file in a fresh temporary directory, removed with it.
@@ -222,18 +223,16 @@ async fn commits_are_copied_into_the_database_file_in_the_background() {
         assert!(matches!(claim.await.unwrap(), Ok(Claim::Granted(1))));
     }
     // 2,000 rows of about 60 bytes: over 64 KiB once in the file, not just in its log.
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
-    loop {
-        let size = std::fs::metadata(db.path()).unwrap().len();
-        if size >= 64 * 1024 {
-            break;
-        }
-        assert!(
-            std::time::Instant::now() < deadline,
-            "the database file is still {size} bytes: the log was never copied into it"
-        );
-        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
-    }
+    let within = std::time::Duration::from_secs(30);
+    eventually(
+        "the log is copied into the database file",
+        within,
+        async || match std::fs::metadata(db.path()).unwrap().len() {
+            size if size >= 64 * 1024 => Ok(()),
+            size => Err(format!("the file is {size} bytes")),
+        },
+    )
+    .await;
     drop(store);
 }
 
@@ -356,26 +355,7 @@ async fn a_file_from_before_fences_is_migrated_in_place_on_open() {
         .into_iter()
         .map(|open| open.join().unwrap().unwrap())
         .collect();
-    let store = &stores[0];
-    let old = |id: &'static str| async move { store.load("cart", id).await.unwrap() };
-    assert_eq!(old("u1").await.as_deref(), Some(&b"old"[..]));
-    assert_eq!(old("u2").await.as_deref(), Some(&b"old2"[..]));
-    // The lease held before the migration still fences, and its holder writes.
-    let (held, next) = (Fence { epoch: 4, life: 0 }, Fence { epoch: 4, life: 1 });
-    assert_eq!(
-        store.save("cart", "#1", lease(3), "u1", b"x").await,
-        Err(StoreError::StaleEpoch { fence: lease(3) })
-    );
-    store.save("cart", "#1", held, "u1", b"new").await.unwrap();
-    store.fence("cart", "#1", next, "u1").await.unwrap();
-    assert_eq!(
-        stores[3].save("cart", "#1", held, "u1", b"late").await,
-        Err(StoreError::StaleEpoch { fence: held })
-    );
-    store.fence("cart", "#1", next, "u9").await.unwrap();
-    assert_eq!(store.load("cart", "u9").await, Ok(None));
-    // The released lease is granted again above its old epoch.
-    assert_eq!(store.claim("cart", "#2", "m2").await, Ok(Claim::Granted(3)));
+    support::check_migrated(&stores[0], &stores[3]).await;
     drop(stores);
 
     // Opened again: nothing to migrate, nothing lost.
@@ -384,6 +364,7 @@ async fn a_file_from_before_fences_is_migrated_in_place_on_open() {
         again.load("cart", "u1").await.unwrap().as_deref(),
         Some(&b"new"[..])
     );
+    let held = Fence { epoch: 4, life: 0 };
     assert_eq!(
         again.save("cart", "#1", held, "u1", b"late").await,
         Err(StoreError::StaleEpoch { fence: held })

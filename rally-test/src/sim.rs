@@ -68,11 +68,12 @@ use std::io;
 use std::net::IpAddr;
 use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex, PoisonError, Weak};
+use std::sync::{Arc, Weak};
 use std::task::{Context, Poll, Waker};
 use std::time::Duration;
 
 use rally_actor::ActorSystem;
+use rally_actor::sync::Mutex;
 use rally_cluster::provider::GossipProvider;
 use rally_cluster::{Cluster, ClusterConfig, JoinError};
 use rally_remote::transport::{BoxStream, Incoming, Listener, Transport};
@@ -190,14 +191,14 @@ struct Connections {
 impl Connections {
     /// Registers a connection between `a` and `b`.
     fn add(&self, a: IpAddr, b: IpAddr, connection: &Arc<Connection>) {
-        let mut live = self.live.lock().unwrap_or_else(PoisonError::into_inner);
+        let mut live = self.live.lock();
         live.retain(|(_, _, c)| c.strong_count() > 0);
         live.push((a, b, Arc::downgrade(connection)));
     }
 
     /// Breaks every open connection between `a` and `b` (either way); returns how many.
     fn break_between(&self, a: IpAddr, b: IpAddr) -> usize {
-        let mut live = self.live.lock().unwrap_or_else(PoisonError::into_inner);
+        let mut live = self.live.lock();
         let mut broken = 0;
         live.retain(|(x, y, connection)| {
             let Some(connection) = connection.upgrade() else {
@@ -229,8 +230,7 @@ impl Connection {
         if self.broken.swap(true, Ordering::SeqCst) {
             return false;
         }
-        let waiting =
-            std::mem::take(&mut *self.waiting.lock().unwrap_or_else(PoisonError::into_inner));
+        let waiting = std::mem::take(&mut *self.waiting.lock());
         for waker in waiting.into_iter().flatten() {
             waker.wake();
         }
@@ -250,7 +250,7 @@ impl Connection {
 
     /// Remembers who waits to read (`0`) or write (`1`), to wake it on a break.
     fn wait(&self, side: usize, cx: &Context<'_>) {
-        let mut waiting = self.waiting.lock().unwrap_or_else(PoisonError::into_inner);
+        let mut waiting = self.waiting.lock();
         match &waiting[side] {
             Some(waker) if waker.will_wake(cx.waker()) => {}
             _ => waiting[side] = Some(cx.waker().clone()),
@@ -1234,10 +1234,7 @@ impl<T> SimLog<T> {
             at: now().unwrap_or_default(),
             entry,
         };
-        self.entries
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .push(logged);
+        self.entries.lock().push(logged);
     }
 
     /// Everything recorded so far, in order.
@@ -1249,10 +1246,7 @@ impl<T> SimLog<T> {
     where
         T: Clone,
     {
-        self.entries
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .clone()
+        self.entries.lock().clone()
     }
 }
 

@@ -952,7 +952,7 @@ pub(crate) fn latency(args: &LatencyArgs) -> anyhow::Result<()> {
                     h
                 }
                 Via::Ask => {
-                    let histogram = Arc::new(std::sync::Mutex::new(
+                    let histogram = Arc::new(rally::sync::Mutex::new(
                         Histogram::<u64>::new(3).expect("3 digits is valid"),
                     ));
                     let runtime = tokio::runtime::Handle::current();
@@ -968,7 +968,6 @@ pub(crate) fn latency(args: &LatencyArgs) -> anyhow::Result<()> {
                             let took = intended.elapsed();
                             histogram
                                 .lock()
-                                .expect("no panics under the lock")
                                 .record(took.as_nanos() as u64)
                                 .expect("values fit");
                         })
@@ -979,7 +978,7 @@ pub(crate) fn latency(args: &LatencyArgs) -> anyhow::Result<()> {
                     for task in pending {
                         task.await?;
                     }
-                    histogram.lock().expect("no panics under the lock").clone()
+                    histogram.lock().clone()
                 }
             };
             let us = |q: f64| micros(Duration::from_nanos(h.value_at_quantile(q)));

@@ -3,7 +3,9 @@
 //! another member, or answers.
 
 use std::sync::atomic::{AtomicU8, Ordering};
-use std::sync::{Arc, Mutex, PoisonError, Weak};
+use std::sync::{Arc, Weak};
+
+use rally_actor::sync::Mutex;
 use std::time::Instant;
 
 use bytes::BytesMut;
@@ -150,7 +152,11 @@ impl<M: RemoteMessage> TypedCall<M> {
         kind: &'static str,
         msg: M,
         deadline: Instant,
-    ) -> (Self, oneshot::Receiver<Result<M::Reply, AskError>>, Arc<Held>) {
+    ) -> (
+        Self,
+        oneshot::Receiver<Result<M::Reply, AskError>>,
+        Arc<Held>,
+    ) {
         let (to, answer) = oneshot::channel();
         let held = Arc::new(Held::default());
         let call = Self {
@@ -284,10 +290,7 @@ where
         let envelope = Envelope::new(
             msg,
             ReplyTo::callback(move |result: Result<M::Reply, ReplyError>| {
-                let taken = on_reply
-                    .lock()
-                    .unwrap_or_else(PoisonError::into_inner)
-                    .take();
+                let taken = on_reply.lock().take();
                 if let Some((reply, done)) = taken {
                     reply.handled(result, kind);
                     drop(done);
@@ -300,7 +303,7 @@ where
                 // The envelope comes back untouched: its reply was not called.
                 let (msg, unused_reply) = refused.envelope.into_parts();
                 drop(unused_reply);
-                let taken = slot.lock().unwrap_or_else(PoisonError::into_inner).take();
+                let taken = slot.lock().take();
                 let (Some((reply, done)), Ok(msg)) = (taken, msg.downcast::<M>()) else {
                     return Ok(());
                 };

@@ -49,10 +49,10 @@ pub(crate) use self::effect::{Effect, OpId, StoreAnswer, StoreRequest};
 use self::slots::Slot;
 use self::timers::{Timer, Timers};
 use super::config::VirtualActorsConfig;
-use super::runtime::KindStats;
 use super::outcome::Refusal;
 use super::ownership::Ownership;
 use super::placement::{Placement, Placements};
+use super::runtime::KindStats;
 use super::slot_table::SlotTable;
 use crate::member::MemberEvent;
 

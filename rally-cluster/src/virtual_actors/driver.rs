@@ -5,7 +5,9 @@
 
 use std::marker::PhantomData;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard, PoisonError, Weak};
+use std::sync::{Arc, Weak};
+
+use rally_actor::sync::{Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 use bytes::BytesMut;
@@ -75,7 +77,7 @@ impl<K: VirtualActor> KindDriver<K> {
 
     /// Decisions are plain data updates: a poisoned lock is still consistent.
     fn core(&self) -> MutexGuard<'_, KindCore<Live<K>>> {
-        self.core.lock().unwrap_or_else(PoisonError::into_inner)
+        self.core.lock()
     }
 
     /// Gives the core one input, then does what it asked for, outside its lock.
@@ -225,7 +227,10 @@ impl<K: VirtualActor> KindDriver<K> {
         M: RemoteMessage,
         K: Handler<M>,
     {
-        self.request(Arc::clone(identity), Box::new(TypedCall::tell(K::KIND, msg)));
+        self.request(
+            Arc::clone(identity),
+            Box::new(TypedCall::tell(K::KIND, msg)),
+        );
     }
 
     /// The member an ask for `identity` goes to straight from its asker (one hop, the answer
@@ -237,7 +242,7 @@ impl<K: VirtualActor> KindDriver<K> {
             return None;
         }
         let generation = self.generation.load(Ordering::Acquire);
-        if let Some((seen, peer)) = &*route.lock().unwrap_or_else(PoisonError::into_inner)
+        if let Some((seen, peer)) = &*route.lock()
             && *seen == generation
         {
             return Some(peer.clone());
@@ -253,7 +258,7 @@ impl<K: VirtualActor> KindDriver<K> {
             }
         };
         let peer = self.shared.transport.peer(&self.shared.local, &to);
-        *route.lock().unwrap_or_else(PoisonError::into_inner) = Some((generation, peer.clone()));
+        *route.lock() = Some((generation, peer.clone()));
         Some(peer)
     }
 
@@ -347,7 +352,15 @@ impl<K: VirtualActor> KindDriver<K> {
                 life,
                 scope,
                 epoch,
-            } => self.activate(identity, life, scope, Fence { epoch, life: life.0 }),
+            } => self.activate(
+                identity,
+                life,
+                scope,
+                Fence {
+                    epoch,
+                    life: life.0,
+                },
+            ),
             Effect::Deliver {
                 identity,
                 life,
@@ -409,9 +422,9 @@ impl<K: VirtualActor> KindDriver<K> {
                         StoreRequest::Claim { scope } => {
                             StoreAnswer::Claim(store.claim(K::KIND, &scope, &owner).await)
                         }
-                        StoreRequest::TakeOver { scope, from } => StoreAnswer::Claim(
-                            store.take_over(K::KIND, &scope, &owner, from).await,
-                        ),
+                        StoreRequest::TakeOver { scope, from } => {
+                            StoreAnswer::Claim(store.take_over(K::KIND, &scope, &owner, from).await)
+                        }
                         StoreRequest::Release { scope, epoch } => {
                             StoreAnswer::Done(store.release(K::KIND, &scope, epoch).await)
                         }
@@ -422,7 +435,15 @@ impl<K: VirtualActor> KindDriver<K> {
                             identity,
                         } => StoreAnswer::Done(
                             store
-                                .fence(K::KIND, &scope, Fence { epoch, life: life.0 }, &identity)
+                                .fence(
+                                    K::KIND,
+                                    &scope,
+                                    Fence {
+                                        epoch,
+                                        life: life.0,
+                                    },
+                                    &identity,
+                                )
                                 .await,
                         ),
                     };
@@ -551,7 +572,9 @@ fn spawn_timer<K: VirtualActor>(driver: Weak<KindDriver<K>>) {
     tokio::spawn(async move {
         loop {
             let notified = timer.notified();
-            let Some(strong) = driver.upgrade() else { return };
+            let Some(strong) = driver.upgrade() else {
+                return;
+            };
             let next = strong.core().poll_timeout();
             drop(strong);
             let far = tokio::time::Instant::now() + FAR;
@@ -560,7 +583,9 @@ fn spawn_timer<K: VirtualActor>(driver: Weak<KindDriver<K>>) {
                 () = tokio::time::sleep_until(at) => {}
                 () = notified => continue,
             }
-            let Some(strong) = driver.upgrade() else { return };
+            let Some(strong) = driver.upgrade() else {
+                return;
+            };
             strong.input(|core, now| core.handle_timeout(now));
         }
     });
@@ -615,9 +640,7 @@ struct Forwarded<K: VirtualActor> {
 
 impl<K: VirtualActor> GrainAsk for Forwarded<K> {
     fn encode(&self, buf: &mut BytesMut) -> Result<(), String> {
-        self.call
-            .as_ref()
-            .map_or(Ok(()), |call| call.encode(buf))
+        self.call.as_ref().map_or(Ok(()), |call| call.encode(buf))
     }
 
     fn answer(mut self: Box<Self>, answer: GrainAnswer<'_>) {

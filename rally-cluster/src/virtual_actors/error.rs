@@ -164,7 +164,9 @@ impl AskError {
             Refusal::TooManyHops(hops) => Self::TooManyHops(hops),
             Refusal::SettingsMismatch(why) => Self::SettingsMismatch(why),
             Refusal::Expired => Self::Expired("it waited on this member".into()),
-            Refusal::InvalidIdentity(why) => Self::Undeliverable(format!("invalid identity: {why}")),
+            Refusal::InvalidIdentity(why) => {
+                Self::Undeliverable(format!("invalid identity: {why}"))
+            }
             Refusal::Overloaded => Self::Overloaded,
             Refusal::Ended => Self::ActivationStopped,
         }
@@ -197,7 +199,10 @@ mod tests {
             let (code, text) = refusal.to_wire();
             assert_eq!(code.handled(), Handled::No, "{refusal}");
             assert_eq!(Refusal::from_wire(code, text.as_bytes()), refusal);
-            assert_eq!(AskError::refused(refusal.clone(), "k").handled(), Handled::No);
+            assert_eq!(
+                AskError::refused(refusal.clone(), "k").handled(),
+                Handled::No
+            );
         }
     }
 }

@@ -4,8 +4,10 @@
 use std::collections::HashMap;
 use std::fmt;
 use std::future::Future;
+use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex, PoisonError};
+
+use rally_actor::sync::Mutex;
 use std::time::Instant;
 
 use rally_actor::{Actor, ActorResult, Handler};
@@ -249,7 +251,7 @@ impl LifeState {
     /// The life never ran (its hook failed): a handle the hook leaked refuses to save.
     pub(crate) fn refuse_saves(&self) {
         self.stopped.store(true, Ordering::SeqCst);
-        self.over.lock().unwrap_or_else(PoisonError::into_inner).take();
+        self.over.lock().take();
     }
 
     /// The actor has stopped.
@@ -261,11 +263,7 @@ impl LifeState {
     }
 
     fn over(&self) {
-        let over = self
-            .over
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .take();
+        let over = self.over.lock().take();
         if let Some(over) = over {
             over();
         }

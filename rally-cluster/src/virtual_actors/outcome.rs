@@ -107,7 +107,9 @@ impl fmt::Display for Refusal {
             Self::UnknownMessage(manifest) => {
                 write!(f, "message {manifest:?} is not registered for the kind")
             }
-            Self::Undecodable(why) => write!(f, "the message could not be encoded or decoded: {why}"),
+            Self::Undecodable(why) => {
+                write!(f, "the message could not be encoded or decoded: {why}")
+            }
             Self::ActivationFailed(why) => write!(f, "activation failed: {why}"),
             Self::Store(why) => write!(f, "state store: {why}"),
             Self::TooManyHops(hops) => {

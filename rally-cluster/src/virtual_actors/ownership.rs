@@ -209,7 +209,9 @@ impl Ownership {
     }
 
     fn hosts_of(&self, kind: &str) -> &[MemberId] {
-        self.kinds.get(kind).map_or(&[], |view| view.hosts.as_slice())
+        self.kinds
+            .get(kind)
+            .map_or(&[], |view| view.hosts.as_slice())
     }
 
     /// The declaration of `kind` the cluster agrees on: that of the oldest serving member that
@@ -301,10 +303,8 @@ impl Ownership {
         // Oldest first: every member that sees the same members agrees on the same one.
         serving.sort();
         let agreed = serving.first()?.declaration(kind)?.clone();
-        let (hosts, dissenting): (Vec<MemberId>, Vec<MemberId>) = serving
-            .into_iter()
-            .cloned()
-            .partition(|member| {
+        let (hosts, dissenting): (Vec<MemberId>, Vec<MemberId>) =
+            serving.into_iter().cloned().partition(|member| {
                 member
                     .declaration(kind)
                     .is_some_and(|declared| declared.fingerprint == agreed.fingerprint)

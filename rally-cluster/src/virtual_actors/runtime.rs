@@ -7,7 +7,9 @@ use std::fmt;
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex, PoisonError, RwLock, Weak};
+use std::sync::{Arc, Weak};
+
+use rally_actor::sync::{Mutex, RwLock};
 use std::time::Duration;
 
 use rally_actor::{ActorSystem, Handler};
@@ -123,7 +125,12 @@ trait KindEntry: Send + Sync + 'static {
 }
 
 impl<K: VirtualActor> KindEntry for KindDriver<K> {
-    fn receive(&self, from: &UniqueAddress, request: GrainRequest<'_>, reply: Option<InboundReply>) {
+    fn receive(
+        &self,
+        from: &UniqueAddress,
+        request: GrainRequest<'_>,
+        reply: Option<InboundReply>,
+    ) {
         KindDriver::receive(self, from, request, reply);
     }
     fn member_event(&self, event: &MemberEvent) {
@@ -164,19 +171,14 @@ pub(crate) struct Runtime {
 impl Runtime {
     /// The driver of kind `K`: the hosted one, or one that only sends, made on first use.
     fn driver<K: VirtualActor>(&self) -> Arc<KindDriver<K>> {
-        let found = self
-            .kinds
-            .read()
-            .unwrap_or_else(PoisonError::into_inner)
-            .get(K::KIND)
-            .cloned();
+        let found = self.kinds.read().get(K::KIND).cloned();
         if let Some(entry) = found {
             return entry
                 .as_any()
                 .downcast::<KindDriver<K>>()
                 .unwrap_or_else(|_| unreachable!("kinds map K::KIND to KindDriver<K>"));
         }
-        let mut kinds = self.kinds.write().unwrap_or_else(PoisonError::into_inner);
+        let mut kinds = self.kinds.write();
         let entry = kinds
             .entry(K::KIND)
             .or_insert_with(|| self.make::<K>(false))
@@ -193,7 +195,7 @@ impl Runtime {
 
     /// A driver of `K`, from this member's view now.
     fn make<K: VirtualActor>(&self, hosting: bool) -> Arc<dyn KindEntry> {
-        let view = self.view.lock().unwrap_or_else(PoisonError::into_inner).clone();
+        let view = self.view.lock().clone();
         let core = KindCore::new(
             K::KIND,
             hosting,
@@ -206,20 +208,12 @@ impl Runtime {
     }
 
     fn entries(&self) -> Vec<Arc<dyn KindEntry>> {
-        self.kinds
-            .read()
-            .unwrap_or_else(PoisonError::into_inner)
-            .values()
-            .cloned()
-            .collect()
+        self.kinds.read().values().cloned().collect()
     }
 
     /// A member event: the view, and every kind's core.
     fn member_event(&self, event: &MemberEvent) {
-        self.view
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .apply(event, super::now());
+        self.view.lock().apply(event, super::now());
         for entry in self.entries() {
             entry.member_event(event);
         }
@@ -273,13 +267,13 @@ impl Runtime {
 }
 
 impl Inbound for Runtime {
-    fn request(&self, from: &UniqueAddress, request: GrainRequest<'_>, reply: Option<InboundReply>) {
-        let entry = self
-            .kinds
-            .read()
-            .unwrap_or_else(PoisonError::into_inner)
-            .get(request.kind)
-            .cloned();
+    fn request(
+        &self,
+        from: &UniqueAddress,
+        request: GrainRequest<'_>,
+        reply: Option<InboundReply>,
+    ) {
+        let entry = self.kinds.read().get(request.kind).cloned();
         match entry {
             Some(entry) if entry.hosting() || self.is_stopped() => {
                 entry.receive(from, request, reply);
@@ -480,11 +474,7 @@ impl VirtualActorsBuilder {
         let inbound: Weak<dyn Inbound> = Arc::downgrade(&grains.runtime) as Weak<dyn Inbound>;
         let service: Arc<dyn GrainService> = Arc::new(RemoteInbound(inbound));
         node.serve_grains(Arc::downgrade(&service));
-        *grains
-            .runtime
-            .service
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner) = Some(service);
+        *grains.runtime.service.lock() = Some(service);
         Ok(grains)
     }
 
@@ -541,11 +531,7 @@ impl VirtualActorsBuilder {
         });
         for (kind, make) in self.kinds.drain(..) {
             let entry = make(&runtime, true);
-            runtime
-                .kinds
-                .write()
-                .unwrap_or_else(PoisonError::into_inner)
-                .insert(kind, entry);
+            runtime.kinds.write().insert(kind, entry);
         }
         if !self.cluster.attach_grains(&runtime) {
             return Err(StartError::AlreadyStarted);
@@ -563,7 +549,9 @@ fn spawn_event_loop(cluster: &Cluster, runtime: &Arc<Runtime>) {
     let runtime = Arc::downgrade(runtime);
     tokio::spawn(async move {
         while let Some(event) = events.next().await {
-            let Some(runtime) = runtime.upgrade() else { return };
+            let Some(runtime) = runtime.upgrade() else {
+                return;
+            };
             runtime.member_event(&event);
         }
         if let Some(runtime) = runtime.upgrade() {
@@ -638,12 +626,7 @@ impl<K: VirtualActor> Clone for GrainRef<K> {
         Self {
             identity: Arc::clone(&self.identity),
             driver: Arc::clone(&self.driver),
-            route: Mutex::new(
-                self.route
-                    .lock()
-                    .unwrap_or_else(PoisonError::into_inner)
-                    .clone(),
-            ),
+            route: Mutex::new(self.route.lock().clone()),
         }
     }
 }

@@ -116,7 +116,6 @@ impl<V> SlotTable<V> {
             .filter_map(|entry| entry.as_mut().map(|(identity, value)| (&*identity, value)))
     }
 
-
     /// Where `identity`, whose hash is `hash`, is stored.
     fn position(&self, hash: u64, identity: &str) -> Option<u32> {
         self.index

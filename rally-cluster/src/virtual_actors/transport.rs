@@ -2,7 +2,9 @@
 //! an in-process network for tests that encodes and decodes exactly as the wire does.
 
 use std::collections::HashMap;
-use std::sync::{Arc, Mutex, PoisonError, Weak};
+use std::sync::{Arc, Weak};
+
+use rally_actor::sync::Mutex;
 use std::time::Duration;
 
 use bytes::BytesMut;
@@ -59,7 +61,11 @@ impl InboundReply {
 pub(crate) struct MemoryReply(Option<Box<dyn GrainAsk>>);
 
 impl MemoryReply {
-    fn send(mut self, outcome: GrainOutcome, encode: impl FnOnce(&mut BytesMut) -> Result<(), String>) {
+    fn send(
+        mut self,
+        outcome: GrainOutcome,
+        encode: impl FnOnce(&mut BytesMut) -> Result<(), String>,
+    ) {
         let Some(ask) = self.0.take() else {
             return;
         };
@@ -117,7 +123,9 @@ impl Peer {
     pub(crate) fn ask(&self, request: &GrainSend<'_>, ask: Box<dyn GrainAsk>) {
         match &self.way {
             Way::Remote(peer) => peer.ask(request, ask),
-            Way::Memory(network, from) => network.send(from, &self.member, request, Message::Ask(ask)),
+            Way::Memory(network, from) => {
+                network.send(from, &self.member, request, Message::Ask(ask))
+            }
         }
     }
 
@@ -156,7 +164,7 @@ impl Transport {
         let way = match self {
             Self::Memory(network) => Way::Memory(network.clone(), unique(local)),
             Self::Remote { node, peers } => {
-                let mut peers = peers.lock().unwrap_or_else(PoisonError::into_inner);
+                let mut peers = peers.lock();
                 let peer = match peers.get(to) {
                     Some(peer) => peer.clone(),
                     None => {
@@ -180,10 +188,7 @@ impl Transport {
     /// makes a new one.
     pub(crate) fn forget(&self, to: &MemberId) {
         if let Self::Remote { peers, .. } = self {
-            peers
-                .lock()
-                .unwrap_or_else(PoisonError::into_inner)
-                .remove(to);
+            peers.lock().remove(to);
         }
     }
 }
@@ -252,7 +257,7 @@ impl GrainNetwork {
     }
 
     fn members(&self) -> std::sync::MutexGuard<'_, HashMap<MemberId, Weak<dyn Inbound>>> {
-        self.members.lock().unwrap_or_else(PoisonError::into_inner)
+        self.members.lock()
     }
 
     pub(crate) fn attach(&self, member: &MemberId, inbound: Weak<dyn Inbound>) {
@@ -282,7 +287,7 @@ impl GrainNetwork {
             payload,
             reply,
         };
-        let mut queues = self.queues.lock().unwrap_or_else(PoisonError::into_inner);
+        let mut queues = self.queues.lock();
         loop {
             let queue = queues
                 .entry(to.clone())
@@ -325,7 +330,11 @@ impl GrainNetwork {
                         queued.flags,
                         &queued.payload,
                     );
-                    target.request(&queued.from, request, queued.reply.map(InboundReply::Memory));
+                    target.request(
+                        &queued.from,
+                        request,
+                        queued.reply.map(InboundReply::Memory),
+                    );
                     return;
                 }
                 Some(None) => break,
@@ -347,7 +356,12 @@ impl GrainNetwork {
 pub(crate) struct RemoteInbound(pub(crate) Weak<dyn Inbound>);
 
 impl rally_remote::GrainService for RemoteInbound {
-    fn request(&self, from: &UniqueAddress, request: GrainRequest<'_>, reply: Option<GrainReplyTo>) {
+    fn request(
+        &self,
+        from: &UniqueAddress,
+        request: GrainRequest<'_>,
+        reply: Option<GrainReplyTo>,
+    ) {
         match self.0.upgrade() {
             Some(inbound) => inbound.request(from, request, reply.map(InboundReply::Remote)),
             None => {

@@ -775,15 +775,18 @@ impl MemberProcess {
         let at = mono_ns();
         nix::sys::signal::kill(self.pid(), nix::sys::signal::Signal::SIGSTOP).expect("stop");
         let stat = format!("/proc/{}/stat", self.pid());
-        let deadline = tokio::time::Instant::now() + T;
-        loop {
+        rally_test::eventually("the kernel shows it stopped", T, async || {
             let text = std::fs::read_to_string(&stat).expect("stat");
-            if text.rsplit_once(") ").unwrap().1.starts_with('T') {
-                return at;
+            // The state follows the parenthesised command name.
+            let state = text.rsplit_once(") ").expect("a stat line").1;
+            if state.starts_with('T') {
+                Ok(())
+            } else {
+                Err(text)
             }
-            assert!(tokio::time::Instant::now() < deadline, "never stopped");
-            tokio::time::sleep(Duration::from_millis(1)).await;
-        }
+        })
+        .await;
+        at
     }
 
     /// SIGCONT; returns the instant it was sent.

@@ -170,6 +170,22 @@ impl Model {
         }
     }
 
+    /// The record a write under `scope` carrying `fence` may change, or why it may not.
+    fn writable(
+        &mut self,
+        scope: &str,
+        fence: Fence,
+        identity: usize,
+    ) -> Result<&mut Record, StoreError> {
+        if fence.life > MAX_LIFE {
+            return Err(StoreError::InvalidKey(String::new()));
+        }
+        if !self.held(scope, fence.epoch) {
+            return Err(StoreError::StaleEpoch { fence });
+        }
+        Ok(self.states.entry(IDENTITIES[identity]).or_default())
+    }
+
     fn held(&self, scope: &str, epoch: Epoch) -> bool {
         self.leases
             .get(scope)
@@ -223,43 +239,32 @@ impl Model {
                 identity,
                 value,
             } => {
-                let (scope, identity) = (SCOPES[scope], IDENTITIES[identity]);
-                if fence.life > MAX_LIFE {
-                    return Answer::Done(Err(StoreError::InvalidKey(String::new())));
-                }
-                if !self.held(scope, fence.epoch) {
-                    return Answer::Done(stale(fence));
-                }
-                let record = self.states.entry(identity).or_default();
-                if record
-                    .1
-                    .is_some_and(|(s, floor)| s == scope && fence < floor)
-                {
-                    return Answer::Done(stale(fence));
-                }
-                record.0 = Some(vec![value]);
-                Answer::Done(Ok(()))
+                let scope = SCOPES[scope];
+                Answer::Done(self.writable(scope, fence, identity).and_then(|record| {
+                    if record
+                        .1
+                        .is_some_and(|(s, floor)| s == scope && fence < floor)
+                    {
+                        return Err(StoreError::StaleEpoch { fence });
+                    }
+                    record.0 = Some(vec![value]);
+                    Ok(())
+                }))
             }
             Op::Fence {
                 scope,
                 fence,
                 identity,
             } => {
-                let (scope, identity) = (SCOPES[scope], IDENTITIES[identity]);
-                if fence.life > MAX_LIFE {
-                    return Answer::Done(Err(StoreError::InvalidKey(String::new())));
-                }
-                if !self.held(scope, fence.epoch) {
-                    return Answer::Done(stale(fence));
-                }
-                let record = self.states.entry(identity).or_default();
-                if record
-                    .1
-                    .is_none_or(|(s, floor)| s != scope || floor < fence)
-                {
-                    record.1 = Some((scope, fence));
-                }
-                Answer::Done(Ok(()))
+                let scope = SCOPES[scope];
+                Answer::Done(self.writable(scope, fence, identity).map(|record| {
+                    if record
+                        .1
+                        .is_none_or(|(s, floor)| s != scope || floor < fence)
+                    {
+                        record.1 = Some((scope, fence));
+                    }
+                }))
             }
             Op::Load { identity } => Answer::Load(Ok(self
                 .states

@@ -214,7 +214,11 @@ enum Event {
         refusal: Refusal,
     },
     /// An answer travels back along the call's path.
-    Answer { to: usize, call: TestCall, heard: Heard },
+    Answer {
+        to: usize,
+        call: TestCall,
+        heard: Heard,
+    },
     HandoverDone {
         to: usize,
         from: usize,
@@ -246,7 +250,9 @@ enum Event {
         life: LifeId,
     },
     /// A caller's deadline: unknown if nothing was heard by then.
-    Deadline { id: u64 },
+    Deadline {
+        id: u64,
+    },
 }
 
 impl Event {
@@ -318,7 +324,9 @@ struct Store {
 
 impl Store {
     fn down(&self, now: Instant) -> bool {
-        self.outages.iter().any(|(from, to)| (*from..*to).contains(&now))
+        self.outages
+            .iter()
+            .any(|(from, to)| (*from..*to).contains(&now))
     }
 
     fn run(&mut self, owner: &str, request: &StoreRequest, now: Instant) -> StoreAnswer {
@@ -397,7 +405,14 @@ impl Store {
     }
 
     /// A save under `fence`: refused unless its epoch is held and it is not below the floor.
-    fn save(&mut self, scope: &str, fence: Fence, identity: &Arc<str>, state: &[u64], now: Instant) -> bool {
+    fn save(
+        &mut self,
+        scope: &str,
+        fence: Fence,
+        identity: &Arc<str>,
+        state: &[u64],
+        now: Instant,
+    ) -> bool {
         if self.down(now) || !self.held(scope, fence.0) {
             return false;
         }
@@ -413,7 +428,10 @@ impl Store {
     }
 
     fn load(&self, identity: &str) -> Vec<u64> {
-        self.state.get(identity).map(|s| s.0.clone()).unwrap_or_default()
+        self.state
+            .get(identity)
+            .map(|s| s.0.clone())
+            .unwrap_or_default()
     }
 }
 
@@ -477,7 +495,9 @@ impl Cluster {
     }
 
     fn member_id(&self, i: usize, hosts: bool) -> MemberId {
-        let address = format!("rally://sim@10.0.0.{}:2552", i + 1).parse().unwrap();
+        let address = format!("rally://sim@10.0.0.{}:2552", i + 1)
+            .parse()
+            .unwrap();
         let id = MemberId::new(address, Incarnation(1000 + i as u64), i as u64);
         if hosts { id.with_kinds([KIND]) } else { id }
     }
@@ -529,7 +549,9 @@ impl Cluster {
 
     /// A message from `from` to `to`, in order after the pair's previous one.
     fn send(&mut self, from: usize, to: usize, event: Event) {
-        let latency = self.rng.random_range(Duration::ZERO..=self.knobs.net_latency);
+        let latency = self
+            .rng
+            .random_range(Duration::ZERO..=self.knobs.net_latency);
         let last = self.links.get(&(from, to)).copied().unwrap_or(self.now);
         let at = (self.now + latency).max(last);
         self.links.insert((from, to), at);
@@ -590,10 +612,16 @@ impl Cluster {
             if o == m || !self.running(o) {
                 continue;
             }
-            let seen = self.now + self.rng.random_range(Duration::from_millis(1500)..Duration::from_millis(3000));
+            let seen = self.now
+                + self
+                    .rng
+                    .random_range(Duration::from_millis(1500)..Duration::from_millis(3000));
             self.at(seen, Event::View(o, MemberEvent::Unreachable(id.clone())));
             self.at(seen, Event::View(o, MemberEvent::Down(id.clone())));
-            self.at(seen + Duration::from_secs(5), Event::View(o, MemberEvent::Removed(id.clone())));
+            self.at(
+                seen + Duration::from_secs(5),
+                Event::View(o, MemberEvent::Removed(id.clone())),
+            );
         }
     }
 
@@ -609,7 +637,10 @@ impl Cluster {
         if pause > Duration::from_secs(2) {
             self.announce_down(m);
             let id = self.members[m].id.clone();
-            self.at(until + Duration::from_millis(5), Event::View(m, MemberEvent::Down(id)));
+            self.at(
+                until + Duration::from_millis(5),
+                Event::View(m, MemberEvent::Down(id)),
+            );
         }
     }
 
@@ -622,14 +653,22 @@ impl Cluster {
         }
         self.members[m].leaving = true;
         let id = self.members[m].id.clone();
-        let removed_after = self.rng.random_range(Duration::from_millis(300)..Duration::from_millis(1200));
+        let removed_after = self
+            .rng
+            .random_range(Duration::from_millis(300)..Duration::from_millis(1200));
         for o in 0..self.members.len() {
             if !self.running(o) {
                 continue;
             }
-            let seen = self.now + self.rng.random_range(Duration::ZERO..Duration::from_millis(200));
+            let seen = self.now
+                + self
+                    .rng
+                    .random_range(Duration::ZERO..Duration::from_millis(200));
             self.at(seen, Event::View(o, MemberEvent::Leaving(id.clone())));
-            self.at(seen + removed_after, Event::View(o, MemberEvent::Removed(id.clone())));
+            self.at(
+                seen + removed_after,
+                Event::View(o, MemberEvent::Removed(id.clone())),
+            );
         }
     }
 
@@ -648,9 +687,13 @@ impl Cluster {
             .map(|o| (o.id.clone(), o.leaving, o.downed))
             .collect();
         for (other, leaving, _) in others {
-            self.members[m].core.member_event(&MemberEvent::Up(other.clone()), now);
+            self.members[m]
+                .core
+                .member_event(&MemberEvent::Up(other.clone()), now);
             if leaving {
-                self.members[m].core.member_event(&MemberEvent::Leaving(other.clone()), now);
+                self.members[m]
+                    .core
+                    .member_event(&MemberEvent::Leaving(other.clone()), now);
                 self.at(
                     now + Duration::from_millis(500),
                     Event::View(m, MemberEvent::Removed(other)),
@@ -662,7 +705,10 @@ impl Cluster {
             if o == m || !self.running(o) {
                 continue;
             }
-            let seen = now + self.rng.random_range(Duration::ZERO..Duration::from_millis(300));
+            let seen = now
+                + self
+                    .rng
+                    .random_range(Duration::ZERO..Duration::from_millis(300));
             self.at(seen, Event::View(o, MemberEvent::Up(id.clone())));
         }
         m
@@ -744,7 +790,9 @@ impl Cluster {
                     call.held.set(Held::Here);
                 }
                 let from = self.members[from].id.clone();
-                self.members[to].core.refused(identity, call, &from, refusal, now);
+                self.members[to]
+                    .core
+                    .refused(identity, call, &from, refusal, now);
             }
             Event::Answer { to, call, heard } => {
                 self.relayed(to, &call);
@@ -756,7 +804,15 @@ impl Cluster {
                 identity,
                 round,
             } => {
-                self.send(to, from, Event::HandoverAck { to: from, identity, round });
+                self.send(
+                    to,
+                    from,
+                    Event::HandoverAck {
+                        to: from,
+                        identity,
+                        round,
+                    },
+                );
             }
             Event::HandoverAck {
                 to,
@@ -780,7 +836,11 @@ impl Cluster {
                         let identity = self.identity_of(id);
                         let no_host = self.members[origin].core.route(&identity)
                             == crate::virtual_actors::ownership::Route::NoHost;
-                        Heard::NotHandled(if no_host { Refusal::NoHost } else { Refusal::Expired })
+                        Heard::NotHandled(if no_host {
+                            Refusal::NoHost
+                        } else {
+                            Refusal::Expired
+                        })
                     } else {
                         Heard::Unknown("no answer by the deadline".into())
                     };
@@ -823,7 +883,15 @@ impl Cluster {
     /// An answer reached member `m` on its way back to the caller.
     fn answer(&mut self, m: usize, mut call: TestCall, heard: Heard) {
         match call.path.pop() {
-            Some(next) => self.send(m, next, Event::Answer { to: next, call, heard }),
+            Some(next) => self.send(
+                m,
+                next,
+                Event::Answer {
+                    to: next,
+                    call,
+                    heard,
+                },
+            ),
             None => self.heard(call.id, heard),
         }
     }
@@ -889,8 +957,18 @@ impl Cluster {
                         ended: false,
                     },
                 );
-                let at = now + self.rng.random_range(Duration::ZERO..Duration::from_millis(3));
-                self.at(at, Event::Activated { member: m, identity, life });
+                let at = now
+                    + self
+                        .rng
+                        .random_range(Duration::ZERO..Duration::from_millis(3));
+                self.at(
+                    at,
+                    Event::Activated {
+                        member: m,
+                        identity,
+                        life,
+                    },
+                );
             }
             Effect::Deliver {
                 identity,
@@ -915,11 +993,20 @@ impl Cluster {
                 l.busy = true;
                 let slow = self.rng.random_bool(0.05);
                 let took = if slow {
-                    self.rng.random_range(Duration::from_millis(50)..Duration::from_millis(800))
+                    self.rng
+                        .random_range(Duration::from_millis(50)..Duration::from_millis(800))
                 } else {
-                    self.rng.random_range(Duration::ZERO..Duration::from_millis(3))
+                    self.rng
+                        .random_range(Duration::ZERO..Duration::from_millis(3))
                 };
-                self.at(now + took, Event::Handled { member: m, life, call });
+                self.at(
+                    now + took,
+                    Event::Handled {
+                        member: m,
+                        life,
+                        call,
+                    },
+                );
             }
             Effect::Stop { life, .. } => {
                 if let Some(l) = self.members[m].lives.get_mut(&life) {
@@ -1008,13 +1095,18 @@ impl Cluster {
                 }
             }
             Effect::Store { op, request } => {
-                let latency = self.rng.random_range(Duration::ZERO..=self.knobs.store_latency);
+                let latency = self
+                    .rng
+                    .random_range(Duration::ZERO..=self.knobs.store_latency);
                 // Applied half way, answered at the end.
                 let owner = Ownership::owner_key(&self.members[m].id);
                 let answer = self.store.run(&owner, &request, now + latency / 2);
-            if std::env::var_os("RALLY_HARNESS_TRACE").is_some() {
-                eprintln!("{:>12.3?} m{m} store {request:?} -> {answer:?}", self.elapsed());
-            }
+                if std::env::var_os("RALLY_HARNESS_TRACE").is_some() {
+                    eprintln!(
+                        "{:>12.3?} m{m} store {request:?} -> {answer:?}",
+                        self.elapsed()
+                    );
+                }
                 self.at(now + latency, Event::StoreAnswer { to: m, op, answer });
             }
         }
@@ -1040,7 +1132,9 @@ impl Cluster {
             .log
             .iter()
             .find_map(|(_, entry)| match entry {
-                Logged::Sent { id: sent, identity, .. } if *sent == id => Some(Arc::clone(identity)),
+                Logged::Sent {
+                    id: sent, identity, ..
+                } if *sent == id => Some(Arc::clone(identity)),
                 _ => None,
             })
             .expect("every call was sent")
@@ -1091,8 +1185,12 @@ impl Cluster {
         };
         l.busy = false;
         l.state.push(call.id);
-        let (identity, scope, fence, state) =
-            (Arc::clone(&l.identity), Arc::clone(&l.scope), l.fence, l.state.clone());
+        let (identity, scope, fence, state) = (
+            Arc::clone(&l.identity),
+            Arc::clone(&l.scope),
+            l.fence,
+            l.state.clone(),
+        );
         self.log(Logged::Applied {
             id: call.id,
             member: m,
@@ -1128,7 +1226,10 @@ impl Cluster {
         let overrun = self.rng.random_bool(self.knobs.hook_overrun);
         let limit = self.knobs.config.deactivation_timeout;
         let took = if overrun {
-            limit + self.rng.random_range(Duration::from_millis(1)..Duration::from_millis(700))
+            limit
+                + self
+                    .rng
+                    .random_range(Duration::from_millis(1)..Duration::from_millis(700))
         } else {
             self.rng.random_range(Duration::ZERO..limit / 4)
         };
@@ -1149,8 +1250,12 @@ impl Cluster {
             return;
         };
         l.ended = true;
-        let (identity, scope, fence, state) =
-            (Arc::clone(&l.identity), Arc::clone(&l.scope), l.fence, l.state.clone());
+        let (identity, scope, fence, state) = (
+            Arc::clone(&l.identity),
+            Arc::clone(&l.scope),
+            l.fence,
+            l.state.clone(),
+        );
         let accepted = self.store.save(&scope, fence, &identity, &state, now);
         self.log(Logged::Saved {
             identity: Arc::clone(&identity),
@@ -1239,7 +1344,9 @@ impl History {
                 Logged::Heard { id, heard: h } => {
                     heard.insert(*id, h.clone());
                 }
-                Logged::Loaded { identity, fence, .. } => {
+                Logged::Loaded {
+                    identity, fence, ..
+                } => {
                     let top = loaded.entry(Arc::clone(identity)).or_insert(*fence);
                     *top = (*top).max(*fence);
                 }
@@ -1319,7 +1426,10 @@ impl History {
     /// What deposit `id`'s caller heard, if anything.
     pub(super) fn heard(&self, id: u64) -> Option<&Heard> {
         self.log.iter().find_map(|(_, entry)| match entry {
-            Logged::Heard { id: heard_id, heard } if *heard_id == id => Some(heard),
+            Logged::Heard {
+                id: heard_id,
+                heard,
+            } if *heard_id == id => Some(heard),
             _ => None,
         })
     }

@@ -115,7 +115,13 @@ impl<T: Types> KindCore<T> {
     }
 
     /// Passes `call` on to `to`, one more hop.
-    pub(super) fn forward(&mut self, identity: Arc<str>, to: MemberId, mut call: T::Call, handover: bool) {
+    pub(super) fn forward(
+        &mut self,
+        identity: Arc<str>,
+        to: MemberId,
+        mut call: T::Call,
+        handover: bool,
+    ) {
         let hops = call.hops();
         if hops >= self.config.max_hops {
             return self.refuse(call, Refusal::TooManyHops(hops));

@@ -40,7 +40,10 @@ pub(super) enum Slot<T: Types> {
     /// to finish).
     Claiming(Queue<T>),
     /// The lease is held; the activation hook runs for `life`.
-    Activating { life: LifeId, queue: Queue<T> },
+    Activating {
+        life: LifeId,
+        queue: Queue<T>,
+    },
     Active(Active<T>),
     /// `life` was told to stop; calls wait for what comes after it. It counts as overrun
     /// (and is fenced) if it has not ended by `deadline`: the deactivation timeout after its
@@ -67,7 +70,10 @@ pub(super) enum Slot<T: Types> {
     },
     /// Handed over by a member whose view makes this one the identity's next owner while this
     /// member's view does not yet: the calls wait until it agrees, at most until `until`.
-    Parked { queue: Queue<T>, until: Instant },
+    Parked {
+        queue: Queue<T>,
+        until: Instant,
+    },
 }
 
 /// A running life.
@@ -103,7 +109,10 @@ fn enqueue<T: Types>(queue: &mut Queue<T>, call: T::Call) -> Result<(), T::Call>
         return Err(call);
     }
     if call.handed_over() {
-        let at = queue.iter().take_while(|queued| queued.handed_over()).count();
+        let at = queue
+            .iter()
+            .take_while(|queued| queued.handed_over())
+            .count();
         queue.insert(at, call);
     } else {
         queue.push_back(call);
@@ -156,10 +165,8 @@ impl<T: Types> KindCore<T> {
         epoch: rally_state::Epoch,
     ) {
         let life = self.new_life();
-        self.slots.insert(
-            Arc::clone(&identity),
-            Slot::Activating { life, queue },
-        );
+        self.slots
+            .insert(Arc::clone(&identity), Slot::Activating { life, queue });
         self.emit(Effect::Activate {
             identity,
             life,
@@ -208,8 +215,7 @@ impl<T: Types> KindCore<T> {
                 );
                 if self.stopped {
                     self.deactivate(identity, Reason::Stopping, now);
-                } else if self.placement.moves_on_change() && self.route(identity) != Route::Local
-                {
+                } else if self.placement.moves_on_change() && self.route(identity) != Route::Local {
                     // The view changed while it activated: it belongs elsewhere now.
                     self.deactivate(identity, Reason::Moved, now);
                 } else {
@@ -405,7 +411,8 @@ impl<T: Types> KindCore<T> {
     /// The store fenced `life` (or its lease was no longer held: fenced by its epoch): it counts
     /// as ended.
     pub(super) fn fenced(&mut self, identity: &Arc<str>, life: LifeId, now: Instant) {
-        let current = matches!(self.slots.get(identity), Some(Slot::Fencing { life: l, .. }) if *l == life);
+        let current =
+            matches!(self.slots.get(identity), Some(Slot::Fencing { life: l, .. }) if *l == life);
         if !current {
             return;
         }
@@ -638,7 +645,10 @@ impl<T: Types> KindCore<T> {
         // A scope is left once its last life here has ended: started scope by scope, so the
         // first scopes reach their next owner while the last are still moving.
         moving.sort_by_cached_key(|identity| {
-            (self.placement.scope(self.kind, identity), Arc::clone(identity))
+            (
+                self.placement.scope(self.kind, identity),
+                Arc::clone(identity),
+            )
         });
         for identity in moving {
             self.deactivate(&identity, Reason::Moved, now);

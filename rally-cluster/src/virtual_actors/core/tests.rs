@@ -7,8 +7,8 @@ use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 
 use super::harness::{Cluster, Heard, KIND, Knobs, Logged};
-use crate::virtual_actors::placement::shard_of;
 use crate::virtual_actors::outcome::Refusal;
+use crate::virtual_actors::placement::shard_of;
 
 const ASK: Option<Duration> = Some(Duration::from_secs(5));
 
@@ -98,7 +98,9 @@ fn a_late_save_from_a_life_that_overran_its_stop_is_refused_and_nothing_acknowle
     let mut refused_late = 0;
     for (_, entry) in &cluster.history.log {
         match entry {
-            Logged::Loaded { identity, fence, .. } if &**identity == "acct-1" => {
+            Logged::Loaded {
+                identity, fence, ..
+            } if &**identity == "acct-1" => {
                 newest_load = newest_load.max(Some(*fence));
             }
             Logged::Saved {
@@ -113,7 +115,10 @@ fn a_late_save_from_a_life_that_overran_its_stop_is_refused_and_nothing_acknowle
             _ => {}
         }
     }
-    assert!(refused_late > 0, "no late save happened: the schedule tests nothing");
+    assert!(
+        refused_late > 0,
+        "no late save happened: the schedule tests nothing"
+    );
     assert_promises(&cluster);
 }
 
@@ -144,7 +149,10 @@ fn a_release_that_failed_in_a_store_outage_is_retried_and_the_identity_moves_on(
     for id in &ids {
         assert_eq!(cluster.history.heard(*id), Some(&Heard::Ok), "deposit {id}");
     }
-    assert!(cluster.core(joined).stats().activations > 0, "the new member serves some");
+    assert!(
+        cluster.core(joined).stats().activations > 0,
+        "the new member serves some"
+    );
     assert_promises(&cluster);
 }
 
@@ -166,7 +174,9 @@ fn a_graceful_leave_with_a_backlog_fails_no_deposit() {
     cluster.run_for(Duration::from_secs(20));
     for id in &ids {
         if cluster.history.heard(*id) != Some(&Heard::Ok) {
-            for (at, e) in &cluster.history.log { eprintln!("{at:?} {e:?}"); }
+            for (at, e) in &cluster.history.log {
+                eprintln!("{at:?} {e:?}");
+            }
         }
         assert_eq!(cluster.history.heard(*id), Some(&Heard::Ok), "deposit {id}");
     }
@@ -265,7 +275,10 @@ fn schedule(seed: u64) -> Result<Cluster, (Cluster, String)> {
     for id in last {
         if cluster.history.heard(id) != Some(&Heard::Ok) {
             let heard = cluster.history.heard(id).cloned();
-            return Err((cluster, format!("after the schedule, deposit {id} got {heard:?}")));
+            return Err((
+                cluster,
+                format!("after the schedule, deposit {id} got {heard:?}"),
+            ));
         }
     }
     Ok(cluster)
