@@ -441,6 +441,11 @@ impl Switch {
         self.cut.store(true, Ordering::SeqCst);
     }
 
+    /// Every call goes through again.
+    pub fn restore(&self) {
+        self.cut.store(false, Ordering::SeqCst);
+    }
+
     fn check(&self) -> Result<(), rally::state::StoreError> {
         if self.cut.load(Ordering::SeqCst) {
             Err(rally::state::StoreError::Backend("cut".into()))

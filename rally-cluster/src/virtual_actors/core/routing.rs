@@ -218,6 +218,26 @@ impl<T: Types> KindCore<T> {
     /// After a membership change: calls that waited for one are routed again, parked ones
     /// this member now owns activate, and lives whose identity is now placed elsewhere move.
     pub(super) fn view_changed(&mut self, now: Instant) {
+        // A member that hosts the kind with other placement settings is never placed on:
+        // counted and logged once, on this side too.
+        let dissenting: Vec<MemberId> = self
+            .ownership
+            .dissenting(self.kind)
+            .iter()
+            .filter(|member| *member != self.ownership.local())
+            .cloned()
+            .collect();
+        for member in dissenting {
+            let who = member.to_string();
+            if !self.mismatch_logged.contains(&who) {
+                let why = format!(
+                    "member {who} hosts kind {:?} with other placement settings than the \
+                     cluster's oldest host: it is not placed on",
+                    self.kind
+                );
+                self.count_mismatch(who, &why);
+            }
+        }
         let waiting = std::mem::take(&mut self.waiting);
         for w in waiting {
             if w.until <= now {
