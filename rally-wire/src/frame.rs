@@ -61,7 +61,7 @@ pub enum PrefaceError {
 /// ```
 /// use rally_wire::{PrefaceError, check_preface};
 ///
-/// assert!(check_preface(b"RALY\x00\x03").is_ok());
+/// assert!(check_preface(b"RALY\x00\x04").is_ok());
 /// assert!(matches!(check_preface(b"GET / "), Err(PrefaceError::WrongMagic { .. })));
 /// assert_eq!(check_preface(&[0x16, 0x03, 0x01, 0x00, 0xa5, 0x01]), Err(PrefaceError::Tls));
 /// ```
@@ -96,7 +96,7 @@ pub fn check_preface(bytes: &[u8; PREFACE_LEN]) -> Result<(), PrefaceError> {
 /// use rally_wire::is_tls_record;
 ///
 /// assert!(is_tls_record(&[0x15, 0x03, 0x03, 0x00, 0x02, 0x02, 0x32])); // a fatal alert
-/// assert!(!is_tls_record(b"RALY\x00\x03"));
+/// assert!(!is_tls_record(b"RALY\x00\x04"));
 /// ```
 pub fn is_tls_record(bytes: &[u8]) -> bool {
     matches!(bytes, [0x15 | 0x16, 0x03, 0x01..=0x04, ..])
@@ -311,7 +311,7 @@ mod tests {
             check_preface(b"RALY\x00\x02"),
             Err(PrefaceError::UnsupportedVersion {
                 found: 2,
-                supported: 3
+                supported: 4
             })
         );
         assert_eq!(split_frame(&[0, 0, 0, 0], 10), Err(FrameError::Empty));
