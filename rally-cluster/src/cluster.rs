@@ -186,7 +186,7 @@ impl Cluster {
         config: ClusterConfig,
         provider: impl Provider,
     ) -> Result<Self, JoinError> {
-        let local = Self::member_id(node).declared_by(&config);
+        let local = Self::member_id(node).declaring(&config);
         Self::join_as(system, local, config, provider)
     }
 
@@ -263,6 +263,7 @@ impl Cluster {
         let shared = Shared::new(
             Member::new(local.clone(), MemberStatus::Joining, true),
             system,
+            config.when_downed,
         );
         if let Some(system) = &observer {
             crate::figures::register(system, &shared);
@@ -372,6 +373,28 @@ impl Cluster {
         }
         *grains = Arc::downgrade(inner);
         true
+    }
+
+    /// Resolves once this member was downed by the cluster (at once if it was already): it
+    /// hosts nothing any more and is never admitted again; only a new process joins. What
+    /// happens next is `when-downed` ([`WhenDowned`](crate::WhenDowned)): by default the
+    /// process exits a moment later; with `stop` it goes on, and this is where it decides.
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel-safe: waiting changes nothing.
+    ///
+    /// # Example
+    ///
+    /// ```no_run
+    /// # async fn run(cluster: rally::cluster::Cluster) {
+    /// cluster.downed().await;
+    /// eprintln!("downed: restarting as a new member");
+    /// # }
+    /// ```
+    pub async fn downed(&self) {
+        let mut downed = self.shared.downed.subscribe();
+        let _ = downed.wait_for(|downed| *downed).await;
     }
 
     /// This member as it sees itself.

@@ -124,7 +124,41 @@ pub struct ClusterConfig {
     pub max_members: usize,
     /// Largest membership packet, in bytes (default 16 KiB).
     pub max_packet_bytes: usize,
+    /// What this member does when it learns the cluster downed it (default `exit`): it can
+    /// never serve again, only a new process (a new incarnation) is admitted.
+    pub when_downed: WhenDowned,
 }
+
+/// What a member does when it learns the cluster downed it. Either way it says so in the log
+/// (WARN), sets `rally_cluster_downed` to 1, and resolves [`Cluster::downed`](crate::Cluster::downed).
+///
+/// # Example
+///
+/// ```
+/// use rally::cluster::{ClusterConfig, WhenDowned};
+///
+/// assert_eq!(ClusterConfig::default().when_downed, WhenDowned::Exit);
+/// let config = ClusterConfig::builder().when_downed(WhenDowned::Stop).build().unwrap();
+/// assert_eq!(config.when_downed, WhenDowned::Stop);
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+#[non_exhaustive]
+pub enum WhenDowned {
+    /// The process exits with code [`DOWNED_EXIT_CODE`] (75, `EX_TEMPFAIL`) a moment after
+    /// saying so, so that its supervisor (systemd, Kubernetes, a shell loop) starts it again
+    /// as a new member: what Akka's `run-coordinated-shutdown-when-down` with `exit-jvm` does.
+    #[default]
+    Exit,
+    /// The member stops (it hosts nothing, its event streams end) and the process goes on:
+    /// for a process that decides itself, awaiting [`Cluster::downed`](crate::Cluster::downed),
+    /// and for several members in one process (tests, simulations).
+    Stop,
+}
+
+/// The exit code of a process whose member was downed, with [`WhenDowned::Exit`]: 75,
+/// `EX_TEMPFAIL` ("try again"), so a supervisor that restarts on failure starts it again.
+pub const DOWNED_EXIT_CODE: i32 = 75;
 
 impl Default for ClusterConfig {
     fn default() -> Self {
@@ -146,6 +180,7 @@ impl Default for ClusterConfig {
             remove_down_after: DEFAULT_REMOVE_DOWN_AFTER,
             max_members: DEFAULT_MAX_MEMBERS,
             max_packet_bytes: DEFAULT_MAX_PACKET_BYTES,
+            when_downed: WhenDowned::Exit,
         }
     }
 }
@@ -411,6 +446,12 @@ impl ClusterConfigBuilder {
             .placements
             .insert(kind.clone(), placement.name().to_owned());
         self.config.kinds.push(kind);
+        self
+    }
+
+    /// Sets what this member does when it is downed (`when-downed`).
+    pub fn when_downed(&mut self, when: WhenDowned) -> &mut Self {
+        self.config.when_downed = when;
         self
     }
 

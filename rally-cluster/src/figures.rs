@@ -54,6 +54,14 @@ impl FigureSource for Shared {
                 .label("status", name),
             );
         }
+        out.push(
+            Figure::gauge(
+                "rally_cluster_downed",
+                "1 once the cluster downed this member (it serves no more), else 0.",
+                f64::from(u8::from(*self.downed.borrow())),
+            )
+            .label("member", member.clone()),
+        );
         let unreachable = members
             .iter()
             .filter(|(s, reachable)| !reachable && *s != MemberStatus::Down)

@@ -60,7 +60,7 @@ mod singleton;
 pub mod virtual_actors;
 
 pub use cluster::{Cluster, DownError, JoinError, LeaveError, MemberEvents};
-pub use config::{ClusterConfig, ClusterConfigBuilder, ConfigError};
+pub use config::{ClusterConfig, ClusterConfigBuilder, ConfigError, DOWNED_EXIT_CODE, WhenDowned};
 pub use downing::{Decision, DowningStrategy, ViewMember, decide};
 pub use member::{KindDeclaration, Member, MemberEvent, MemberId, MemberStatus};
 pub use membership::{Membership, MembershipStats, PacketError, Transmit};

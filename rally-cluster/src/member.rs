@@ -123,9 +123,22 @@ impl MemberId {
         self
     }
 
-    /// The same identity, with the roles and kinds `config` declares (what a member started
-    /// with that configuration announces).
-    pub(crate) fn declared_by(self, config: &crate::ClusterConfig) -> Self {
+    /// The same identity, with the roles and kinds (and the kinds' placements) `config`
+    /// declares: what a member started with that configuration announces.
+    ///
+    /// # Example
+    ///
+    /// ```
+    /// use rally::cluster::{ClusterConfig, MemberId};
+    /// use rally::cluster::virtual_actors::PreferLocal;
+    /// use rally::remote::Incarnation;
+    ///
+    /// let config = ClusterConfig::builder().kind("cart").kind_placed("session", &PreferLocal).build().unwrap();
+    /// let id = MemberId::new("rally://shop@127.0.0.1:1".parse().unwrap(), Incarnation(1), 1).declaring(&config);
+    /// assert_eq!(id.declaration("session").unwrap().placement, "prefer-local");
+    /// assert_eq!(id.declaration("cart").unwrap().placement, "hashed");
+    /// ```
+    pub fn declaring(self, config: &crate::ClusterConfig) -> Self {
         let mut id = self.with_roles(config.roles.iter().cloned());
         id.kinds = config
             .kinds

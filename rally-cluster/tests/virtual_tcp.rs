@@ -37,7 +37,9 @@ async fn member(port: u16, seed: u16, hosts: bool, db: &std::path::Path) -> Memb
     .await
     .expect("node starts");
     let mut builder = ClusterConfig::builder();
-    builder.seed(format!("rally://vtcp@127.0.0.1:{seed}").parse().unwrap());
+    builder
+        .seed(format!("rally://vtcp@127.0.0.1:{seed}").parse().unwrap())
+        .when_downed(rally::cluster::WhenDowned::Stop);
     if hosts {
         builder.kind("probe");
     }

@@ -65,6 +65,12 @@ pub(crate) struct Association {
     inbound_data: std::sync::atomic::AtomicUsize,
     /// Woken whenever one of those connections ends.
     inbound_ended: tokio::sync::Notify,
+    /// Wakes this peer's outbound lanes from their reconnection backoff: the peer just
+    /// connected to this node, so it is up and listening now (a process restarted at its
+    /// address, say). Without it, a lane still backing off from the previous life's failures
+    /// would stay silent for seconds, and the membership would take the new life for
+    /// unreachable.
+    pub(crate) connect_now: tokio::sync::Notify,
 }
 
 /// Counts a connection from the peer on a data lane while it is open (see
@@ -124,6 +130,7 @@ impl Association {
             ended_below: std::sync::atomic::AtomicU64::new(0),
             requests: Mutex::new(RequestTable::default()),
             next_request: std::sync::atomic::AtomicU64::new(1),
+            connect_now: tokio::sync::Notify::new(),
             watches: Mutex::new(HashMap::new()),
             remote_watchers: Mutex::new(HashMap::new()),
             events,

@@ -113,6 +113,8 @@ pub(crate) async fn serve(
         tracing::debug!(%remote, peer = %peer.peer.address, "a quarantined incarnation connected; closed");
         return;
     }
+    // It listens now: lanes backing off from a previous failure connect again at once.
+    association.connect_now.notify_waiters();
     // Counted while open, so a leave notice on the control lane waits for what this
     // connection still carries (see `NodeInner::peer_left`).
     let _open = association.inbound_opened(peer.lane);

@@ -289,6 +289,8 @@ impl Handler<Unlisted> for Probe {
 pub fn fast_membership() -> ClusterConfig {
     let mut builder = ClusterConfig::builder();
     builder
+        // Members in this process: a downed one stops, the test goes on.
+        .when_downed(rally::cluster::WhenDowned::Stop)
         .probe(Duration::from_millis(100), Duration::from_millis(40))
         .stable_after(Duration::from_millis(500))
         .down_all_when_unstable(Duration::from_millis(500))
