@@ -109,6 +109,8 @@ pub struct Spec {
     pub db: Option<PathBuf>,
     /// After being downed, starts again as a new incarnation on the same port.
     pub rejoin: bool,
+    /// Runs with the default `when-downed = exit` (the others stop when downed).
+    pub exit_when_downed: bool,
 }
 
 impl Spec {
@@ -137,6 +139,7 @@ impl Spec {
                     .unwrap_or_default(),
             ),
             ("RCM_REJOIN", u8::from(self.rejoin).to_string()),
+            ("RCM_EXIT", u8::from(self.exit_when_downed).to_string()),
         ]
     }
 
@@ -156,6 +159,7 @@ impl Spec {
                 .filter(|s| !s.is_empty())
                 .map(PathBuf::from),
             rejoin: var("RCM_REJOIN") == "1",
+            exit_when_downed: var("RCM_EXIT") == "1",
         }
     }
 }
@@ -312,6 +316,9 @@ impl Life {
         if spec.hosts_grains {
             config.kinds.push(KIND.into());
         }
+        if spec.exit_when_downed {
+            config.when_downed = rally::cluster::WhenDowned::Exit;
+        }
         // Only the members that run the singleton may be its host: without a role, a member
         // that does not run it (the client) could be the oldest once the host leaves, and
         // then none would run it.
@@ -321,6 +328,13 @@ impl Life {
         let cluster = Cluster::join(&system, &node, config.clone()).expect("joins");
         let me = cluster.self_member().id;
         let member = me.to_string();
+        // The documented hook: said as soon as this member learns it was downed.
+        let downed = cluster.clone();
+        let me_downed = member.clone();
+        tokio::spawn(async move {
+            downed.downed().await;
+            say(&format!("DOWNED {me_downed}"));
+        });
         // Events first, so that nothing this member sees goes unreported.
         let mut events = cluster.events();
         tokio::spawn(async move {
@@ -519,6 +533,11 @@ pub fn member_main() {
         loop {
             let life = Life::start(&spec).await;
             let stopped = life.serve(&mut commands).await;
+            if stopped && spec.exit_when_downed {
+                // An application that leaves the decision to the cluster: with `when-downed =
+                // exit` the process ends with the cluster's exit code, before this does.
+                tokio::time::sleep(T).await;
+            }
             life.stop().await;
             if !(stopped && spec.rejoin) {
                 break;
@@ -770,6 +789,19 @@ impl MemberProcess {
         self.child.wait().expect("reaped");
         self.drain();
         at
+    }
+
+    /// Waits until the process exits; its exit status.
+    pub async fn exited(&mut self) -> std::process::ExitStatus {
+        let status = rally_test::eventually("the process exits", T, async || {
+            self.child
+                .try_wait()
+                .expect("the child's status")
+                .ok_or("still running")
+        })
+        .await;
+        self.drain();
+        status
     }
 
     /// SIGSTOP; returns once the kernel shows the process stopped, with the instant of the
