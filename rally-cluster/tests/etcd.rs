@@ -10,8 +10,7 @@ use std::time::Duration;
 use rally_cluster::provider::{EtcdConfig, EtcdProvider};
 use rally_cluster::{
     Cluster, ClusterConfig, DowningStrategy, JoinError, MemberEvent, MemberEvents, MemberId,
-    WhenDowned,
-    MemberStatus,
+    MemberStatus, WhenDowned,
 };
 use rally_remote::Incarnation;
 use rally_test::eventually;

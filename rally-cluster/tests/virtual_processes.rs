@@ -416,7 +416,9 @@ async fn a_member_killed_and_started_again_on_its_address_joins_stays_up_and_ser
     for i in [0, 1, 3] {
         let old = old_c.clone();
         members[i]
-            .find("the old life downed", move |o| o.is("EVENT", &["Down", &old]))
+            .find("the old life downed", move |o| {
+                o.is("EVENT", &["Down", &old])
+            })
             .await;
     }
     // Inside the window where the others still back off from the address (up to 5 s after
@@ -494,7 +496,9 @@ async fn a_member_downed_while_paused_says_so_and_exits_for_its_supervisor() {
     for i in [0, 1] {
         let who = paused.clone();
         members[i]
-            .find("the paused member downed", move |o| o.is("EVENT", &["Down", &who]))
+            .find("the paused member downed", move |o| {
+                o.is("EVENT", &["Down", &who])
+            })
             .await;
     }
     members[2].resume();

@@ -35,7 +35,8 @@ struct Log {
 static LOG: LazyLock<Mutex<Log>> = LazyLock::new(Mutex::default);
 
 fn log() -> std::sync::MutexGuard<'static, Log> {
-    LOG.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+    LOG.lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
 }
 
 /// How long an account's `stopped` hook takes before its (late) save: longer than the
@@ -187,7 +188,9 @@ impl Handler<Statement> for Account {
 struct Unprintable;
 impl Serialize for Unprintable {
     fn serialize<S: serde::Serializer>(&self, _: S) -> Result<S::Ok, S::Error> {
-        Err(serde::ser::Error::custom("this statement cannot be printed"))
+        Err(serde::ser::Error::custom(
+            "this statement cannot be printed",
+        ))
     }
 }
 
@@ -216,7 +219,11 @@ fn member_with(
     declare: impl FnOnce(MemberId) -> MemberId,
 ) -> Member {
     let id = member_id(&tc.name, port, false);
-    let id = declare(if hosts { id.with_kinds([Account::KIND]) } else { id });
+    let id = declare(if hosts {
+        id.with_kinds([Account::KIND])
+    } else {
+        id
+    });
     let mut membership = tc.membership.clone();
     membership.seeds = vec![member_id(&tc.name, 1, true).address];
     let cluster = Cluster::join_with(
@@ -244,7 +251,10 @@ fn member_with(
 
 async fn deposit(member: &Member, identity: &str) -> (u64, Result<usize, AskError>) {
     let id = next_id();
-    let account = member.grains.get::<Account>(identity).expect("a valid identity");
+    let account = member
+        .grains
+        .get::<Account>(identity)
+        .expect("a valid identity");
     (id, account.ask(Deposit(id), WAIT).await)
 }
 
@@ -317,7 +327,10 @@ async fn a_late_save_from_a_life_whose_stop_overran_is_refused_and_no_deposit_is
     tokio::time::sleep(Duration::from_secs(3)).await;
     let saved = stored(&store, "slow-1").await;
     for id in &acknowledged {
-        assert!(saved.contains(id), "acknowledged deposit {id} lost: {saved:?}");
+        assert!(
+            saved.contains(id),
+            "acknowledged deposit {id} lost: {saved:?}"
+        );
     }
     let late = std::mem::take(&mut log().late_saves);
     assert!(
@@ -371,7 +384,10 @@ async fn an_activation_stopped_by_its_failures_frees_its_identity_at_once() {
     // Panic again and again, until the supervisor stops the life (the restart limit).
     let mut panics = 0;
     while host.grains.stats()[0].deactivations == ended_before {
-        let error = account.ask(Explode, WAIT).await.expect_err("the handler panics");
+        let error = account
+            .ask(Explode, WAIT)
+            .await
+            .expect_err("the handler panics");
         assert_ne!(error.handled(), Handled::Unknown, "{error}");
         panics += 1;
         assert!(panics < 1000, "the failures never stopped the life");
@@ -517,7 +533,11 @@ async fn members_that_disagree_on_placement_never_host_a_kind_beside_each_other(
         // Everyone else: served, all on the agreeing member.
         deposit(&client, &identity).await.1.expect("acknowledged");
     }
-    assert_eq!(local.grains.stats()[0].activations, 0, "nothing activated there");
+    assert_eq!(
+        local.grains.stats()[0].activations,
+        0,
+        "nothing activated there"
+    );
     assert_eq!(hashed.grains.stats()[0].activations, 20);
     assert!(local.grains.stats()[0].settings_mismatches >= 20);
     assert!(

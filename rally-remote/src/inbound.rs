@@ -541,6 +541,7 @@ mod tests {
             incarnation: peer.incarnation,
             generation,
             targets: Vec::new(),
+            grains: None,
             origin: Arc::new(peer.clone()),
             peer: PeerInfo {
                 peer,

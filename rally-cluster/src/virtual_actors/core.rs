@@ -236,6 +236,14 @@ impl<T: Types> KindCore<T> {
                 Timer::Handover(identity, round) => self.handover_over(&identity, round, now),
                 Timer::Retry => self.retry(now),
                 Timer::Quiet => {}
+                Timer::Agreement => {
+                    self.ownership.refresh(now);
+                    if !self.ownership.is_stopped() {
+                        self.resolve_placement();
+                        self.view_changed(now);
+                        self.arm_agreement();
+                    }
+                }
             }
         }
     }
@@ -256,6 +264,7 @@ impl<T: Types> KindCore<T> {
     pub(crate) fn member_event(&mut self, event: &MemberEvent, now: Instant) {
         self.ownership.apply(event, now);
         self.resolve_placement();
+        self.arm_agreement();
         if self.ownership.is_stopped() {
             self.stop(now);
         } else {
@@ -336,6 +345,14 @@ impl<T: Types> KindCore<T> {
         self.counters.mismatches += 1;
         if self.mismatch_logged.len() < 1024 && self.mismatch_logged.insert(who.clone()) {
             tracing::warn!(kind = self.kind, member = %who, %why, "placement settings differ: calls refused");
+        }
+    }
+
+    /// Arms the refresh of the view for when a member that went away stops counting towards
+    /// the kind's agreed settings.
+    fn arm_agreement(&mut self) {
+        if let Some(at) = self.ownership.next_change() {
+            self.arm(at, Timer::Agreement);
         }
     }
 

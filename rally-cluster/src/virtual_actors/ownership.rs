@@ -91,6 +91,8 @@ pub struct Ownership {
     /// Every kind some serving member hosts, as this view sees it, rebuilt on each event, so a
     /// route (once per message from a member that does not host the kind) copies nothing.
     kinds: HashMap<String, KindView>,
+    /// The instant `kinds` was computed for.
+    as_of: Instant,
 }
 
 /// A kind as one view sees it.
@@ -132,8 +134,9 @@ impl Ownership {
             unknown: BTreeMap::new(),
             stopped: false,
             kinds: HashMap::new(),
+            as_of: Instant::now(),
         };
-        view.rebuild_hosts();
+        view.rebuild_hosts(Instant::now());
         view
     }
 
@@ -150,7 +153,7 @@ impl Ownership {
     /// Takes in an event seen at `now`.
     pub fn apply(&mut self, event: &MemberEvent, now: Instant) {
         self.record(event, now);
-        self.rebuild_hosts();
+        self.rebuild_hosts(now);
     }
 
     fn record(&mut self, event: &MemberEvent, now: Instant) {
@@ -269,7 +272,26 @@ impl Ownership {
             .is_some_and(|seen| seen.status == MemberStatus::Up)
     }
 
-    fn rebuild_hosts(&mut self) {
+    /// Time passed: a member gone for longer than the takeover wait no longer counts towards
+    /// the agreed declarations (see [`agreed`](Self::agreed)).
+    pub fn refresh(&mut self, now: Instant) {
+        self.rebuild_hosts(now);
+    }
+
+    /// When a member that went away stops counting towards a kind's agreed declaration, if one
+    /// still does: the view should be [refreshed](Self::refresh) then.
+    pub fn next_change(&self) -> Option<Instant> {
+        let after = self.takeover_after();
+        self.members
+            .values()
+            .filter(|seen| !seen.id.kinds.is_empty())
+            .filter_map(|seen| seen.gone_since.map(|since| since + after))
+            .filter(|at| *at > self.as_of)
+            .min()
+    }
+
+    fn rebuild_hosts(&mut self, now: Instant) {
+        self.as_of = now;
         let kinds: BTreeSet<String> = self
             .members
             .values()
@@ -300,15 +322,45 @@ impl Ownership {
         if local_serving && self.local.hosts_kind(kind) && !serving.contains(&&self.local) {
             serving.push(&self.local);
         }
-        // Oldest first: every member that sees the same members agrees on the same one.
-        serving.sort();
-        let agreed = serving.first()?.declaration(kind)?.clone();
-        let (hosts, dissenting): (Vec<MemberId>, Vec<MemberId>) =
-            serving.into_iter().cloned().partition(|member| {
+        // Who decides, oldest first: the members that host the kind and have not been gone for
+        // the takeover wait (joining, up, leaving, or down or removed less than that ago: they
+        // may still be stopping what they hosted), this member included while it serves.
+        let after = self.takeover_after();
+        let mut deciding: Vec<&MemberId> = self
+            .members
+            .values()
+            .filter(|seen| {
+                seen.id.hosts_kind(kind)
+                    && seen
+                        .gone_since
+                        .is_none_or(|since| self.as_of < since + after)
+            })
+            .map(|seen| &seen.id)
+            .chain(serving.iter().copied())
+            .collect();
+        deciding.sort();
+        deciding.dedup();
+        // The cluster's settings are the oldest's, and only the members before the first that
+        // declares others host the kind: a member with other settings never hosts beside the
+        // others, and no member hosts with settings that another, older member of the deciding
+        // ones does not share, so two settings never host at once, even while views differ on
+        // which member is gone. A change of settings takes effect once every member with the
+        // previous ones has been gone for the takeover wait.
+        let agreed = deciding.first()?.declaration(kind)?.clone();
+        let agreeing = deciding
+            .iter()
+            .take_while(|member| {
                 member
                     .declaration(kind)
                     .is_some_and(|declared| declared.fingerprint == agreed.fingerprint)
-            });
+            })
+            .count();
+        let allowed: Vec<&MemberId> = deciding[..agreeing].to_vec();
+        serving.sort();
+        let (hosts, dissenting): (Vec<MemberId>, Vec<MemberId>) = serving
+            .into_iter()
+            .cloned()
+            .partition(|member| allowed.contains(&member));
         Some(KindView {
             agreed,
             hosts,

@@ -92,6 +92,9 @@ pub(super) struct LifeRef {
 /// The fence of a life: (epoch, life), as the store orders them.
 pub(super) type Fence = (Epoch, u64);
 
+/// An identity's floor: the scope it was raised in, and the fence.
+type Floor = (Arc<str>, Fence);
+
 /// What a caller heard.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(super) enum Heard {
@@ -313,11 +316,13 @@ struct Member {
     downed: bool,
 }
 
-/// The synchronous store: leases and state with fences, as `StateStore` specifies them.
+/// The synchronous store: leases and state with fences, as `StateStore` specifies them (the
+/// floor belongs to the scope it was raised in: a save under another scope is not compared with
+/// it, and a fence under another scope replaces it).
 #[derive(Debug, Default)]
 struct Store {
     leases: HashMap<Arc<str>, (String, Epoch, bool)>,
-    state: HashMap<Arc<str>, (Vec<u64>, Fence)>,
+    state: HashMap<Arc<str>, (Vec<u64>, Floor)>,
     /// Every operation fails (and does nothing) within these windows.
     outages: Vec<(Instant, Instant)>,
 }
@@ -369,8 +374,11 @@ impl Store {
                 let entry = self
                     .state
                     .entry(Arc::clone(identity))
-                    .or_insert_with(|| (Vec::new(), (0, 0)));
-                entry.1 = entry.1.max((*epoch, life.0));
+                    .or_insert_with(|| (Vec::new(), (Arc::clone(scope), (0, 0))));
+                let fence = (*epoch, life.0);
+                if entry.1.0 != *scope || entry.1.1 < fence {
+                    entry.1 = (Arc::clone(scope), fence);
+                }
                 Ok(())
             } else {
                 Err(StoreError::StaleEpoch {
@@ -419,8 +427,8 @@ impl Store {
         let entry = self
             .state
             .entry(Arc::clone(identity))
-            .or_insert_with(|| (Vec::new(), (0, 0)));
-        if fence < entry.1 {
+            .or_insert_with(|| (Vec::new(), (Arc::from(scope), (0, 0))));
+        if &*entry.1.0 == scope && fence < entry.1.1 {
             return false;
         }
         entry.0 = state.to_vec();
@@ -674,10 +682,26 @@ impl Cluster {
 
     /// A new member hosting the kind joins; every member sees it up after a while.
     pub(super) fn join(&mut self) -> usize {
-        let i = self.members.len();
-        let id = self.member_id(i, true);
+        let id = self.member_id(self.members.len(), true);
+        self.join_as(id)
+    }
+
+    /// A new member joins that hosts the kind with other placement settings (as in a rolling
+    /// configuration change): it must never host the kind beside the others.
+    pub(super) fn join_dissenting(&mut self) -> usize {
+        let id = self
+            .member_id(self.members.len(), false)
+            .with_kind(KIND, "prefer-local");
+        self.join_as(id)
+    }
+
+    fn join_as(&mut self, id: MemberId) -> usize {
         let m = self.add_member(id.clone());
-        self.log(Logged::Did(format!("join {m}")));
+        self.log(Logged::Did(format!(
+            "join {m} ({})",
+            id.declaration(KIND)
+                .map_or("client", |d| d.placement.as_str())
+        )));
         let now = self.now;
         // What the others are now, as gossip tells a joiner.
         let others: Vec<(MemberId, bool, bool)> = self
@@ -714,13 +738,49 @@ impl Cluster {
         m
     }
 
-    /// Members that run now and serve (not paused, not gone, not stopped after being downed).
+    /// Members that run now and serve (not paused, not gone, not stopped after being downed,
+    /// not refused for the kind because their placement settings differ).
     pub(super) fn running_members(&self) -> Vec<usize> {
         (0..self.members.len())
             .filter(|m| {
-                self.members[*m].status == Status::Running && !self.members[*m].core.is_stopped()
+                let member = &self.members[*m];
+                member.status == Status::Running
+                    && !member.core.is_stopped()
+                    && member.core.mismatch().is_none()
             })
             .collect()
+    }
+
+    /// A life of member `m` that has no call ends by itself (a supervisor stopped it after
+    /// its failures, say), without being told to: its identity must be free at once.
+    pub(super) fn end_a_life(&mut self, m: usize) {
+        if self.members[m].status != Status::Running {
+            return;
+        }
+        let idle = self.members[m]
+            .lives
+            .iter()
+            .filter(|(_, l)| !l.busy && !l.stopping && !l.ended)
+            .map(|(life, _)| *life)
+            .min();
+        let Some(life) = idle else {
+            return;
+        };
+        let l = self.members[m].lives.get_mut(&life).expect("found");
+        l.ended = true;
+        l.hook_started = true;
+        let (identity, fence) = (Arc::clone(&l.identity), l.fence);
+        self.log(Logged::Did(format!(
+            "life {fence:?} of {identity} on {m} ends by itself"
+        )));
+        self.log(Logged::LifeEnded {
+            identity: Arc::clone(&identity),
+            member: m,
+            fence,
+        });
+        let now = self.now;
+        self.members[m].core.ended(&identity, life, now);
+        self.flush(m);
     }
 
     /// The store fails every operation for `outage` from now.
@@ -1327,14 +1387,14 @@ impl History {
     /// 1. no deposit applied more than once (only Rally re-sends here: callers never retry);
     /// 2. every answer true: `NotHandled` never applied, `Ok` applied and in the final state;
     /// 3. every acknowledged deposit in the final state of its identity, once;
-    /// 4. no save accepted from a life older than a life that has loaded the identity's state
-    ///    (the older life's writes after that are lost to the newer life).
+    /// 4. every save accepted for an identity comes from the life that loaded it last (a save
+    ///    from an earlier life, after a later one loaded, would be lost to it, or overwrite it).
     pub(super) fn check(&self, finals: &HashMap<Arc<str>, Vec<u64>>) -> Result<(), String> {
         let mut applied: HashMap<u64, usize> = HashMap::new();
         let mut identity_of: HashMap<u64, Arc<str>> = HashMap::new();
         let mut heard: HashMap<u64, Heard> = HashMap::new();
-        // identity -> the highest fence that loaded so far
-        let mut loaded: HashMap<Arc<str>, Fence> = HashMap::new();
+        // identity -> the life (member, fence) that loaded it last
+        let mut current: HashMap<Arc<str>, (usize, Fence)> = HashMap::new();
         for (at, entry) in &self.log {
             match entry {
                 Logged::Sent { id, identity, .. } => {
@@ -1345,10 +1405,11 @@ impl History {
                     heard.insert(*id, h.clone());
                 }
                 Logged::Loaded {
-                    identity, fence, ..
+                    identity,
+                    member,
+                    fence,
                 } => {
-                    let top = loaded.entry(Arc::clone(identity)).or_insert(*fence);
-                    *top = (*top).max(*fence);
+                    current.insert(Arc::clone(identity), (*member, *fence));
                 }
                 Logged::Saved {
                     identity,
@@ -1357,12 +1418,13 @@ impl History {
                     member,
                     ..
                 } => {
-                    if let Some(top) = loaded.get(identity)
-                        && fence < top
+                    if let Some(last) = current.get(identity)
+                        && *last != (*member, *fence)
                     {
                         return Err(format!(
-                            "at {at:?}: {identity}: a save of fence {fence:?} (member {member}) was \
-                             accepted after a life of fence {top:?} had loaded"
+                            "at {at:?}: {identity}: a save of the life {fence:?} on member \
+                             {member} was accepted after the life {:?} on member {} had loaded",
+                            last.1, last.0
                         ));
                     }
                 }

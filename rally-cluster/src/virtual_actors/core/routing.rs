@@ -220,11 +220,15 @@ impl<T: Types> KindCore<T> {
     pub(super) fn view_changed(&mut self, now: Instant) {
         // A member that hosts the kind with other placement settings is never placed on:
         // counted and logged once, on this side too.
+        let agreed = self.ownership.agreed(self.kind).map(|d| d.fingerprint);
         let dissenting: Vec<MemberId> = self
             .ownership
             .dissenting(self.kind)
             .iter()
-            .filter(|member| *member != self.ownership.local())
+            .filter(|member| {
+                *member != self.ownership.local()
+                    && member.declaration(self.kind).map(|d| d.fingerprint) != agreed
+            })
             .cloned()
             .collect();
         for member in dissenting {

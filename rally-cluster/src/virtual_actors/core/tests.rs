@@ -203,8 +203,10 @@ fn only_refusals_that_say_so_bring_a_call_back_to_be_sent_again() {
 }
 
 /// One random schedule of deposits (asks and tells), joins, graceful leaves, kills, pauses past
-/// the downing time, store outages, slow handlers, hooks that overrun, hooks that fail and
-/// replies that cannot travel back; then quiet until every deadline and timer has passed.
+/// the downing time, store outages, slow handlers, hooks that overrun, hooks that fail, lives
+/// that end by themselves, replies that cannot travel back, and members that join with other
+/// placement settings; then quiet until every deadline and timer has passed, and a deposit to
+/// every identity that must be served.
 fn schedule(seed: u64) -> Result<Cluster, (Cluster, String)> {
     let mut rng = StdRng::seed_from_u64(seed.wrapping_mul(0x9e37_79b9_7f4a_7c15));
     let hosts = rng.random_range(2..=3);
@@ -252,6 +254,14 @@ fn schedule(seed: u64) -> Result<Cluster, (Cluster, String)> {
             86..89 => {
                 let outage = Duration::from_millis(rng.random_range(50..3000));
                 cluster.store_outage(outage);
+            }
+            89..91 => {
+                cluster.join_dissenting();
+                members += 1;
+            }
+            91..94 => {
+                let m = rng.random_range(0..members);
+                cluster.end_a_life(m);
             }
             _ => {}
         }

@@ -30,6 +30,8 @@ pub(crate) enum Timer {
     Retry,
     /// A stopped member has been quiet long enough to be drained.
     Quiet,
+    /// A member that went away stops counting towards the kind's agreed settings.
+    Agreement,
 }
 
 /// The armed timers, earliest first.
