@@ -79,6 +79,11 @@ impl PostgresStore {
     /// # Errors
     ///
     /// [`StoreError::Backend`] if the server cannot be reached or the table created.
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel-safe: dropped before it returns, the connection is closed; the table, if it was
+    /// already created, stays (creating it is idempotent).
     pub async fn connect(config: &str) -> Result<Self, StoreError> {
         let (client, connection) = tokio_postgres::connect(config, NoTls)
             .await

@@ -8,12 +8,12 @@
 //! hosts run in) comes from the seed, and so do the membership protocol's when members join
 //! with [`join`]: a seed replays a run, event for event (see "Replay" in `docs/testing.md`).
 //!
-//! - [`Simulation`]: the hosts and the network; [`run_for`](Simulation::run_for),
-//!   [`run_until`](Simulation::run_until), [`partition`](Simulation::partition) /
-//!   [`heal`](Simulation::heal), [`delay`](Simulation::delay),
-//!   [`drop_connections`](Simulation::drop_connections) and
-//!   [`start_random_faults`](Simulation::start_random_faults), [`crash`](Simulation::crash) /
-//!   [`restart`](Simulation::restart).
+//! - [`HostSimulation`]: the hosts and the network; [`run_for`](HostSimulation::run_for),
+//!   [`run_until`](HostSimulation::run_until), [`partition`](HostSimulation::partition) /
+//!   [`heal`](HostSimulation::heal), [`delay`](HostSimulation::delay),
+//!   [`drop_connections`](HostSimulation::drop_connections) and
+//!   [`start_random_faults`](HostSimulation::start_random_faults), [`crash`](HostSimulation::crash) /
+//!   [`restart`](HostSimulation::restart).
 //! - [`node_config`] and [`start_node`]: a [`RemoteNode`] on the simulated network;
 //!   [`join`]: a cluster member whose gossip draws its random choices from the seed.
 //! - [`SimLog`]: a log of what happened where, stamped with simulated time, to check
@@ -27,9 +27,9 @@
 //! use std::time::Duration;
 //! use rally::ActorSystem;
 //! use rally::cluster::{ClusterConfig, MemberEvent};
-//! use rally::sim::{self, SimLog, Simulation};
+//! use rally::sim::{self, SimLog, HostSimulation};
 //!
-//! let mut simulation = Simulation::new(7);
+//! let mut simulation = HostSimulation::new(7);
 //! let log = SimLog::new();
 //! for name in ["a", "b", "c"] {
 //!     let log = log.clone();
@@ -77,7 +77,7 @@ use rally_actor::sync::Mutex;
 use rally_cluster::provider::GossipProvider;
 use rally_cluster::{Cluster, ClusterConfig, JoinError};
 use rally_remote::transport::{BoxStream, Incoming, Listener, Transport};
-use rally_remote::{NodeAddress, RemoteConfig, RemoteNode, StartError};
+use rally_remote::{NodeAddress, NodeStartError, RemoteConfig, RemoteNode};
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 
 /// The port every simulated node listens on (each host has its own address, so one port
@@ -103,7 +103,7 @@ const DEFAULT_MAX_DURATION: Duration = Duration::from_secs(3600);
 
 /// Rally's [`Transport`] on the simulated network: the node's host name is its address.
 ///
-/// Use it only inside a [`Simulation`]'s host (a host's software and the tasks it spawns).
+/// Use it only inside a [`HostSimulation`]'s host (a host's software and the tasks it spawns).
 ///
 /// # Example
 ///
@@ -111,9 +111,9 @@ const DEFAULT_MAX_DURATION: Duration = Duration::from_secs(3600);
 /// use std::sync::Arc;
 /// use rally::ActorSystem;
 /// use rally::remote::RemoteNode;
-/// use rally::sim::{self, SimTransport, Simulation};
+/// use rally::sim::{self, SimTransport, HostSimulation};
 ///
-/// let mut simulation = Simulation::new(1);
+/// let mut simulation = HostSimulation::new(1);
 /// simulation.host("a", || async {
 ///     let system = ActorSystem::new("demo");
 ///     let node = RemoteNode::start_with(&system, sim::node_config("a"), Arc::new(SimTransport))
@@ -181,7 +181,7 @@ impl Listener for SimListener {
 }
 
 /// The connections of one simulation between two hosts, so that a test can break them
-/// ([`Simulation::drop_connections`]) as a lost TCP connection breaks: both ends get an I/O
+/// ([`HostSimulation::drop_connections`]) as a lost TCP connection breaks: both ends get an I/O
 /// error, and the software reconnects if it wants to.
 #[derive(Default)]
 struct Connections {
@@ -345,7 +345,11 @@ impl AsyncWrite for SimStream {
 /// assert_eq!((config.host.as_str(), config.port), ("a", rally::sim::PORT));
 /// ```
 pub fn node_config(host: &str) -> RemoteConfig {
-    RemoteConfig::new(host, PORT).with_secret(SECRET.to_vec())
+    RemoteConfig::builder()
+        .listen(host, PORT)
+        .secret(SECRET.to_vec())
+        .build()
+        .unwrap()
 }
 
 /// The address of the node that [`node_config`]`(host)` gives, in actor system `system`.
@@ -367,19 +371,23 @@ pub fn address(system: &str, host: &str) -> NodeAddress {
 ///
 /// # Errors
 ///
-/// As [`RemoteNode::start_with`]: [`StartError::Bind`] if the port is taken on this host.
+/// As [`RemoteNode::start_with`]: [`NodeStartError::Bind`] if the port is taken on this host.
 ///
 /// # Panics
 ///
-/// Outside a [`Simulation`]'s host.
+/// Outside a [`HostSimulation`]'s host.
+///
+/// # Cancel safety
+///
+/// As [`RemoteNode::start_with`]: dropped before it returns, nothing is left running.
 ///
 /// # Example
 ///
 /// ```
 /// use rally::ActorSystem;
-/// use rally::sim::{self, Simulation};
+/// use rally::sim::{self, HostSimulation};
 ///
-/// let mut simulation = Simulation::new(1);
+/// let mut simulation = HostSimulation::new(1);
 /// simulation.host("a", || async {
 ///     let system = ActorSystem::new("demo");
 ///     let node = sim::start_node(&system, sim::node_config("a")).await.unwrap();
@@ -390,7 +398,7 @@ pub fn address(system: &str, host: &str) -> NodeAddress {
 pub async fn start_node(
     system: &ActorSystem,
     config: RemoteConfig,
-) -> Result<RemoteNode, StartError> {
+) -> Result<RemoteNode, NodeStartError> {
     RemoteNode::start_with(system, config, Arc::new(SimTransport)).await
 }
 
@@ -401,10 +409,10 @@ pub enum SimError {
     /// A host's software failed (a panic in its main future, for example).
     #[error("the simulation failed: {0}")]
     Failed(String),
-    /// [`Simulation::run_until`]'s condition did not hold within its limit.
+    /// [`HostSimulation::run_until`]'s condition did not hold within its limit.
     #[error("the condition did not hold within {0:?} of simulated time")]
     Timeout(Duration),
-    /// No host of that name was added with [`Simulation::host`].
+    /// No host of that name was added with [`HostSimulation::host`].
     #[error("no simulated host named {0:?}")]
     UnknownHost(String),
     /// [`RandomFaults`] out of range: a zero interval, or a probability outside 0–1.
@@ -412,15 +420,15 @@ pub enum SimError {
     InvalidFaults(&'static str),
 }
 
-/// Settings of a [`Simulation`].
+/// Settings of a [`HostSimulation`].
 ///
 /// # Example
 ///
 /// ```
 /// use std::time::Duration;
-/// use rally::sim::Simulation;
+/// use rally::sim::HostSimulation;
 ///
-/// let simulation = Simulation::builder(42)
+/// let simulation = HostSimulation::builder(42)
 ///     .latency(Duration::from_millis(2), Duration::from_millis(20))
 ///     .tick(Duration::from_millis(1))
 ///     .build();
@@ -457,7 +465,7 @@ impl SimBuilder {
     }
 
     /// The simulation, with no hosts yet.
-    pub fn build(&self) -> Simulation {
+    pub fn build(&self) -> HostSimulation {
         let sim = turmoil::Builder::new()
             .rng_seed(self.seed)
             .tick_duration(self.tick)
@@ -467,7 +475,7 @@ impl SimBuilder {
             // A fixed start date: the simulated wall clock is part of the replay.
             .epoch(std::time::UNIX_EPOCH + Duration::from_secs(1_700_000_000))
             .build();
-        Simulation {
+        HostSimulation {
             sim,
             seed: self.seed,
             hosts: Vec::new(),
@@ -487,7 +495,7 @@ impl SimBuilder {
 /// # Example
 ///
 /// See [the module](self).
-pub struct Simulation {
+pub struct HostSimulation {
     sim: turmoil::Sim<'static>,
     seed: u64,
     hosts: Vec<String>,
@@ -507,7 +515,7 @@ struct Random {
     spiked: Vec<(String, String)>,
 }
 
-/// Faults drawn from the seed, for [`Simulation::start_random_faults`]: every `interval` of
+/// Faults drawn from the seed, for [`HostSimulation::start_random_faults`]: every `interval` of
 /// simulated time, each link between two hosts has its connections broken with
 /// `break_probability`, and is slowed to `spike` latency (both ways, for that interval) with
 /// `spike_probability`.
@@ -593,11 +601,11 @@ impl RandomFaults {
     }
 }
 
-/// A fault the simulation caused, as [`Simulation::faults`] lists it.
+/// A fault the simulation caused, as [`HostSimulation::faults`] lists it.
 ///
 /// # Example
 ///
-/// See [`Simulation::drop_connections`].
+/// See [`HostSimulation::drop_connections`].
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum Fault {
@@ -621,9 +629,9 @@ pub enum Fault {
     },
 }
 
-impl std::fmt::Debug for Simulation {
+impl std::fmt::Debug for HostSimulation {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Simulation")
+        f.debug_struct("HostSimulation")
             .field("seed", &self.seed)
             .field("hosts", &self.hosts)
             .field("elapsed", &self.sim.elapsed())
@@ -631,13 +639,13 @@ impl std::fmt::Debug for Simulation {
     }
 }
 
-impl Simulation {
+impl HostSimulation {
     /// A simulation with the default settings, its random choices drawn from `seed`.
     ///
     /// # Example
     ///
     /// ```
-    /// assert_eq!(rally::sim::Simulation::new(3).seed(), 3);
+    /// assert_eq!(rally::sim::HostSimulation::new(3).seed(), 3);
     /// ```
     pub fn new(seed: u64) -> Self {
         Self::builder(seed).build()
@@ -649,7 +657,7 @@ impl Simulation {
     ///
     /// ```
     /// use std::time::Duration;
-    /// let simulation = rally::sim::Simulation::builder(3).max_duration(Duration::from_secs(60)).build();
+    /// let simulation = rally::sim::HostSimulation::builder(3).max_duration(Duration::from_secs(60)).build();
     /// ```
     pub fn builder(seed: u64) -> SimBuilder {
         SimBuilder {
@@ -666,7 +674,7 @@ impl Simulation {
     /// # Example
     ///
     /// ```
-    /// assert_eq!(rally::sim::Simulation::new(9).seed(), 9);
+    /// assert_eq!(rally::sim::HostSimulation::new(9).seed(), 9);
     /// ```
     pub fn seed(&self) -> u64 {
         self.seed
@@ -684,7 +692,7 @@ impl Simulation {
     ///
     /// ```
     /// use rally::ActorSystem;
-    /// let mut simulation = rally::sim::Simulation::new(1);
+    /// let mut simulation = rally::sim::HostSimulation::new(1);
     /// simulation.host("a", || async { ActorSystem::new("demo") });
     /// ```
     pub fn host<F, Fut, T>(&mut self, name: &str, software: F)
@@ -714,7 +722,7 @@ impl Simulation {
     ///
     /// ```
     /// use std::time::Duration;
-    /// let mut simulation = rally::sim::Simulation::new(1);
+    /// let mut simulation = rally::sim::HostSimulation::new(1);
     /// simulation.host("a", || async {});
     /// simulation.run_for(Duration::from_millis(20)).unwrap();
     /// assert!(simulation.elapsed() >= Duration::from_millis(20));
@@ -790,10 +798,10 @@ impl Simulation {
     ///
     /// ```
     /// use std::time::Duration;
-    /// use rally::sim::{Fault, Simulation, SimTransport};
+    /// use rally::sim::{Fault, HostSimulation, SimTransport};
     /// use rally::remote::transport::Transport;
     ///
-    /// let mut simulation = Simulation::new(1);
+    /// let mut simulation = HostSimulation::new(1);
     /// simulation.host("server", || async {
     ///     let mut listener = SimTransport.bind("server", 2552).await.unwrap();
     ///     let (incoming, _) = listener.accept().await.unwrap();
@@ -848,9 +856,9 @@ impl Simulation {
     ///
     /// ```
     /// use std::time::Duration;
-    /// use rally::sim::{RandomFaults, Simulation};
+    /// use rally::sim::{RandomFaults, HostSimulation};
     ///
-    /// let mut simulation = Simulation::new(1);
+    /// let mut simulation = HostSimulation::new(1);
     /// simulation.host("a", || async {});
     /// simulation.host("b", || async {});
     /// let faults = RandomFaults::every(Duration::from_millis(100)).delay_spikes(0.5, Duration::from_millis(50));
@@ -961,7 +969,7 @@ impl Simulation {
     /// # Example
     ///
     /// ```
-    /// let mut simulation = rally::sim::Simulation::new(1);
+    /// let mut simulation = rally::sim::HostSimulation::new(1);
     /// for name in ["a", "b", "c"] {
     ///     simulation.host(name, || async {});
     /// }
@@ -997,7 +1005,7 @@ impl Simulation {
     ///
     /// ```
     /// use std::time::Duration;
-    /// let mut simulation = rally::sim::Simulation::new(1);
+    /// let mut simulation = rally::sim::HostSimulation::new(1);
     /// simulation.host("a", || async {});
     /// simulation.host("b", || async {});
     /// simulation.delay(&["a"], &["b"], Duration::from_millis(300)).unwrap();
@@ -1016,7 +1024,7 @@ impl Simulation {
     /// # Example
     ///
     /// ```
-    /// let mut simulation = rally::sim::Simulation::new(1);
+    /// let mut simulation = rally::sim::HostSimulation::new(1);
     /// simulation.host("a", || async {});
     /// simulation.crash("a").unwrap();
     /// simulation.restart("a").unwrap();
@@ -1095,10 +1103,10 @@ fn mix(seed: u64, text: &str) -> u64 {
 /// # Example
 ///
 /// ```
-/// use rally::sim::{self, SimLog, Simulation};
+/// use rally::sim::{self, SimLog, HostSimulation};
 ///
 /// let log = SimLog::new();
-/// let mut simulation = Simulation::new(5);
+/// let mut simulation = HostSimulation::new(5);
 /// let on_host = log.clone();
 /// simulation.host("a", move || {
 ///     let log = on_host.clone();
@@ -1122,7 +1130,7 @@ pub fn host_seed() -> Option<u64> {
 ///
 /// # Panics
 ///
-/// Outside a [`Simulation`]'s host software future (there is no host seed there).
+/// Outside a [`HostSimulation`]'s host software future (there is no host seed there).
 ///
 /// # Example
 ///
@@ -1152,7 +1160,7 @@ fn generation() -> u64 {
         .max(1)
 }
 
-/// The simulated time now, inside a [`Simulation`]'s host; `None` outside one.
+/// The simulated time now, inside a [`HostSimulation`]'s host; `None` outside one.
 ///
 /// # Example
 ///
@@ -1178,10 +1186,10 @@ pub struct Logged<T> {
 /// # Example
 ///
 /// ```
-/// use rally::sim::{SimLog, Simulation};
+/// use rally::sim::{SimLog, HostSimulation};
 ///
 /// let log = SimLog::new();
-/// let mut simulation = Simulation::new(1);
+/// let mut simulation = HostSimulation::new(1);
 /// let on_host = log.clone();
 /// simulation.host("a", move || {
 ///     let log = on_host.clone();
@@ -1269,7 +1277,7 @@ mod tests {
 
     #[test]
     fn run_until_gives_up_after_its_limit_in_simulated_time() {
-        let mut simulation = Simulation::new(1);
+        let mut simulation = HostSimulation::new(1);
         simulation.host("a", || async {});
         let before = simulation.elapsed();
         let error = simulation
@@ -1281,7 +1289,7 @@ mod tests {
 
     #[test]
     fn an_unknown_host_is_an_error_and_changes_nothing() {
-        let mut simulation = Simulation::new(1);
+        let mut simulation = HostSimulation::new(1);
         simulation.host("a", || async {});
         for result in [
             simulation.crash("b"),
@@ -1299,7 +1307,7 @@ mod tests {
     fn each_life_of_each_host_has_its_own_seed_and_a_seed_replays_them() {
         let lives = |seed: u64| {
             let log = SimLog::new();
-            let mut simulation = Simulation::new(seed);
+            let mut simulation = HostSimulation::new(seed);
             for name in ["a", "b"] {
                 let log = log.clone();
                 simulation.host(name, move || {
@@ -1329,7 +1337,7 @@ mod tests {
     #[test]
     fn a_dropped_connection_fails_both_ends_and_a_new_one_works() {
         let log = SimLog::new();
-        let mut simulation = Simulation::new(1);
+        let mut simulation = HostSimulation::new(1);
         let server_log = log.clone();
         simulation.host("server", move || {
             let log = server_log.clone();
@@ -1420,7 +1428,7 @@ mod tests {
     #[test]
     fn random_faults_replay_from_the_seed() {
         let faults = |seed: u64, faults: RandomFaults| {
-            let mut simulation = Simulation::new(seed);
+            let mut simulation = HostSimulation::new(seed);
             for name in ["a", "b", "c"] {
                 simulation.host(name, || async {});
             }
@@ -1455,7 +1463,7 @@ mod tests {
 
     #[test]
     fn invalid_random_faults_are_refused() {
-        let mut simulation = Simulation::new(1);
+        let mut simulation = HostSimulation::new(1);
         for faults in [
             RandomFaults::every(Duration::ZERO),
             RandomFaults::every(Duration::from_millis(1)).breaks(1.5),
@@ -1477,7 +1485,7 @@ mod tests {
     #[test]
     fn a_delay_spike_lasts_one_interval() {
         let log = SimLog::new();
-        let mut simulation = Simulation::new(2);
+        let mut simulation = HostSimulation::new(2);
         let server_log = log.clone();
         simulation.host("server", move || {
             let log = server_log.clone();
@@ -1528,7 +1536,7 @@ mod tests {
     #[test]
     fn a_partition_holds_bytes_until_the_heal() {
         let received = Arc::new(AtomicUsize::new(0));
-        let mut simulation = Simulation::new(1);
+        let mut simulation = HostSimulation::new(1);
         let counter = Arc::clone(&received);
         simulation.host("server", move || {
             let counter = Arc::clone(&counter);
