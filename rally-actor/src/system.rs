@@ -268,6 +268,11 @@ impl ActorSystem {
     ///
     /// [`ShutdownError::TimedOut`] when some actors are still running after the configured
     /// `shutdown_timeout`; they are left to the runtime.
+    ///
+    /// # Cancel safety
+    ///
+    /// The stop is under way as soon as the future is first polled: dropping it only stops
+    /// the waiting, and the actors still stop. Calling `shutdown` again waits again.
     pub async fn shutdown(&self) -> Result<(), ShutdownError> {
         let guardian = &self.inner.guardian;
         guardian.shutting_down.store(true, Ordering::SeqCst);

@@ -147,7 +147,11 @@ async fn top_once_shows_a_members_virtual_actors_and_membership() {
     let system = ActorSystem::new("top");
     let node = RemoteNode::start(
         &system,
-        RemoteConfig::new("127.0.0.1", 0).with_secret(b"top secret".to_vec()),
+        RemoteConfig::builder()
+            .listen("127.0.0.1", 0)
+            .secret(b"top secret".to_vec())
+            .build()
+            .unwrap(),
     )
     .await
     .unwrap();

@@ -12,7 +12,7 @@ use tokio_stream::Stream;
 use tokio_stream::wrappers::BroadcastStream;
 use tokio_stream::wrappers::errors::BroadcastStreamRecvError;
 
-use crate::config::{ClusterConfig, ConfigError};
+use crate::config::{ClusterConfig, ClusterConfigError};
 use crate::member::{Member, MemberEvent, MemberId, MemberStatus};
 use crate::membership::MembershipStats;
 use crate::provider::{
@@ -44,7 +44,7 @@ use rally_actor::sync::Mutex;
 pub enum JoinError {
     /// The configuration is out of range.
     #[error("invalid cluster configuration: {0}")]
-    Config(#[from] ConfigError),
+    Config(#[from] ClusterConfigError),
     /// The provider could not start.
     #[error(transparent)]
     Provider(#[from] ProviderStartError),
@@ -113,7 +113,7 @@ pub enum LeaveError {
 ///
 /// # #[tokio::main] async fn main() {
 /// let system = ActorSystem::new("shop");
-/// let remote = RemoteConfig::new("127.0.0.1", 2552).with_secret(b"cluster secret".to_vec());
+/// let remote = RemoteConfig::builder().listen("127.0.0.1", 2552).secret(b"cluster secret".to_vec()).build().unwrap();
 /// let node = RemoteNode::start(&system, remote).await.unwrap();
 /// let config = ClusterConfig::builder()
 ///     .seed("rally://shop@127.0.0.1:2552".parse().unwrap())

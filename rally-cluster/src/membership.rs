@@ -28,7 +28,7 @@ use rand::SeedableRng;
 use rand::rngs::StdRng;
 use serde::{Deserialize, Serialize};
 
-use crate::config::{ClusterConfig, ConfigError};
+use crate::config::{ClusterConfig, ClusterConfigError};
 use crate::downing::{Decision, ViewMember, decide};
 use crate::member::{Member, MemberEvent, MemberId, MemberStatus};
 use guard::{CodecError, FocaId, Guard, GuardedCodec, Reject};
@@ -276,13 +276,13 @@ impl Membership {
     ///
     /// # Errors
     ///
-    /// [`ConfigError`] if the configuration is out of range.
+    /// [`ClusterConfigError`] if the configuration is out of range.
     pub fn new(
         local: MemberId,
         config: ClusterConfig,
         seed: u64,
         now: Instant,
-    ) -> Result<Self, ConfigError> {
+    ) -> Result<Self, ClusterConfigError> {
         config.validate()?;
         let guard = Arc::new(Mutex::new(Guard::new(local.clone(), config.max_members)));
         let foca = Foca::new(

@@ -317,7 +317,7 @@ const PROXY_BUFFER: usize = 10_000;
 ///
 /// # #[tokio::main] async fn main() {
 /// let system = ActorSystem::new("shop");
-/// let node = RemoteNode::start(&system, RemoteConfig::new("127.0.0.1", 2552).with_secret(b"s".to_vec()))
+/// let node = RemoteNode::start(&system, RemoteConfig::builder().listen("127.0.0.1", 2552).secret(b"s".to_vec()).build().unwrap())
 ///     .await
 ///     .unwrap();
 /// let config = ClusterConfig::default();
@@ -488,6 +488,13 @@ impl<A: RemoteActor> ClusterSingleton<A> {
     /// those its mailbox already holds and stops (all within `timeout`), then this member
     /// leaves; the next oldest member starts it once it sees this member removed, so the two
     /// never run at once.
+    ///
+    /// # Cancel safety
+    ///
+    /// Not cancel-safe: dropped after the first poll, the instance here has stopped taking
+    /// messages (its host task is ended) but may not have handed over, and the member may not
+    /// have left; the singleton is then restarted elsewhere only once this member is downed.
+    /// Let it finish; `timeout` bounds it.
     pub async fn leave(self, timeout: Duration) {
         self.task.abort();
         self.confirmer.abort();

@@ -61,16 +61,25 @@ async fn assert_refused_both_ways(a_config: RemoteConfig, b_config: RemoteConfig
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_member_of_another_cluster_name_is_refused_on_both_sides() {
     let config = |name: &str| {
-        RemoteConfig::new("127.0.0.1", 0)
-            .with_secret(nodes::SECRET.to_vec())
-            .with_cluster_name(name)
+        RemoteConfig::builder()
+            .listen("127.0.0.1", 0)
+            .secret(nodes::SECRET)
+            .cluster_name(name)
+            .build()
+            .unwrap()
     };
     assert_refused_both_ways(config("orders"), config("billing"), &["billing"]).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_member_with_another_secret_is_refused_on_both_sides() {
-    let config = |secret: &[u8]| RemoteConfig::new("127.0.0.1", 0).with_secret(secret.to_vec());
+    let config = |secret: &[u8]| {
+        RemoteConfig::builder()
+            .listen("127.0.0.1", 0)
+            .secret(secret.to_vec())
+            .build()
+            .unwrap()
+    };
     assert_refused_both_ways(
         config(b"one secret"),
         config(b"another secret"),

@@ -58,7 +58,11 @@ async fn member(seed: Option<&str>, idle: Option<Duration>) -> Member {
     let system = ActorSystem::new("scrape");
     let node = RemoteNode::start(
         &system,
-        RemoteConfig::new("127.0.0.1", 0).with_secret(b"scrape secret".to_vec()),
+        RemoteConfig::builder()
+            .listen("127.0.0.1", 0)
+            .secret(b"scrape secret".to_vec())
+            .build()
+            .unwrap(),
     )
     .await
     .expect("node starts");

@@ -24,7 +24,7 @@ use crate::events::DownReason;
 use crate::grain::{GrainReplyTo, GrainRequest, GrainService};
 use crate::node::{Counters, NodeInner};
 use crate::outbound::ReplyRoute;
-use crate::registry::{Exposed, InboundError};
+use crate::registry::{DeliverError, Exposed};
 use crate::transport::{BoxStream, Incoming};
 
 /// Frames decoded from one read after which the reader yields its thread.
@@ -283,15 +283,15 @@ impl<C: ReadContext> Connection<C> {
                 // connection lives on (it is the sender's bug, not a protocol violation).
                 if let Err(error) = target.deliver(manifest, payload, route, origin) {
                     let status = match &error {
-                        InboundError::UnknownManifest(_) => {
+                        DeliverError::UnknownManifest(_) => {
                             counters.unknown_manifest.fetch_add(1, Ordering::Relaxed);
                             ReplyStatus::UnknownManifest
                         }
-                        InboundError::Decode { .. } => {
+                        DeliverError::Decode { .. } => {
                             counters.decode_failed.fetch_add(1, Ordering::Relaxed);
                             ReplyStatus::DecodeFailed
                         }
-                        InboundError::Undelivered(_) => {
+                        DeliverError::Undelivered(_) => {
                             counters.undelivered.fetch_add(1, Ordering::Relaxed);
                             ReplyStatus::RecipientGone
                         }

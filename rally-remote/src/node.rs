@@ -28,7 +28,7 @@ use crate::remote_ref::RemoteRef;
 use crate::transport::TcpTransport;
 use crate::transport::Transport;
 use crate::{RemoteConfig, RemoteStats};
-pub use error::{ExposeError, StartError};
+pub use error::{ExposeError, NodeStartError};
 use rally_actor::sync::{Mutex, RwLock};
 
 /// This actor system, reachable from other nodes.
@@ -57,7 +57,7 @@ use rally_actor::sync::{Mutex, RwLock};
 /// }
 ///
 /// # #[tokio::main] async fn main() {
-/// let config = || RemoteConfig::new("127.0.0.1", 0).with_secret(b"cluster secret".to_vec());
+/// let config = || RemoteConfig::builder().listen("127.0.0.1", 0).secret(b"cluster secret".to_vec()).build().unwrap();
 /// let system_b = ActorSystem::new("b");
 /// let node_b = RemoteNode::start(&system_b, config()).await.unwrap();
 /// node_b.expose("greeter", &system_b.spawn(Greeter).unwrap()).unwrap();
@@ -148,10 +148,15 @@ impl RemoteNode {
     ///
     /// # Errors
     ///
-    /// [`StartError::EmptySecret`] without a secret (unless allowed),
-    /// [`StartError::Config`] for a setting out of range ([`RemoteConfig::validate`]),
-    /// [`StartError::Bind`] if the address cannot be bound.
-    pub async fn start(system: &ActorSystem, config: RemoteConfig) -> Result<Self, StartError> {
+    /// [`NodeStartError::Config`] without a secret (unless allowed) or for a setting out of
+    /// range ([`RemoteConfig::validate`]),
+    /// [`NodeStartError::Bind`] if the address cannot be bound.
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel-safe: dropped before it returns, nothing is left running (the listener, if
+    /// bound, is closed with the future).
+    pub async fn start(system: &ActorSystem, config: RemoteConfig) -> Result<Self, NodeStartError> {
         Self::start_with(system, config, Arc::new(TcpTransport)).await
     }
 
@@ -160,29 +165,33 @@ impl RemoteNode {
     ///
     /// # Errors
     ///
-    /// [`StartError::EmptySecret`] without a secret (unless allowed),
-    /// [`StartError::Config`] for a setting out of range ([`RemoteConfig::validate`]),
-    /// [`StartError::Bind`] if the address cannot be bound.
+    /// [`NodeStartError::Config`] without a secret (unless allowed) or for a setting out of
+    /// range ([`RemoteConfig::validate`]),
+    /// [`NodeStartError::Bind`] if the address cannot be bound.
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel-safe: dropped before it returns, nothing is left running (the listener, if
+    /// bound, is closed with the future).
     pub async fn start_with(
         system: &ActorSystem,
         config: RemoteConfig,
         transport: Arc<dyn Transport>,
-    ) -> Result<Self, StartError> {
-        if config.secret.is_empty() && !config.allow_empty_secret {
-            return Err(StartError::EmptySecret);
-        }
+    ) -> Result<Self, NodeStartError> {
         config.validate()?;
         let listener = transport
             .bind(&config.host, config.port)
             .await
-            .map_err(|source| StartError::Bind {
+            .map_err(|source| NodeStartError::Bind {
                 address: format!("{}:{}", config.host, config.port),
                 source,
             })?;
-        let (host, port) = listener.local_addr().map_err(|source| StartError::Bind {
-            address: format!("{}:{}", config.host, config.port),
-            source,
-        })?;
+        let (host, port) = listener
+            .local_addr()
+            .map_err(|source| NodeStartError::Bind {
+                address: format!("{}:{}", config.host, config.port),
+                source,
+            })?;
         let local = UniqueAddress {
             address: NodeAddress {
                 system: system.name().to_owned(),
@@ -222,7 +231,7 @@ impl RemoteNode {
             .spawn(Spawner {
                 node: Arc::downgrade(&inner),
             })
-            .map_err(StartError::System)?;
+            .map_err(NodeStartError::System)?;
         inner
             .expose(SPAWNER, &spawner)
             .expect("the spawner's name is reserved");
@@ -252,7 +261,7 @@ impl RemoteNode {
     ///
     /// # #[tokio::main] async fn main() {
     /// let system = ActorSystem::new("shop");
-    /// let config = RemoteConfig::new("127.0.0.1", 0).with_secret(b"cluster secret".to_vec());
+    /// let config = RemoteConfig::builder().listen("127.0.0.1", 0).secret(b"cluster secret".to_vec()).build().unwrap();
     /// let node = RemoteNode::start(&system, config).await.unwrap();
     /// assert_eq!(node.system().name(), "shop");
     /// # }
@@ -294,7 +303,7 @@ impl RemoteNode {
     /// }
     ///
     /// # #[tokio::main] async fn main() {
-    /// let config = || RemoteConfig::new("127.0.0.1", 0).with_secret(b"cluster secret".to_vec());
+    /// let config = || RemoteConfig::builder().listen("127.0.0.1", 0).secret(b"cluster secret".to_vec()).build().unwrap();
     /// let a = RemoteNode::start(&ActorSystem::new("a"), config()).await.unwrap();
     /// let b_system = ActorSystem::new("b");
     /// let b = RemoteNode::start(&b_system, config()).await.unwrap();
@@ -324,7 +333,7 @@ impl RemoteNode {
     /// use rally::remote::{RemoteConfig, RemoteNode};
     ///
     /// # #[tokio::main] async fn main() {
-    /// let config = RemoteConfig::new("127.0.0.1", 0).with_secret(b"cluster secret".to_vec());
+    /// let config = RemoteConfig::builder().listen("127.0.0.1", 0).secret(b"cluster secret".to_vec()).build().unwrap();
     /// let node = RemoteNode::start(&ActorSystem::new("a"), config).await.unwrap();
     /// let stranger = "rally://b@127.0.0.1:1".parse().unwrap();
     /// let peer = rally::remote::UniqueAddress { address: stranger, incarnation: rally::remote::Incarnation(7) };
@@ -379,6 +388,11 @@ impl RemoteNode {
     ///
     /// [`RemoteSpawnError::Refused`] (unknown kind, name in use) or
     /// [`RemoteSpawnError::Ask`] (unreachable, timed out).
+    ///
+    /// # Cancel safety
+    ///
+    /// Dropping the future abandons the answer, as for an `ask`: the actor may still be
+    /// spawned and exposed on `node`.
     pub async fn spawn_on<A: RemoteActor>(
         &self,
         node: &NodeAddress,
@@ -442,6 +456,12 @@ impl RemoteNode {
 
     /// Leaves gracefully: tells every peer, flushes what is queued (waiting at most `timeout`),
     /// then stops accepting and connecting.
+    ///
+    /// # Cancel safety
+    ///
+    /// The peers are told and the lanes closed at the first poll; dropping the future after
+    /// that skips the wait for the flush and leaves the node accepting and connecting (drop
+    /// the node, or call `leave` again, to stop it).
     pub async fn leave(&self, timeout: Duration) {
         let associations: Vec<Arc<Association>> =
             self.inner.lock_associations().values().cloned().collect();

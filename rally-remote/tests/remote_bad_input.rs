@@ -150,7 +150,9 @@ async fn a_wrong_secret_fails_the_handshake_on_both_sides() {
     assert_eq!(error, rally_wire::HandshakeError::BadServerProof);
     // A whole node with the wrong secret: the caller gets a typed error naming the cause, not
     // a timeout, and both sides count the failure.
-    let (_as, stranger) = client_node("stranger", config().with_secret(b"wrong".to_vec())).await;
+    let mut wrong = config();
+    wrong.secret = b"wrong".to_vec();
+    let (_as, stranger) = client_node("stranger", wrong).await;
     let target = stranger.lookup::<Target>(b.address(), "target");
     match target.ask(Echo(1), T).await {
         Err(rally_actor::AskError::Undeliverable(why)) => {

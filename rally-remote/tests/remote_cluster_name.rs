@@ -50,8 +50,13 @@ async fn nodes_of_different_clusters_refuse_each_other_with_a_typed_error_logged
         .finish();
     let _guard = tracing::subscriber::set_default(subscriber);
 
-    let (_bs, billing) = target_node("b", config().with_cluster_name("billing")).await;
-    let (_as, orders) = client_node("a", config().with_cluster_name("orders")).await;
+    let named = |name: &str| {
+        let mut config = config();
+        config.cluster_name = name.to_owned();
+        config
+    };
+    let (_bs, billing) = target_node("b", named("billing")).await;
+    let (_as, orders) = client_node("a", named("orders")).await;
     let mut events = orders.peer_events();
     let target = orders.lookup::<Target>(billing.address(), "target");
     match target.ask(Echo(1), T).await {

@@ -279,13 +279,18 @@ async fn heartbeats_keep_flowing_both_ways_at_rest() {
 async fn an_empty_secret_is_refused_unless_asked_for() {
     let system = rally_actor::ActorSystem::new("open");
     let refused =
-        rally_remote::RemoteNode::start(&system, rally_remote::RemoteConfig::new("127.0.0.1", 0))
-            .await;
+        rally_remote::RemoteNode::start(&system, rally_remote::RemoteConfig::default()).await;
     assert!(matches!(
         refused,
-        Err(rally_remote::StartError::EmptySecret)
+        Err(rally_remote::NodeStartError::Config(
+            rally_remote::RemoteConfigError::EmptySecret
+        ))
     ));
-    let config = rally_remote::RemoteConfig::new("127.0.0.1", 0).insecure_without_secret();
+    let config = rally_remote::RemoteConfig::builder()
+        .listen("127.0.0.1", 0)
+        .insecure_without_secret()
+        .build()
+        .unwrap();
     // Debug never shows a secret, empty or not.
     assert!(format!("{config:?}").contains("not shown"));
     assert!(
@@ -305,10 +310,12 @@ async fn more_ordinary_lanes_than_the_wire_can_number_are_refused_at_start() {
     assert!(
         matches!(
             refused,
-            Err(rally_remote::StartError::Config {
-                key: "ordinary_lanes",
-                ..
-            })
+            Err(rally_remote::NodeStartError::Config(
+                rally_remote::RemoteConfigError::Invalid {
+                    key: "ordinary-lanes",
+                    ..
+                }
+            ))
         ),
         "{:?}",
         refused.err()

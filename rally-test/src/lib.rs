@@ -6,6 +6,8 @@
 //!   is idle (or when told), so timer tests take no real time and are deterministic.
 //! - [`eventually`]: the one bounded poll for a condition no event announces, with a failure
 //!   message that says what did not happen and why.
+//! - `harness` (feature `harness`): multi-process tests whose binary is also their child
+//!   process, without a vacuous `#[test]` for the child.
 //! - `sim` (feature `sim`, `rally::sim` in the facade): many nodes in one process on
 //!   simulated time and a simulated network, partitions, delays and crashes reproducible from
 //!   a seed.
@@ -33,6 +35,8 @@
 #![doc(test(attr(deny(warnings), allow(dead_code, unused_variables))))]
 
 mod eventually;
+#[cfg(feature = "harness")]
+pub mod harness;
 mod probe;
 #[cfg(feature = "sim")]
 pub mod sim;

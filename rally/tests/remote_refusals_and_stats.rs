@@ -42,7 +42,11 @@ impl RemoteActor for Echoer {
 /// A node on a free loopback port with `secret`, its echo actor exposed as "echo".
 async fn node(name: &str, secret: &[u8]) -> (ActorSystem, RemoteNode) {
     let system = ActorSystem::new(name);
-    let config = RemoteConfig::new("127.0.0.1", 0).with_secret(secret.to_vec());
+    let config = RemoteConfig::builder()
+        .listen("127.0.0.1", 0)
+        .secret(secret.to_vec())
+        .build()
+        .unwrap();
     let node = RemoteNode::start(&system, config).await.unwrap();
     node.expose("echo", &system.spawn(Echoer).unwrap()).unwrap();
     (system, node)

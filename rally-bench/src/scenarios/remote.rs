@@ -274,7 +274,10 @@ pub(crate) async fn start_echo_node(
     cluster: bool,
 ) -> anyhow::Result<(ActorSystem, RemoteNode, Option<Membership>)> {
     let system = ActorSystem::new(if cluster { CLUSTER_SYSTEM } else { "echo" });
-    let config = RemoteConfig::new(host, port).with_secret(SECRET.to_vec());
+    let config = RemoteConfig::builder()
+        .listen(host, port)
+        .secret(SECRET.to_vec())
+        .build()?;
     let node = RemoteNode::start_with(&system, config, transport(tls_dir)?).await?;
     for i in 0..ECHOES {
         let echo = system.spawn(Echo::default())?;
@@ -366,7 +369,10 @@ async fn start_client_node(
     echo_side: &EchoSide,
 ) -> anyhow::Result<(ActorSystem, RemoteNode, Option<impl Sized + use<>>)> {
     let system = ActorSystem::new(CLUSTER_SYSTEM);
-    let config = RemoteConfig::new("127.0.0.1", 0).with_secret(SECRET.to_vec());
+    let config = RemoteConfig::builder()
+        .listen("127.0.0.1", 0)
+        .secret(SECRET.to_vec())
+        .build()?;
     let node = RemoteNode::start_with(&system, config, transport(echo_side.client_tls.as_deref())?)
         .await?;
     let membership = if echo_side.cluster {

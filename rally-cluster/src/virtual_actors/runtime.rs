@@ -34,14 +34,14 @@ use crate::member::{MemberEvent, MemberId};
 /// # Example
 ///
 /// ```
-/// use rally::cluster::virtual_actors::StartError;
+/// use rally::cluster::virtual_actors::VirtualActorsStartError;
 ///
-/// let error = StartError::KindNotDeclared("cart".into());
+/// let error = VirtualActorsStartError::KindNotDeclared("cart".into());
 /// assert!(error.to_string().contains("cart"));
 /// ```
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
-pub enum StartError {
+pub enum VirtualActorsStartError {
     /// A kind was registered that this member does not declare (`ClusterConfig::kinds`), so
     /// no other member would ever send it a message for that kind.
     #[error("kind {0:?} is registered but this member does not declare it in its kinds")]
@@ -63,7 +63,7 @@ pub enum StartError {
     AlreadyStarted,
     /// The [`VirtualActorsConfig`] is out of range (the error names the key).
     #[error("invalid virtual actors configuration: {0}")]
-    Config(#[from] crate::config::ConfigError),
+    Config(#[from] crate::config::ClusterConfigError),
 }
 
 /// The figures of one kind on this member.
@@ -330,7 +330,7 @@ impl Inbound for Runtime {
 ///
 /// # #[tokio::main] async fn main() {
 /// let system = ActorSystem::new("shop");
-/// let node = RemoteNode::start(&system, RemoteConfig::new("127.0.0.1", 2552).with_secret(b"s".to_vec()))
+/// let node = RemoteNode::start(&system, RemoteConfig::builder().listen("127.0.0.1", 2552).secret(b"s".to_vec()).build().unwrap())
 ///     .await
 ///     .unwrap();
 /// let config = ClusterConfig::builder().kind("cart").build().unwrap();
@@ -464,12 +464,12 @@ impl VirtualActorsBuilder {
     ///
     /// # Errors
     ///
-    /// See [`StartError`].
+    /// See [`VirtualActorsStartError`].
     ///
     /// # Panics
     ///
     /// Outside a tokio runtime.
-    pub fn start(&mut self, node: &RemoteNode) -> Result<VirtualActors, StartError> {
+    pub fn start(&mut self, node: &RemoteNode) -> Result<VirtualActors, VirtualActorsStartError> {
         let grains = self.build(Transport::remote(node))?;
         let inbound: Weak<dyn Inbound> = Arc::downgrade(&grains.runtime) as Weak<dyn Inbound>;
         let service: Arc<dyn GrainService> = Arc::new(RemoteInbound(inbound));
@@ -482,34 +482,37 @@ impl VirtualActorsBuilder {
     ///
     /// # Errors
     ///
-    /// See [`StartError`].
+    /// See [`VirtualActorsStartError`].
     ///
     /// # Panics
     ///
     /// Outside a tokio runtime.
-    pub fn start_in_memory(&mut self, network: &GrainNetwork) -> Result<VirtualActors, StartError> {
+    pub fn start_in_memory(
+        &mut self,
+        network: &GrainNetwork,
+    ) -> Result<VirtualActors, VirtualActorsStartError> {
         let grains = self.build(Transport::Memory(network.clone()))?;
         let inbound: Weak<dyn Inbound> = Arc::downgrade(&grains.runtime) as Weak<dyn Inbound>;
         network.attach(grains.runtime.local(), inbound);
         Ok(grains)
     }
 
-    fn build(&mut self, transport: Transport) -> Result<VirtualActors, StartError> {
+    fn build(&mut self, transport: Transport) -> Result<VirtualActors, VirtualActorsStartError> {
         self.config.validate()?;
         let local = self.cluster.self_member().id;
         let mut seen = std::collections::HashSet::new();
         for (kind, _) in &self.kinds {
             let Some(declared) = local.declaration(kind) else {
-                return Err(StartError::KindNotDeclared((*kind).to_owned()));
+                return Err(VirtualActorsStartError::KindNotDeclared((*kind).to_owned()));
             };
             if self.placements.get(&declared.placement).is_none() {
-                return Err(StartError::UnknownPlacement {
+                return Err(VirtualActorsStartError::UnknownPlacement {
                     kind: (*kind).to_owned(),
                     placement: declared.placement.clone(),
                 });
             }
             if !seen.insert(*kind) {
-                return Err(StartError::DuplicateKind((*kind).to_owned()));
+                return Err(VirtualActorsStartError::DuplicateKind((*kind).to_owned()));
             }
         }
         let shared = Arc::new(Shared {
@@ -534,7 +537,7 @@ impl VirtualActorsBuilder {
             runtime.kinds.write().insert(kind, entry);
         }
         if !self.cluster.attach_grains(&runtime) {
-            return Err(StartError::AlreadyStarted);
+            return Err(VirtualActorsStartError::AlreadyStarted);
         }
         crate::figures::register(&self.system, &runtime);
         spawn_event_loop(&self.cluster, &runtime);

@@ -1,8 +1,10 @@
 //! Cluster members as separate OS processes, for the multi-process tests.
 //!
-//! The member process is the test binary itself, re-run with [`MEMBER_ENV`] set: its
-//! `member_process` test then runs [`member_main`] (every other test returns at once in that
-//! mode). A member reports what happens to it on stdout, one line per fact, each stamped with
+//! The member process is the test binary itself, re-run with [`MEMBER_ENV`] set: its `main`
+//! then runs [`member_main`] instead of the tests ([`run_if_member`]; the target has
+//! `harness = false` and runs its tests with `rally_test::harness`). A binary still on the
+//! built-in harness has a `member_process` test that calls [`run_if_member`], which the
+//! arguments below select. A member reports what happens to it on stdout, one line per fact, each stamped with
 //! `CLOCK_MONOTONIC` (one clock for every process on the machine, network namespaces
 //! included), so the test can order facts from several processes:
 //!
@@ -294,7 +296,11 @@ impl Life {
         let node = loop {
             match RemoteNode::start(
                 &system,
-                RemoteConfig::new(&spec.host, spec.port).with_secret(SECRET.to_vec()),
+                RemoteConfig::builder()
+                    .listen(&spec.host, spec.port)
+                    .secret(SECRET.to_vec())
+                    .build()
+                    .unwrap(),
             )
             .await
             {

@@ -3,7 +3,7 @@
 /// Why a node could not start.
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
-pub enum StartError {
+pub enum NodeStartError {
     /// Binding the listener failed.
     #[error("cannot listen on {address}: {source}")]
     Bind {
@@ -15,20 +15,10 @@ pub enum StartError {
     /// The actor system refused the node's own actors (it is shutting down).
     #[error("the actor system refused the node's actors: {0}")]
     System(rally_actor::SpawnError),
-    /// The secret is empty: every peer that reaches the port would be trusted. Set one with
-    /// `RemoteConfig::with_secret`, or, for a test, `RemoteConfig::insecure_without_secret`.
-    #[error(
-        "the remoting secret is empty; set one with RemoteConfig::with_secret (or insecure_without_secret for a test)"
-    )]
-    EmptySecret,
-    /// A setting is out of range.
-    #[error("invalid remoting setting {key}: {reason}")]
-    Config {
-        /// The setting.
-        key: &'static str,
-        /// What is wrong with it.
-        reason: String,
-    },
+    /// The configuration is refused (no secret, a setting out of range):
+    /// [`RemoteConfig::validate`](crate::RemoteConfig::validate).
+    #[error("{0}")]
+    Config(#[from] crate::RemoteConfigError),
 }
 
 /// Why an actor could not be exposed.

@@ -199,7 +199,10 @@ pub(crate) fn member_main(args: &FailoverMemberArgs) -> anyhow::Result<()> {
         let system = ActorSystem::new(SYSTEM);
         let node = RemoteNode::start(
             &system,
-            RemoteConfig::new("127.0.0.1", 0).with_secret(SECRET.to_vec()),
+            RemoteConfig::builder()
+                .listen("127.0.0.1", 0)
+                .secret(SECRET.to_vec())
+                .build()?,
         )
         .await?;
         let seed: Option<NodeAddress> = match &args.seed {
@@ -264,7 +267,10 @@ impl Run {
         let system = ActorSystem::new(SYSTEM);
         let node = RemoteNode::start(
             &system,
-            RemoteConfig::new("127.0.0.1", 0).with_secret(SECRET.to_vec()),
+            RemoteConfig::builder()
+                .listen("127.0.0.1", 0)
+                .secret(SECRET.to_vec())
+                .build()?,
         )
         .await?;
         let (config, grains_config) = settings(setting, Some(&processes.addresses[0]), false)?;
