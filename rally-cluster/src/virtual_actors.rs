@@ -114,7 +114,9 @@ pub use kind::{Activation, GrainMessages, VirtualActor};
 pub use ownership::{Holder, Ownership, Route};
 pub use placement::{Hashed, Placement, PreferLocal, SHARDS, Scope, fingerprint, shard_of};
 pub use rally_state::Fence;
-pub use runtime::{GrainRef, KindStats, VirtualActors, VirtualActorsBuilder, VirtualActorsStartError};
+pub use runtime::{
+    GrainRef, KindStats, VirtualActors, VirtualActorsBuilder, VirtualActorsStartError,
+};
 pub use transport::GrainNetwork;
 
 pub(crate) use runtime::Runtime;

@@ -12,17 +12,36 @@ use std::time::Duration;
 
 use processes::{
     KIND, MemberProcess, Out, Spec, activation_lives, assert_no_overlap, free_ports, grains_config,
-    in_member_mode, membership, ms, run_if_member, singleton_on_oldest, start_cluster,
+    membership, ms, run_if_member, singleton_on_oldest, start_cluster,
 };
 use rally::cluster::virtual_actors::{Hashed, Placement};
+use rally_test::harness::{run, trial};
 
 /// Printing a fact may lag the instant the runtime acted on it by a little.
 const PRINT_LAG_NS: u64 = 100_000_000;
 
-/// In member mode: the member process.
-#[test]
-fn member_process() {
-    run_if_member();
+fn main() -> std::process::ExitCode {
+    if run_if_member() {
+        return std::process::ExitCode::SUCCESS;
+    }
+    run(vec![
+        trial(
+            "across_processes_one_hop_then_a_kill_reactivates_elsewhere_after_the_bound_with_the_state",
+            across_processes_one_hop_then_a_kill_reactivates_elsewhere_after_the_bound_with_the_state,
+        ),
+        trial(
+            "a_graceful_leave_under_load_hands_over_the_singleton_and_fails_no_ask",
+            a_graceful_leave_under_load_hands_over_the_singleton_and_fails_no_ask,
+        ),
+        trial(
+            "a_member_killed_and_started_again_on_its_address_joins_stays_up_and_serves",
+            a_member_killed_and_started_again_on_its_address_joins_stays_up_and_serves,
+        ),
+        trial(
+            "a_member_downed_while_paused_says_so_and_exits_for_its_supervisor",
+            a_member_downed_while_paused_says_so_and_exits_for_its_supervisor,
+        ),
+    ])
 }
 
 /// A directory removed when the test ends, passing or not.
@@ -81,12 +100,8 @@ fn stats(facts: &Out) -> (u64, u64, u64) {
     (n(0), n(1), n(2))
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn across_processes_one_hop_then_a_kill_reactivates_elsewhere_after_the_bound_with_the_state()
 {
-    if in_member_mode() {
-        return;
-    }
     let (_dir, db) = shared_store("processes");
     let ports = free_ports(3);
     let specs: Vec<(String, Spec, Option<String>)> = ["a", "b", "client"]
@@ -227,11 +242,7 @@ async fn across_processes_one_hop_then_a_kill_reactivates_elsewhere_after_the_bo
 /// down; the singleton starts on the next oldest only after the leaver's stopped; and not one
 /// of the client's asks fails across the leave (each has a 1 s timeout; an ask that reaches
 /// the leaver after it stopped hosting is routed anew).
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_graceful_leave_under_load_hands_over_the_singleton_and_fails_no_ask() {
-    if in_member_mode() {
-        return;
-    }
     let (_dir, db) = shared_store("leave");
     let ports = free_ports(4);
     let specs: Vec<(String, Spec, Option<String>)> = ["h0", "h1", "h2", "client"]
@@ -390,11 +401,7 @@ async fn a_graceful_leave_under_load_hands_over_the_singleton_and_fails_no_ask()
 /// (8-17 s after the kill) was seen up but unreachable, downed again about 2.4 s later, and
 /// stayed dead (12 of 12 runs). Now an inbound connection from a peer ends the backoff
 /// towards it: the restart joins, stays up, and serves the identities placed on it.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_member_killed_and_started_again_on_its_address_joins_stays_up_and_serves() {
-    if in_member_mode() {
-        return;
-    }
     let (_dir, db) = shared_store("restart");
     let ports = free_ports(4);
     let spec = |port: u16, hosts: bool| {
@@ -475,11 +482,7 @@ async fn a_member_killed_and_started_again_on_its_address_joins_stays_up_and_ser
 /// stream ending) and went on running, hosting nothing. Now it says so (the log, the
 /// `rally_cluster_downed` figure, `Cluster::downed`) and, by default, the process exits with
 /// code 75 so that its supervisor starts it again.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_member_downed_while_paused_says_so_and_exits_for_its_supervisor() {
-    if in_member_mode() {
-        return;
-    }
     let ports = free_ports(3);
     let specs: Vec<(String, Spec, Option<String>)> = ports
         .iter()

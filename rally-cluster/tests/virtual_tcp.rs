@@ -11,7 +11,7 @@ use rally::cluster::virtual_actors::{Hashed, Placement, VirtualActors};
 use rally::cluster::{Cluster, ClusterConfig, MemberStatus};
 use rally::remote::{RemoteConfig, RemoteNode};
 use rally::state::SqliteStore;
-use virtual_support::{Add, Pause, Probe, T, Where, hooks_started, lives, poll};
+use virtual_support::{Add, Pause, Probe, T, Where, eventually, hooks_started, lives};
 
 struct Member {
     cluster: Cluster,
@@ -78,7 +78,7 @@ async fn two_hosts_and_a_client(name: &str) -> (std::path::PathBuf, Member, Memb
     let b = member(ports[1], ports[0], true, &db).await;
     let client = member(ports[2], ports[0], false, &db).await;
     for m in [&a, &b, &client] {
-        poll(|| {
+        eventually("three members up", T, async || {
             let seen = m.cluster.members();
             seen.len() == 3 && seen.iter().all(|x| x.status == MemberStatus::Up)
         })
@@ -133,7 +133,10 @@ async fn a_member_restarted_on_the_same_port_gets_messages_from_those_that_knew_
             seen.len() == n && seen.iter().all(|x| x.status == MemberStatus::Up)
         })
     };
-    poll(|| all_up(&[&a, &b, &client], 3)).await;
+    eventually("all_up(&[&a, &b, &client], 3)", T, async || {
+        all_up(&[&a, &b, &client], 3)
+    })
+    .await;
     let owned_by = |hosts: &[rally::cluster::MemberId], owner: &rally::cluster::MemberId| {
         (0..)
             .map(|i| format!("restart-{i}"))
@@ -190,7 +193,10 @@ async fn an_ask_passed_on_by_a_leaving_member_is_answered_through_it() {
     let grain = client.grains.get::<Probe>(&identity).unwrap();
     // A takes 500 ms over the ask, so its answer comes long after B's activation has ended.
     let ask = tokio::spawn(async move { grain.ask(Pause(500), T).await });
-    poll(|| !hooks_started(&identity).is_empty()).await;
+    eventually("!hooks_started(&identity).is_empty()", T, async || {
+        !hooks_started(&identity).is_empty()
+    })
+    .await;
 
     // B leaves as an application does: the cluster first, then (once its membership has
     // stopped) the virtual actors, then the node.

@@ -146,17 +146,12 @@ pub(crate) struct TypedCall<M: RemoteMessage> {
     pub(crate) kind: &'static str,
 }
 
+/// What the caller of an ask on this member waits on: its answer, and where the call is.
+pub(crate) type Waiter<R> = (oneshot::Receiver<Result<R, AskError>>, Arc<Held>);
+
 impl<M: RemoteMessage> TypedCall<M> {
     /// An ask from a caller on this member, and what the caller waits on.
-    pub(crate) fn ask(
-        kind: &'static str,
-        msg: M,
-        deadline: Instant,
-    ) -> (
-        Self,
-        oneshot::Receiver<Result<M::Reply, AskError>>,
-        Arc<Held>,
-    ) {
+    pub(crate) fn ask(kind: &'static str, msg: M, deadline: Instant) -> (Self, Waiter<M::Reply>) {
         let (to, answer) = oneshot::channel();
         let held = Arc::new(Held::default());
         let call = Self {
@@ -170,7 +165,7 @@ impl<M: RemoteMessage> TypedCall<M> {
             handed_over: false,
             kind,
         };
-        (call, answer, held)
+        (call, (answer, held))
     }
 
     /// A tell from this member.

@@ -132,6 +132,9 @@ pub(crate) struct KindCore<T: Types> {
     /// When this member last stopped hosting or refused a call because it had.
     last_refused: Option<Instant>,
     counters: Counters,
+    /// Counts the calls finished by lives here: a life's last use is this count when its
+    /// last call finished, an exact order of use for the cap (instants tie).
+    uses: u64,
     /// Members (and this one) whose placement settings for the kind were found to differ,
     /// logged once each.
     mismatch_logged: std::collections::HashSet<String>,
@@ -193,6 +196,7 @@ impl<T: Types> KindCore<T> {
             stopped: false,
             last_refused: None,
             counters: Counters::default(),
+            uses: 0,
             mismatch_logged: std::collections::HashSet::new(),
         };
         core.resolve_placement();

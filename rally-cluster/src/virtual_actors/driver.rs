@@ -216,7 +216,7 @@ impl<K: VirtualActor> KindDriver<K> {
         if let Some(peer) = self.direct_peer(identity, route) {
             return self.ask_direct(&peer, identity, msg, until, timeout).await;
         }
-        let (call, answer, held) = TypedCall::ask(K::KIND, msg, until.into_std());
+        let (call, (answer, held)) = TypedCall::ask(K::KIND, msg, until.into_std());
         self.request(Arc::clone(identity), Box::new(call));
         self.answer(answer, &held, identity, until, timeout).await
     }
@@ -307,7 +307,7 @@ impl<K: VirtualActor> KindDriver<K> {
         if matches!(refusal, Refusal::Unreachable(_)) {
             self.shared.transport.forget(&peer.member);
         }
-        let (mut call, answer, held) = TypedCall::ask(K::KIND, msg, until.into_std());
+        let (mut call, (answer, held)) = TypedCall::ask(K::KIND, msg, until.into_std());
         // It took the hop the refusal takes back.
         call.hops = 1;
         let from = peer.member.clone();
@@ -578,7 +578,7 @@ fn spawn_timer<K: VirtualActor>(driver: Weak<KindDriver<K>>) {
             let next = strong.core().poll_timeout();
             drop(strong);
             let far = tokio::time::Instant::now() + FAR;
-            let at = next.map_or(far, |at| tokio::time::Instant::from_std(at));
+            let at = next.map_or(far, tokio::time::Instant::from_std);
             tokio::select! {
                 () = tokio::time::sleep_until(at) => {}
                 () = notified => continue,

@@ -6,7 +6,9 @@
 use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, LazyLock, Mutex};
-use std::time::{Duration, Instant};
+use std::time::Duration;
+
+use tokio::time::Instant;
 
 use rally::cluster::provider::{MemoryNetwork, MemoryProvider};
 use rally::cluster::virtual_actors::{
@@ -386,7 +388,7 @@ impl TestCluster {
 
 /// Waits until every member sees exactly `ids` up.
 pub async fn converged(members: &[&TestMember], ids: &[MemberId]) {
-    poll(|| {
+    eventually("every member sees every member up", T, async || {
         members.iter().all(|m| {
             let seen = m.cluster.members();
             ids.iter().all(|id| {
@@ -398,14 +400,8 @@ pub async fn converged(members: &[&TestMember], ids: &[MemberId]) {
     .await;
 }
 
-/// A bounded poll on a condition (the fallback where no event exists to wait on).
-pub async fn poll(mut condition: impl FnMut() -> bool) {
-    let deadline = Instant::now() + T;
-    while !condition() {
-        assert!(Instant::now() < deadline, "condition not met within {T:?}");
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
-}
+/// The one bounded poll, for conditions no event announces.
+pub use rally_test::eventually;
 
 /// A store that fails every call once cut, as a crashed process's store calls never arrive;
 /// it counts the claims and releases that reach it, and can hold releases back until told.

@@ -505,14 +505,3 @@ impl<T: Types> KindCore<T> {
         }
     }
 }
-
-#[cfg(test)]
-impl<T: Types> KindCore<T> {
-    /// Leases held now.
-    pub(super) fn leases_held(&self) -> usize {
-        self.leases
-            .values()
-            .filter(|lease| matches!(lease, Lease::Held { .. }))
-            .count()
-    }
-}

@@ -108,8 +108,10 @@ pub(super) enum Heard {
     Unknown(String),
 }
 
-/// One thing that happened, with its simulated time.
+/// One thing that happened, with its simulated time. Some fields are only read through `Debug`,
+/// in the history a failing schedule prints.
 #[derive(Debug, Clone)]
+#[allow(dead_code)]
 pub(super) enum Logged {
     Sent {
         id: u64,
@@ -1340,11 +1342,6 @@ impl Cluster {
     /// The core of member `m`.
     pub(super) fn core(&self, m: usize) -> &KindCore<Sim> {
         &self.members[m].core
-    }
-
-    /// Member `m`'s identity.
-    pub(super) fn id(&self, m: usize) -> &MemberId {
-        &self.members[m].id
     }
 
     /// Identities that a deposit was sent to.

@@ -21,7 +21,7 @@ impl<T: Types> KindCore<T> {
         if self.stopped {
             return self.refuse_stopped(identity, call, now);
         }
-        let call = match self.to_slot(&identity, call, now) {
+        let call = match self.queue_in_slot(&identity, call, now) {
             Ok(()) => return,
             Err(call) => call,
         };
@@ -287,7 +287,7 @@ impl<T: Types> KindCore<T> {
             self.start(Arc::clone(identity), queue, now);
         } else {
             for call in queue {
-                if let Err(call) = self.to_slot(identity, call, now) {
+                if let Err(call) = self.queue_in_slot(identity, call, now) {
                     self.route_call(Arc::clone(identity), call, false, now);
                 }
             }

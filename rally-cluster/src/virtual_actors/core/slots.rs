@@ -84,6 +84,8 @@ pub(super) struct Active<T: Types> {
     busy: Busy,
     /// When it last finished a call (or started).
     idle_since: Instant,
+    /// The kind's use count when it last finished a call (or started): the order of use.
+    last_use: u64,
     queue: Queue<T>,
 }
 
@@ -127,7 +129,7 @@ impl<T: Types> KindCore<T> {
 
     /// A call for an identity that has a slot here: handed to its life if free, else queued.
     /// `Err` gives the call back when there is no slot.
-    pub(super) fn to_slot(
+    pub(super) fn queue_in_slot(
         &mut self,
         identity: &Arc<str>,
         call: T::Call,
@@ -203,6 +205,7 @@ impl<T: Types> KindCore<T> {
             Ok(actor) => {
                 self.counters.activations += 1;
                 self.counters.active += 1;
+                self.uses += 1;
                 self.slots.insert(
                     Arc::clone(identity),
                     Slot::Active(Active {
@@ -210,6 +213,7 @@ impl<T: Types> KindCore<T> {
                         actor,
                         busy: Busy::Free,
                         idle_since: now,
+                        last_use: self.uses,
                         queue,
                     }),
                 );
@@ -241,6 +245,8 @@ impl<T: Types> KindCore<T> {
             Some(Slot::Active(active)) if active.life == life => {
                 active.busy = Busy::Free;
                 active.idle_since = now;
+                self.uses += 1;
+                active.last_use = self.uses;
                 self.pump(identity, now);
             }
             Some(Slot::Deactivating {
@@ -610,12 +616,12 @@ impl<T: Types> KindCore<T> {
             return;
         }
         let batch = (active - cap).max(cap / 32).max(1);
-        let mut idle: Vec<(Instant, Arc<str>)> = self
+        let mut idle: Vec<(u64, Arc<str>)> = self
             .slots
             .iter()
             .filter_map(|(identity, slot)| match slot {
                 Slot::Active(active) if active.busy == Busy::Free && active.queue.is_empty() => {
-                    Some((active.idle_since, Arc::clone(identity)))
+                    Some((active.last_use, Arc::clone(identity)))
                 }
                 _ => None,
             })
@@ -667,21 +673,5 @@ impl<T: Types> KindCore<T> {
         for identity in active {
             self.deactivate(&identity, Reason::Stopping, now);
         }
-    }
-}
-
-#[cfg(test)]
-impl<T: Types> KindCore<T> {
-    /// The life of `identity` that runs now, if any.
-    pub(super) fn running(&self, identity: &str) -> Option<LifeId> {
-        match self.slots.get(identity) {
-            Some(Slot::Active(active)) => Some(active.life),
-            _ => None,
-        }
-    }
-
-    /// Slots held (any state).
-    pub(super) fn slot_count(&self) -> usize {
-        self.slots.len()
     }
 }

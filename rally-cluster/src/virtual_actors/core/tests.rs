@@ -207,7 +207,7 @@ fn only_refusals_that_say_so_bring_a_call_back_to_be_sent_again() {
 /// that end by themselves, replies that cannot travel back, and members that join with other
 /// placement settings; then quiet until every deadline and timer has passed, and a deposit to
 /// every identity that must be served.
-fn schedule(seed: u64) -> Result<Cluster, (Cluster, String)> {
+fn schedule(seed: u64) -> Result<Cluster, Box<(Cluster, String)>> {
     let mut rng = StdRng::seed_from_u64(seed.wrapping_mul(0x9e37_79b9_7f4a_7c15));
     let hosts = rng.random_range(2..=3);
     let knobs = Knobs {
@@ -280,15 +280,15 @@ fn schedule(seed: u64) -> Result<Cluster, (Cluster, String)> {
     }
     cluster.run_for(Duration::from_secs(30));
     if let Err(broken) = cluster.check() {
-        return Err((cluster, broken));
+        return Err(Box::new((cluster, broken)));
     }
     for id in last {
         if cluster.history.heard(id) != Some(&Heard::Ok) {
             let heard = cluster.history.heard(id).cloned();
-            return Err((
+            return Err(Box::new((
                 cluster,
                 format!("after the schedule, deposit {id} got {heard:?}"),
-            ));
+            )));
         }
     }
     Ok(cluster)
@@ -316,11 +316,14 @@ fn random_schedules_keep_every_promise() {
                 totals.2 += not_handled;
                 totals.3 += unknown;
             }
-            Err((cluster, broken)) => panic!(
-                "seed {seed}: {broken}\nreplay: RALLY_SCHEDULE_SEED={seed} RALLY_SCHEDULES=1\n\
-                 history:\n{}",
-                cluster.history.lines()
-            ),
+            Err(failed) => {
+                let (cluster, broken) = *failed;
+                panic!(
+                    "seed {seed}: {broken}\nreplay: RALLY_SCHEDULE_SEED={seed} RALLY_SCHEDULES=1\n\
+                     history:\n{}",
+                    cluster.history.lines()
+                )
+            }
         }
     }
     // The schedules did exercise every answer (a check that cannot fail would be worthless).
