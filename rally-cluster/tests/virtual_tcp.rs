@@ -7,11 +7,15 @@ mod virtual_support;
 use std::sync::Arc;
 
 use rally::ActorSystem;
+use rally::cluster::virtual_actors::{AskError, Handled};
 use rally::cluster::virtual_actors::{Hashed, Placement, VirtualActors};
 use rally::cluster::{Cluster, ClusterConfig, MemberStatus};
 use rally::remote::{RemoteConfig, RemoteNode};
 use rally::state::SqliteStore;
-use virtual_support::{Add, Pause, Probe, T, Where, eventually, hooks_started, lives};
+use virtual_support::{Add, Bulk, Pause, Probe, T, Where, eventually, hooks_started, lives};
+
+/// The members' frame limit: small, so that a reply can be made too large to travel.
+const MAX_FRAME: u32 = 64 * 1024;
 
 struct Member {
     cluster: Cluster,
@@ -35,6 +39,7 @@ async fn member(port: u16, seed: u16, hosts: bool, db: &std::path::Path) -> Memb
         RemoteConfig::builder()
             .listen("127.0.0.1", port)
             .secret(b"virtual tcp secret".to_vec())
+            .max_frame_bytes(MAX_FRAME)
             .build()
             .unwrap(),
     )
@@ -109,6 +114,42 @@ async fn a_client_only_member_reaches_each_identity_on_its_hashed_owner_over_tcp
     assert_eq!(sa.activations + sb.activations, 20);
     assert!(sa.activations > 0 && sb.activations > 0, "{sa:?} {sb:?}");
     assert_eq!(sa.forwarded + sb.forwarded, 0, "one hop");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// Defect 1: a handled ask whose reply is larger than the connection's frame limit was taken
+/// by its sender for "the member did not take it" and sent again every 20 ms until its
+/// deadline (a deposit applied 125–136 times with a 64 KiB frame), and the caller was told
+/// `Unreachable`. Now the reply's failure travels as its own outcome: applied once, and the
+/// caller is told `ReplyLost` (handled) at once — from a client-only member (the direct path)
+/// and from a hosting member that does not own the identity (the forwarded path).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reply_too_large_for_a_frame_is_applied_once_and_reported_handled_reply_lost() {
+    let (dir, a, b, client) = two_hosts_and_a_client("bulk").await;
+    let hosts = [a.cluster.self_member().id, b.cluster.self_member().id];
+    let owned_by = |owner: &rally::cluster::MemberId| {
+        (0..)
+            .map(|i| format!("bulk-{i}"))
+            .find(|id| Hashed.place("probe", id, &hosts, &hosts[0]).unwrap() == owner)
+            .unwrap()
+    };
+    // From the client to an identity on A, then from A to an identity on B.
+    for (sender, identity) in [(&client, owned_by(&hosts[0])), (&a, owned_by(&hosts[1]))] {
+        let grain = sender.grains.get::<Probe>(&identity).unwrap();
+        let error = grain
+            .ask(Bulk(2 * MAX_FRAME as usize), T)
+            .await
+            .unwrap_err();
+        assert!(matches!(error, AskError::ReplyLost(_)), "{error:?}");
+        assert_eq!(error.handled(), Handled::Yes);
+        // A reply that fits still comes back, and the message was applied once.
+        assert_eq!(grain.ask(Bulk(16), T).await, Ok(vec![7; 16]));
+        let (_, _, count) = grain.ask(Where, T).await.unwrap();
+        assert_eq!(
+            count, 2,
+            "{identity}: the large one applied once, then the small one"
+        );
+    }
     let _ = std::fs::remove_dir_all(&dir);
 }
 

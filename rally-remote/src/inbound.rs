@@ -5,8 +5,8 @@
 //! it reaches the node only through [`ReadContext`], the few things reading needs, so it can
 //! be driven in a test without a node.
 
-use std::sync::Arc;
 use std::sync::atomic::Ordering;
+use std::sync::{Arc, Weak};
 use std::time::Instant;
 
 use bytes::{Buf, BytesMut};
@@ -48,8 +48,9 @@ pub(crate) trait ReadContext: Send + Sync + 'static {
     fn peer_left(self: &Arc<Self>, association: &Arc<Association>);
     /// The version of what serves grain requests: it changes when another is installed.
     fn grains_version(&self) -> u64;
-    /// What serves grain requests now, with the version it was read at.
-    fn grain_service(&self) -> (u64, Option<Arc<dyn GrainService>>);
+    /// What serves grain requests now (weakly: a connection keeps no service alive), with the
+    /// version it was read at.
+    fn grain_service(&self) -> (u64, Option<Weak<dyn GrainService>>);
 }
 
 /// Why an inbound connection was closed.
@@ -158,7 +159,7 @@ struct Connection<C> {
     generation: u64,
     targets: Vec<CachedTarget>,
     /// What serves grain requests, as resolved under a version of the node's grain service.
-    grains: Option<(u64, Option<Arc<dyn GrainService>>)>,
+    grains: Option<(u64, Option<Weak<dyn GrainService>>)>,
     /// The authenticated sender, handed to every message delivered from this connection
     /// (`RemoteContext::remote_origin`).
     origin: rally_actor::Origin,
@@ -243,7 +244,7 @@ impl<C: ReadContext> Connection<C> {
         node: &Arc<C>,
         association: &Arc<Association>,
         targets: &mut Vec<CachedTarget>,
-        grains: &mut Option<(u64, Option<Arc<dyn GrainService>>)>,
+        grains: &mut Option<(u64, Option<Weak<dyn GrainService>>)>,
         incarnation: Incarnation,
         generation: u64,
         peer: &PeerInfo,
@@ -317,7 +318,11 @@ impl<C: ReadContext> Connection<C> {
                 if !matches!(grains, Some((seen, _)) if *seen == version) {
                     *grains = Some(node.grain_service());
                 }
-                match grains.as_ref().and_then(|(_, service)| service.as_ref()) {
+                let service = grains
+                    .as_ref()
+                    .and_then(|(_, service)| service.as_ref())
+                    .and_then(Weak::upgrade);
+                match service {
                     Some(service) => service.request(
                         &peer.peer,
                         GrainRequest {
@@ -513,7 +518,7 @@ mod tests {
             0
         }
 
-        fn grain_service(&self) -> (u64, Option<Arc<dyn crate::grain::GrainService>>) {
+        fn grain_service(&self) -> (u64, Option<std::sync::Weak<dyn crate::grain::GrainService>>) {
             (0, None)
         }
     }

@@ -535,10 +535,11 @@ impl NodeInner {
         self.grains_version.fetch_add(1, Ordering::Release);
     }
 
-    /// What serves grain requests now, and the count of its changes it was read at.
-    pub(crate) fn grain_service(&self) -> (u64, Option<Arc<dyn crate::grain::GrainService>>) {
+    /// What serves grain requests now (held weakly: a dropped service serves no more), and the
+    /// count of its changes it was read at.
+    pub(crate) fn grain_service(&self) -> (u64, Option<Weak<dyn crate::grain::GrainService>>) {
         let version = self.grains_version.load(Ordering::Acquire);
-        let service = self.grains.read().as_ref().and_then(Weak::upgrade);
+        let service = self.grains.read().clone();
         (version, service)
     }
 
@@ -764,7 +765,7 @@ impl crate::inbound::ReadContext for NodeInner {
         NodeInner::grains_version(self)
     }
 
-    fn grain_service(&self) -> (u64, Option<Arc<dyn crate::grain::GrainService>>) {
+    fn grain_service(&self) -> (u64, Option<Weak<dyn crate::grain::GrainService>>) {
         NodeInner::grain_service(self)
     }
 }

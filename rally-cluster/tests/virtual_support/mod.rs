@@ -176,7 +176,8 @@ impl VirtualActor for Probe {
             .add::<Add>()
             .add::<Where>()
             .add::<Next>()
-            .add::<Pause>();
+            .add::<Pause>()
+            .add::<Bulk>();
     }
 }
 
@@ -217,6 +218,23 @@ impl Handler<Next> for Probe {
         }
         self.count = msg.0;
         Ok(self.count)
+    }
+}
+
+/// Adds one to the counter; replies with that many bytes (larger than a connection's frame
+/// limit, the reply cannot travel although the message was handled).
+#[derive(Debug, Serialize, Deserialize)]
+pub struct Bulk(pub usize);
+impl Message for Bulk {
+    type Reply = Vec<u8>;
+}
+impl RemoteMessage for Bulk {
+    const MANIFEST: &'static str = "test.probe.Bulk";
+}
+impl Handler<Bulk> for Probe {
+    async fn handle(&mut self, msg: Bulk, _: &mut Context<Self>) -> ActorResult<Vec<u8>> {
+        self.count += 1;
+        Ok(vec![7; msg.0])
     }
 }
 
