@@ -368,7 +368,7 @@ impl RemoteNode {
     ///
     /// ```no_run
     /// # use std::sync::Arc;
-    /// # use rally::remote::{GrainOutcome, GrainReplyTo, GrainRequest, GrainService, RemoteNode, UniqueAddress};
+    /// # use rally::remote::{GrainReplyTo, GrainRequest, GrainService, RemoteNode, UniqueAddress};
     /// # struct Closed;
     /// # impl GrainService for Closed {
     /// #     fn request(&self, _: &UniqueAddress, _: GrainRequest<'_>, _: Option<GrainReplyTo>) {}
