@@ -366,7 +366,7 @@ impl VirtualActors {
     /// A builder for this member of `cluster`, whose actors run in `system`. Defaults: no
     /// kind (client-only), a [`MemoryStore`] (enough for members in one process; members in
     /// several processes must share a durable store), the built-in placement strategies
-    /// ([`Hashed`], [`PreferLocal`](super::PreferLocal)), the default [`VirtualActorsConfig`],
+    /// ([`Hashed`](super::Hashed), [`PreferLocal`](super::PreferLocal)), the default [`VirtualActorsConfig`],
     /// and the cluster's own timings ([`Cluster::config`]) for the takeover wait. Each kind is
     /// placed by the strategy its hosts declare (`ClusterConfig`'s `placements`).
     pub fn builder(cluster: &Cluster, system: &ActorSystem) -> VirtualActorsBuilder {
