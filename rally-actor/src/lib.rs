@@ -51,6 +51,7 @@
 //!   hashing, broadcast, optional [`Resizer`]) and [`BalancingPool`] as handles
 //! - waiting for an end: [`ActorRef::terminated`] ([`Termination`], [`TerminationReason`])
 //! - [`monitor`]: per-actor and per-dispatcher counters and their snapshots
+//! - [`hold`]: for transports, how the work a batch of deliveries caused is known to have run
 //!
 //! # Features
 //!
@@ -79,6 +80,7 @@ mod dispatch;
 mod envelope;
 mod error;
 mod event_stream;
+pub mod hold;
 mod mailbox;
 mod message;
 pub mod monitor;

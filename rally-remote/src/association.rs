@@ -543,6 +543,9 @@ fn reply_result(status: ReplyStatus, payload: &[u8]) -> Result<&[u8], ReplyError
         ReplyStatus::HandlerFailed => {
             Err(ReplyError::Failed("the remote handler failed".to_owned()))
         }
+        ReplyStatus::UnknownRecipient => Err(ReplyError::Undeliverable(
+            "no actor is exposed under that name on the remote node".to_owned(),
+        )),
         other => Err(ReplyError::Undeliverable(format!(
             "the remote node answered {other:?}"
         ))),

@@ -17,12 +17,15 @@ use crate::association::{Association, lock};
 use crate::connection;
 use crate::events::DownReason;
 use crate::node::NodeInner;
-use crate::outbound::ReplyRoute;
+use crate::outbound::{ReadHold, ReplyRoute};
 use crate::registry::{Exposed, InboundError};
 use crate::transport::{BoxStream, Incoming};
 
-/// Frames decoded from one read after which the reader yields its thread.
-const YIELD_AFTER_FRAMES: usize = 256;
+/// Frames of one read delivered under one hold: a large read is handed to its actors in
+/// slices, so the first slice's actors run (and their sends leave) while the next is decoded,
+/// and a batch the peer wrote large does not stay one batch for ever. A read of at least this
+/// many frames also makes the reader yield its thread before it reads again.
+const SLICE_FRAMES: usize = 256;
 /// Bytes to have free before each read: reads are large so one syscall brings many frames.
 const READ_CHUNK: usize = 64 * 1024;
 
@@ -147,31 +150,43 @@ impl Connection {
             if !self.association.admits(self.incarnation) {
                 return Err(InboundFailure::NotAdmitted);
             }
-            let mut frames = 0usize;
-            let mut failure = None;
-            let consumed = self.decoder.decode(&buf, now, |frame| {
-                frames += 1;
-                if let Err(error) = Self::on_frame(
-                    &self.node,
-                    &self.association,
-                    &mut self.targets,
-                    self.incarnation,
-                    self.generation,
-                    &self.peer,
-                    &self.origin,
-                    frame,
-                    now,
-                ) {
-                    failure.get_or_insert(error);
+            // The read's deliveries, a slice at a time: each slice's deliveries wake their
+            // actors once, when it is delivered, and hold what those actors send until they
+            // have all run; then it leaves in one write (see `outbound::gate`).
+            let mut delivered = 0;
+            while !buf.is_empty() {
+                let mut failure = None;
+                let read = rally_actor::hold::Hold::new(ReadHold::default());
+                let (consumed, frames) = rally_actor::hold::scope(read, || {
+                    self.decoder
+                        .decode_at_most(&buf, now, SLICE_FRAMES, |frame| {
+                            if let Err(error) = Self::on_frame(
+                                &self.node,
+                                &self.association,
+                                &mut self.targets,
+                                self.incarnation,
+                                self.generation,
+                                &self.peer,
+                                &self.origin,
+                                frame,
+                                now,
+                            ) {
+                                failure.get_or_insert(error);
+                            }
+                        })
+                })?;
+                if let Some(failure) = failure {
+                    return Err(failure);
                 }
-            })?;
-            if let Some(failure) = failure {
-                return Err(failure);
+                buf.advance(consumed);
+                delivered += frames;
+                if frames < SLICE_FRAMES {
+                    break; // no whole frame is left
+                }
             }
-            buf.advance(consumed);
             // tokio's cooperative budget counts reads, not the work done per read: after a
             // large batch, give the thread to others (heartbeats, actors) before reading more.
-            if frames >= YIELD_AFTER_FRAMES {
+            if delivered >= SLICE_FRAMES {
                 tokio::task::yield_now().await;
             }
             // Room for the rest of a large frame in one step (its length was checked against
@@ -236,7 +251,17 @@ impl Connection {
                     )
                 });
                 let Some(target) = resolve(node, targets, recipient_id, recipient) else {
+                    // Nobody is exposed under that name: the sender hears it at once, as a
+                    // dead letter (and an asker as the reply's error), not at a timeout.
                     counters.unknown_recipient.fetch_add(1, Ordering::Relaxed);
+                    tracing::debug!(peer = %peer.peer.address, %recipient, "a message for a name nobody exposed");
+                    let _ = association.control().push_system(
+                        generation,
+                        &SystemMessage::Undelivered {
+                            recipient: recipient.to_owned(),
+                            manifest: manifest.to_owned(),
+                        },
+                    );
                     if let Some(route) = route {
                         let _ = route.lane().push_reply::<()>(
                             generation,
@@ -344,6 +369,10 @@ fn on_system(
             let remote = association.remote.clone();
             association.terminated(&actor, |name| node.remote_identity(&remote, name));
         }
+        SystemMessage::Undelivered {
+            recipient,
+            manifest,
+        } => node.undelivered(&association.remote, &recipient, &manifest),
     }
 }
 

@@ -208,6 +208,11 @@ impl<A: Actor> MessageTable<A> {
     pub(crate) fn outgoing(&self, type_id: TypeId) -> Option<&Outgoing> {
         self.outgoing.get(&type_id)
     }
+
+    /// The manifests of the messages this table sends.
+    pub(crate) fn manifests(&self) -> impl Iterator<Item = &'static str> + '_ {
+        self.outgoing.values().map(|outgoing| outgoing.manifest)
+    }
 }
 
 fn encode<M: RemoteMessage>(

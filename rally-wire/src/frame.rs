@@ -11,8 +11,9 @@ use bytes::{BufMut, BytesMut};
 pub const MAGIC: [u8; 4] = *b"RALY";
 /// The protocol version this crate speaks.
 /// Version 2 added the frame maximum to Hello and Challenge; version 3 the cluster name to
-/// Hello (and to the MACs) and `Reject{WrongCluster}`.
-pub const VERSION: u16 = 3;
+/// Hello (and to the MACs) and `Reject{WrongCluster}`; version 4 the `Undelivered` system
+/// message (a version 3 node would take it for a protocol violation).
+pub const VERSION: u16 = 4;
 /// Bytes in the preface.
 pub const PREFACE_LEN: usize = 6;
 /// Bytes before a frame's body: the length and the kind.
@@ -61,7 +62,7 @@ pub enum PrefaceError {
 /// ```
 /// use rally_wire::{PrefaceError, check_preface};
 ///
-/// assert!(check_preface(b"RALY\x00\x03").is_ok());
+/// assert!(check_preface(b"RALY\x00\x04").is_ok());
 /// assert!(matches!(check_preface(b"GET / "), Err(PrefaceError::WrongMagic { .. })));
 /// assert_eq!(check_preface(&[0x16, 0x03, 0x01, 0x00, 0xa5, 0x01]), Err(PrefaceError::Tls));
 /// ```
@@ -96,7 +97,7 @@ pub fn check_preface(bytes: &[u8; PREFACE_LEN]) -> Result<(), PrefaceError> {
 /// use rally_wire::is_tls_record;
 ///
 /// assert!(is_tls_record(&[0x15, 0x03, 0x03, 0x00, 0x02, 0x02, 0x32])); // a fatal alert
-/// assert!(!is_tls_record(b"RALY\x00\x03"));
+/// assert!(!is_tls_record(b"RALY\x00\x04"));
 /// ```
 pub fn is_tls_record(bytes: &[u8]) -> bool {
     matches!(bytes, [0x15 | 0x16, 0x03, 0x01..=0x04, ..])
@@ -308,7 +309,7 @@ mod tests {
             check_preface(b"RALY\x00\x02"),
             Err(PrefaceError::UnsupportedVersion {
                 found: 2,
-                supported: 3
+                supported: VERSION
             })
         );
         assert_eq!(split_frame(&[0, 0, 0, 0], 10), Err(FrameError::Empty));

@@ -79,7 +79,7 @@ pub use rally_actor::{
 pub use rally_actor::{
     BalancingPool, CatchPanic, ConfigError, DispatcherConfig, DispatcherError, DispatcherKind,
     Monitor, MonitoringConfig, Pool, PoolStatus, Resizer, Router, Routing, SystemConfigBuilder,
-    catch_panic, monitor,
+    catch_panic, hold, monitor,
 };
 
 /// Actors on other nodes: [`RemoteNode`](remote::RemoteNode), registration of remote message
