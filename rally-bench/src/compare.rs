@@ -166,8 +166,8 @@ const QUICK_RUN_LIMIT: Duration = Duration::from_secs(3 * 60);
 const BUILD_LIMIT: Duration = Duration::from_secs(20 * 60);
 
 /// A peer harness under `bench/peers/`.
-struct Peer {
-    name: &'static str,
+pub(crate) struct Peer {
+    pub(crate) name: &'static str,
     /// Folder under `bench/peers/`.
     dir: &'static str,
     /// Commands that must be on PATH to build and run it.
@@ -301,7 +301,7 @@ const PEERS: &[Peer] = &[
     },
 ];
 
-enum Selected {
+pub(crate) enum Selected {
     Run(&'static Peer),
     /// Rally again, with `--cluster`: the same scenario between two cluster members.
     RallyCluster,
@@ -310,7 +310,7 @@ enum Selected {
 
 /// The peers to run: the named ones (unknown names are an error; ones without the scenario are
 /// skipped), or by default every peer that has the scenario.
-fn select_peers(scenario: &str, names: &[String]) -> anyhow::Result<Vec<Selected>> {
+pub(crate) fn select_peers(scenario: &str, names: &[String]) -> anyhow::Result<Vec<Selected>> {
     if names.is_empty() {
         return Ok(PEERS
             .iter()
@@ -349,14 +349,14 @@ fn select_peers(scenario: &str, names: &[String]) -> anyhow::Result<Vec<Selected
     Ok(out)
 }
 
-enum Prepared {
+pub(crate) enum Prepared {
     Ready(Framework),
     Skipped(String),
 }
 
 impl Peer {
     /// Checks the toolchain and builds the artifact if it is missing.
-    fn prepare(&self, root: &Path) -> anyhow::Result<Prepared> {
+    pub(crate) fn prepare(&self, root: &Path) -> anyhow::Result<Prepared> {
         if let Some(missing) = self.toolchain.iter().find(|tool| !on_path(tool)) {
             return Ok(Prepared::Skipped(format!("no `{missing}` on PATH")));
         }
@@ -405,8 +405,9 @@ impl Peer {
 const RALLY_CLUSTER: &str = "rally-cluster";
 
 /// Something that can run a scenario and print a report.
-struct Framework {
-    name: String,
+#[derive(Clone)]
+pub(crate) struct Framework {
+    pub(crate) name: String,
     program: PathBuf,
     prefix: Vec<String>,
     /// Arguments after `<scenario> --json`.
@@ -416,7 +417,7 @@ struct Framework {
 
 impl Framework {
     /// Rally: this very executable.
-    fn rally() -> anyhow::Result<Self> {
+    pub(crate) fn rally() -> anyhow::Result<Self> {
         let program = std::env::current_exe().context("locating the rally-bench executable")?;
         Ok(Self {
             name: "rally".to_owned(),
@@ -438,7 +439,26 @@ impl Framework {
     }
 
     fn run(&self, scenario: &str, quick: bool, extra: &[String]) -> anyhow::Result<Report> {
-        let mut cmd = Command::new(&self.program);
+        self.run_wrapped(&[], scenario, quick, extra)
+    }
+
+    /// [`run`](Self::run) under `wrapper` (a command and its arguments that run the rest, as
+    /// `taskset -c 0-3` does), if not empty.
+    pub(crate) fn run_wrapped(
+        &self,
+        wrapper: &[String],
+        scenario: &str,
+        quick: bool,
+        extra: &[String],
+    ) -> anyhow::Result<Report> {
+        let mut cmd = match wrapper.split_first() {
+            Some((program, args)) => {
+                let mut cmd = Command::new(program);
+                cmd.args(args).arg(&self.program);
+                cmd
+            }
+            None => Command::new(&self.program),
+        };
         cmd.args(&self.prefix)
             .arg(scenario)
             .arg("--json")
@@ -511,7 +531,7 @@ fn run_bounded(mut cmd: Command, limit: Duration) -> anyhow::Result<Output> {
     })
 }
 
-fn on_path(tool: &str) -> bool {
+pub(crate) fn on_path(tool: &str) -> bool {
     std::env::var_os("PATH")
         .is_some_and(|paths| std::env::split_paths(&paths).any(|dir| dir.join(tool).is_file()))
 }
@@ -523,7 +543,7 @@ fn tail(text: &str, lines: usize) -> String {
 
 /// The repository root: the nearest ancestor of the working directory that holds
 /// `bench/peers`, else the one this crate was built from.
-fn repo_root() -> anyhow::Result<PathBuf> {
+pub(crate) fn repo_root() -> anyhow::Result<PathBuf> {
     let cwd = std::env::current_dir().context("reading the working directory")?;
     if let Some(found) = cwd.ancestors().find(|dir| dir.join("bench/peers").is_dir()) {
         return Ok(found.to_owned());
