@@ -605,6 +605,10 @@ impl<M: Message> Recipient<M> {
     /// # Errors
     ///
     /// As for [`ActorRef::ask`].
+    ///
+    /// # Cancel safety
+    ///
+    /// Dropping the future abandons the reply; the message may still be handled.
     pub async fn ask(&self, msg: M, timeout: Duration) -> Result<M::Reply, AskError> {
         self.target.ask_boxed(msg, timeout).await
     }

@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use crate::dispatch::DispatcherKind;
 use crate::{MailboxConfig, MonitoringConfig, SupervisorStrategy, dispatch::DEFAULT_THROUGHPUT};
-pub use file::ConfigError;
+pub use file::SystemConfigError;
 
 /// How long `shutdown` waits for actors to stop: long enough for handlers that finish their
 /// current message, short enough that a stuck handler cannot hang a process exit.
@@ -82,7 +82,7 @@ impl SystemConfig {
     ///
     /// # Errors
     ///
-    /// [`ConfigError`] naming the key of an unknown key, a value of the wrong type or an
+    /// [`SystemConfigError`] naming the key of an unknown key, a value of the wrong type or an
     /// invalid value.
     ///
     /// # Example
@@ -103,7 +103,7 @@ impl SystemConfig {
     /// assert_eq!(error.key(), Some("thruput"));
     /// ```
     #[cfg(feature = "toml")]
-    pub fn from_toml(text: &str) -> Result<Self, ConfigError> {
+    pub fn from_toml(text: &str) -> Result<Self, SystemConfigError> {
         file::parse(text)
     }
 
@@ -111,12 +111,12 @@ impl SystemConfig {
     ///
     /// # Errors
     ///
-    /// As for [`from_toml`](Self::from_toml), and [`ConfigError::Read`] when the file cannot
+    /// As for [`from_toml`](Self::from_toml), and [`SystemConfigError::Read`] when the file cannot
     /// be read.
     #[cfg(feature = "toml")]
-    pub fn from_file(path: impl AsRef<std::path::Path>) -> Result<Self, ConfigError> {
+    pub fn from_file(path: impl AsRef<std::path::Path>) -> Result<Self, SystemConfigError> {
         let path = path.as_ref();
-        let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
+        let text = std::fs::read_to_string(path).map_err(|source| SystemConfigError::Read {
             path: path.display().to_string(),
             source,
         })?;
@@ -244,11 +244,11 @@ impl SystemConfigBuilder {
     ///
     /// # Errors
     ///
-    /// [`ConfigError::Invalid`] naming the setting (as its TOML key): a throughput of 0, a
+    /// [`SystemConfigError::Invalid`] naming the setting (as its TOML key): a throughput of 0, a
     /// named dispatcher called `default` or named twice.
-    pub fn build(&self) -> Result<SystemConfig, ConfigError> {
+    pub fn build(&self) -> Result<SystemConfig, SystemConfigError> {
         let config = &self.config;
-        let invalid = |key: &str, reason: &str| ConfigError::Invalid {
+        let invalid = |key: &str, reason: &str| SystemConfigError::Invalid {
             key: key.to_owned(),
             reason: reason.to_owned(),
         };

@@ -2,8 +2,9 @@
 
 use std::any::{Any, TypeId};
 use std::collections::HashMap;
-use std::sync::{Arc, RwLock};
+use std::sync::Arc;
 
+use crate::sync::RwLock;
 use crate::{ActorId, Message, Recipient, SendError};
 
 /// The system's event bus: actors subscribe to a message type; `publish` sends a clone of the
@@ -48,10 +49,7 @@ impl EventStream {
     /// Subscribes a recipient to events of type `E` (once; a second subscription of the same
     /// actor is ignored).
     pub fn subscribe<E: Message<Reply = ()> + Clone>(&self, recipient: Recipient<E>) {
-        let mut map = self
-            .subscribers
-            .write()
-            .expect("event stream lock is never poisoned: no user code runs under it");
+        let mut map = self.subscribers.write();
         let list = map.entry(TypeId::of::<E>()).or_default();
         let known = list.iter().any(|s| {
             s.downcast_ref::<Recipient<E>>()
@@ -64,10 +62,7 @@ impl EventStream {
 
     /// Removes an actor's subscription to `E`.
     pub fn unsubscribe<E: Message<Reply = ()> + Clone>(&self, actor: ActorId) {
-        let mut map = self
-            .subscribers
-            .write()
-            .expect("event stream lock is never poisoned: no user code runs under it");
+        let mut map = self.subscribers.write();
         if let Some(list) = map.get_mut(&TypeId::of::<E>()) {
             list.retain(|s| {
                 s.downcast_ref::<Recipient<E>>()
@@ -78,10 +73,7 @@ impl EventStream {
 
     /// Whether anyone listens to `E`.
     pub fn has_subscribers<E: 'static>(&self) -> bool {
-        let map = self
-            .subscribers
-            .read()
-            .expect("event stream lock is never poisoned: no user code runs under it");
+        let map = self.subscribers.read();
         map.get(&TypeId::of::<E>())
             .is_some_and(|list| !list.is_empty())
     }
@@ -90,10 +82,7 @@ impl EventStream {
     /// Subscribers that have stopped are removed.
     pub fn publish<E: Message<Reply = ()> + Clone>(&self, event: E) -> usize {
         let recipients: Vec<Recipient<E>> = {
-            let map = self
-                .subscribers
-                .read()
-                .expect("event stream lock is never poisoned: no user code runs under it");
+            let map = self.subscribers.read();
             match map.get(&TypeId::of::<E>()) {
                 Some(list) => list
                     .iter()

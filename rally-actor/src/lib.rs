@@ -51,6 +51,8 @@
 //!   hashing, broadcast, optional [`Resizer`]) and [`BalancingPool`] as handles
 //! - waiting for an end: [`ActorRef::terminated`] ([`Termination`], [`TerminationReason`])
 //! - [`monitor`]: per-actor and per-dispatcher counters and their snapshots
+//! - [`config_text`]: the duration and key-naming rules every configuration file shares
+//! - [`sync`]: the poison-tolerant locks every Rally crate uses
 //! - [`hold`]: for transports, how the work a batch of deliveries caused is known to have run
 //!
 //! # Features
@@ -74,6 +76,7 @@
 mod actor;
 mod actor_ref;
 mod config;
+pub mod config_text;
 mod context;
 mod dead_letters;
 mod dispatch;
@@ -90,6 +93,7 @@ mod props;
 mod routing;
 mod runner;
 mod supervision;
+pub mod sync;
 mod system;
 mod watch;
 
@@ -97,7 +101,7 @@ pub use actor::{Actor, ActorError, ActorResult, Handler};
 pub use actor_ref::{
     ActorId, ActorRef, DeliveryError, ExternalTarget, Recipient, Undelivered, WeakActorRef,
 };
-pub use config::{ConfigError, DispatcherConfig, SystemConfig, SystemConfigBuilder};
+pub use config::{DispatcherConfig, SystemConfig, SystemConfigBuilder, SystemConfigError};
 pub use context::{Context, TimerId};
 pub use dead_letters::{DeadLetter, DeadLetterReason, DeadLetters};
 pub use dispatch::{

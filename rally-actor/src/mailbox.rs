@@ -7,18 +7,18 @@ use std::sync::Arc;
 use std::task::{Poll, Waker};
 
 #[cfg(loom)]
-use loom::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use crate::sync::model::{Mutex, MutexGuard};
 #[cfg(loom)]
-use loom::sync::{Mutex, MutexGuard};
+use loom::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 #[cfg(not(loom))]
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-#[cfg(not(loom))]
-use std::sync::{Mutex, MutexGuard};
 use tokio::sync::Notify;
 
 use crate::hold::Hold;
 use crate::monitor::{ActorSnapshot, Probe, Slot};
 use crate::supervision::{Decision, Failure};
+#[cfg(not(loom))]
+use crate::sync::{Mutex, MutexGuard};
 use crate::watch::TerminationSink;
 use crate::{Actor, ActorId, Envelope};
 pub(crate) use capacity::Capacity;
@@ -206,9 +206,7 @@ impl<A: Actor> Mailbox<A> {
     }
 
     fn lock(&self) -> MutexGuard<'_, Queues<A>> {
-        self.queues
-            .lock()
-            .expect("mailbox lock is never poisoned: no user code runs under it")
+        self.queues.lock()
     }
 
     /// Room in the user queue (tests pin that an idle actor keeps a small buffer).

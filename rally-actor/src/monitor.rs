@@ -23,10 +23,11 @@ mod counters;
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex, Weak};
+use std::sync::{Arc, Weak};
 use std::time::{Duration, Instant};
 
 use crate::ActorId;
+use crate::sync::Mutex;
 pub(crate) use counters::{ActorCounters, Slot, Timed};
 
 /// One message in this many has its waiting time measured, by default: a clock read costs
@@ -325,28 +326,18 @@ impl Monitor {
     }
 
     fn take(&self, reset: bool) -> Snapshot {
-        let probes: Vec<Arc<dyn Probe>> = self
-            .actors
-            .lock()
-            .expect("monitor lock is never poisoned: no user code runs under it")
-            .values()
-            .cloned()
-            .collect();
+        let probes: Vec<Arc<dyn Probe>> = self.actors.lock().values().cloned().collect();
         let mut actors: Vec<ActorSnapshot> =
             probes.iter().filter_map(|p| p.snapshot(reset)).collect();
         actors.sort_by_key(|a| a.id);
         let dispatchers = self
             .dispatchers
             .lock()
-            .expect("monitor lock is never poisoned: no user code runs under it")
             .iter()
             .map(dispatcher_snapshot)
             .collect();
         let sources: Vec<Arc<dyn FigureSource>> = {
-            let mut sources = self
-                .sources
-                .lock()
-                .expect("monitor lock is never poisoned: no user code runs under it");
+            let mut sources = self.sources.lock();
             sources.retain(|s| s.strong_count() > 0);
             sources.iter().filter_map(Weak::upgrade).collect()
         };
@@ -371,31 +362,19 @@ impl Monitor {
     ///
     /// See [`FigureSource`].
     pub fn add_source(&self, source: Weak<dyn FigureSource>) {
-        self.sources
-            .lock()
-            .expect("monitor lock is never poisoned: no user code runs under it")
-            .push(source);
+        self.sources.lock().push(source);
     }
 
     pub(crate) fn add_dispatcher(&self, dispatcher: crate::Dispatcher) {
-        self.dispatchers
-            .lock()
-            .expect("monitor lock is never poisoned: no user code runs under it")
-            .push(dispatcher);
+        self.dispatchers.lock().push(dispatcher);
     }
 
     pub(crate) fn add_actor(&self, id: ActorId, probe: Arc<dyn Probe>) {
-        self.actors
-            .lock()
-            .expect("monitor lock is never poisoned: no user code runs under it")
-            .insert(id, probe);
+        self.actors.lock().insert(id, probe);
     }
 
     pub(crate) fn remove_actor(&self, id: ActorId) {
-        self.actors
-            .lock()
-            .expect("monitor lock is never poisoned: no user code runs under it")
-            .remove(&id);
+        self.actors.lock().remove(&id);
     }
 }
 

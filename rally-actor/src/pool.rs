@@ -7,9 +7,10 @@
 //! fresh ones). Its handle is an ordinary `ActorRef<Pool<A>>`: cloned freely and used from
 //! many tasks at once, watched, looked up by name.
 
+use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex};
 
+use crate::sync::Mutex;
 use crate::{
     Actor, ActorRef, ActorResult, Context, DeliveryError, Envelope, Handler, Message, Props,
     ReplyError, ReplyTo, Routing, Undelivered,
@@ -220,7 +221,7 @@ impl<A: Actor> Pool<A> {
             let answer = slot.clone();
             let counted = ReplyTo::callback(move |result| {
                 drop(finished);
-                if let Some(original) = lock(&answer).take() {
+                if let Some(original) = answer.lock().take() {
                     original.send(result);
                 }
             });
@@ -233,7 +234,8 @@ impl<A: Actor> Pool<A> {
                     msg = *back
                         .downcast::<M>()
                         .expect("the pool built this envelope from an M");
-                    let original = lock(&slot)
+                    let original = slot
+                        .lock()
                         .take()
                         .expect("an undelivered wrapper was never called");
                     match error.reason {
@@ -252,12 +254,6 @@ impl<A: Actor> Pool<A> {
         }
         ctx.deferred()
     }
-}
-
-/// The slot's lock: nothing that can panic runs under it.
-fn lock<T>(slot: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    slot.lock()
-        .unwrap_or_else(std::sync::PoisonError::into_inner)
 }
 
 fn random_below(n: usize) -> usize {

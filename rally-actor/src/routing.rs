@@ -9,11 +9,12 @@
 
 use std::collections::VecDeque;
 use std::hash::{Hash, Hasher};
+use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use crate::envelope::ReplyError;
+use crate::sync::Mutex;
 use crate::{
     Actor, ActorRef, ActorSystem, AskError, Envelope, Handler, Message, Props, ReplyTo, SendError,
     SpawnError,
@@ -559,9 +560,7 @@ impl<A: Actor> BalancingPool<A> {
 
 impl<A: Actor> Balance<A> {
     fn lock(&self) -> std::sync::MutexGuard<'_, BalanceState<A>> {
-        self.state
-            .lock()
-            .expect("the pool lock is never poisoned: no user code runs under it")
+        self.state.lock()
     }
 
     fn hand(&self, worker: usize, envelope: Envelope<A>, slot: &AtomicUsize) {

@@ -3,8 +3,8 @@
 use std::any::Any;
 use std::collections::HashMap;
 use std::hash::{BuildHasher, RandomState};
+use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
 use hashbrown::HashTable;
@@ -15,6 +15,7 @@ use crate::mailbox::{Mailbox, SystemMsg};
 use crate::monitor::{ActorCounters, Monitor, Probe, Slot, Timed};
 use crate::runner::{self, Cell};
 use crate::supervision::{Decision, Failure, RestartRecord};
+use crate::sync::Mutex;
 use crate::{
     Actor, ActorId, ActorRef, Context, DeadLetters, Dispatcher, EventStream, LookupError, Props,
     ShutdownError, SpawnError, SystemConfig,
@@ -246,11 +247,7 @@ impl ActorSystem {
     ///
     /// [`LookupError::NotFound`] or [`LookupError::WrongType`].
     pub fn lookup<A: Actor>(&self, path: &str) -> Result<ActorRef<A>, LookupError> {
-        let registry = self
-            .inner
-            .registry
-            .lock()
-            .expect("registry lock is never poisoned: no user code runs under it");
+        let registry = self.inner.registry.lock();
         let entry = registry
             .get(path)
             .ok_or_else(|| LookupError::NotFound(path.to_owned()))?;
@@ -271,14 +268,16 @@ impl ActorSystem {
     ///
     /// [`ShutdownError::TimedOut`] when some actors are still running after the configured
     /// `shutdown_timeout`; they are left to the runtime.
+    ///
+    /// # Cancel safety
+    ///
+    /// The stop is under way as soon as the future is first polled: dropping it only stops
+    /// the waiting, and the actors still stop. Calling `shutdown` again waits again.
     pub async fn shutdown(&self) -> Result<(), ShutdownError> {
         let guardian = &self.inner.guardian;
         guardian.shutting_down.store(true, Ordering::SeqCst);
         let mut top: Vec<(ActorId, Arc<dyn ChildControl>)> = {
-            let children = guardian
-                .children
-                .lock()
-                .expect("guardian lock is never poisoned: no user code runs under it");
+            let children = guardian.children.lock();
             children
                 .controls
                 .iter()
@@ -370,11 +369,7 @@ impl ActorSystem {
         let (mailbox, receiver) = Mailbox::<A>::new(id, path.clone(), mailbox_config, slot);
         let actor = ActorRef::local(mailbox.clone(), self.inner.dead_letters.clone());
         if name.is_some() {
-            let mut registry = self
-                .inner
-                .registry
-                .lock()
-                .expect("registry lock is never poisoned: no user code runs under it");
+            let mut registry = self.inner.registry.lock();
             if registry.contains_key(&path) {
                 return Err(SpawnError::NameTaken(path.to_string()));
             }
@@ -409,11 +404,7 @@ impl ActorSystem {
     }
 
     pub(crate) fn unregister(&self, path: &Arc<str>) {
-        let mut registry = self
-            .inner
-            .registry
-            .lock()
-            .expect("registry lock is never poisoned: no user code runs under it");
+        let mut registry = self.inner.registry.lock();
         registry.remove(path);
     }
 }
@@ -540,10 +531,7 @@ impl Controls {
 
 impl Guardian {
     fn adopt(&self, control: Arc<dyn ChildControl>) {
-        let mut children = self
-            .children
-            .lock()
-            .expect("guardian lock is never poisoned: no user code runs under it");
+        let mut children = self.children.lock();
         children.controls.insert(control);
         self.live.fetch_add(1, Ordering::SeqCst);
     }
@@ -551,10 +539,7 @@ impl Guardian {
 
 impl ParentControl for Guardian {
     fn child_failed(&self, child: &dyn ChildControl, failure: Failure) {
-        let mut children = self
-            .children
-            .lock()
-            .expect("guardian lock is never poisoned: no user code runs under it");
+        let mut children = self.children.lock();
         let children = &mut *children;
         if let Some(control) = children.controls.get(child) {
             let child = child.id();
@@ -575,10 +560,7 @@ impl ParentControl for Guardian {
     }
 
     fn child_stopped(&self, child: &dyn ChildControl) {
-        let mut children = self
-            .children
-            .lock()
-            .expect("guardian lock is never poisoned: no user code runs under it");
+        let mut children = self.children.lock();
         children.records.remove(&child.id());
         if children.controls.remove(child).is_some()
             && self.live.fetch_sub(1, Ordering::SeqCst) == 1

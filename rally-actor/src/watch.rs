@@ -2,14 +2,15 @@
 
 use std::future::Future;
 use std::pin::Pin;
+use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
 use std::task::{Context as TaskContext, Poll};
 
 use tokio::sync::oneshot;
 
 use crate::envelope::ReplyTo;
 use crate::mailbox::{Mailbox, SystemMsg};
+use crate::sync::Mutex;
 use crate::{
     Actor, ActorId, ActorRef, Envelope, Handler, Terminated, TerminationReason, WeakActorRef,
 };
@@ -56,11 +57,7 @@ struct FutureWatcher {
 
 impl FutureWatcher {
     fn complete(&self, reason: TerminationReason) {
-        let sender = self
-            .tx
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .take();
+        let sender = self.tx.lock().take();
         if let Some(tx) = sender {
             // The future may have been dropped: then nobody waits.
             let _ = tx.send(reason);

@@ -1,12 +1,13 @@
 //! `rally top --once` against a live node's endpoint, a cluster member's, and none.
 
 use std::process::Command;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use rally::cluster::virtual_actors::{Activation, GrainMessages, VirtualActor, VirtualActors};
 use rally::cluster::{Cluster, ClusterConfig, MemberStatus};
 use rally::remote::{RemoteConfig, RemoteMessage, RemoteNode};
 use rally_actor::{Actor, ActorResult, ActorSystem, Context, Handler, Message, Props};
+use rally_test::eventually;
 use serde::{Deserialize, Serialize};
 
 struct Echo;
@@ -20,6 +21,9 @@ impl Handler<Ping> for Echo {
         Ok(())
     }
 }
+
+/// The bound on every wait (never reached when the test passes).
+const T: Duration = Duration::from_secs(60);
 
 /// The node's Prometheus endpoint on a free loopback port, reporting every `period`.
 async fn serve(system: &ActorSystem, period: Duration) -> rally_metrics::prometheus::Endpoint {
@@ -35,6 +39,21 @@ fn top_once(endpoint: &str) -> std::process::Output {
         .expect("the rally binary runs")
 }
 
+/// Runs `rally top --once` against `endpoint` off the runtime's threads: the first line that
+/// starts with `prefix` and the whole text, or the text alone (the reason to look again).
+async fn row_in_top(endpoint: &str, prefix: &str) -> Result<(String, String), String> {
+    let endpoint = endpoint.to_owned();
+    let output = tokio::task::spawn_blocking(move || top_once(&endpoint))
+        .await
+        .unwrap();
+    assert!(output.status.success(), "{output:?}");
+    let text = String::from_utf8_lossy(&output.stdout).into_owned();
+    match text.lines().find(|l| l.starts_with(prefix)) {
+        Some(row) => Ok((row.to_owned(), text.clone())),
+        None => Err(text),
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn top_once_prints_the_nodes_actors_and_dispatchers() {
     let system = ActorSystem::new("top");
@@ -43,17 +62,12 @@ async fn top_once_prints_the_nodes_actors_and_dispatchers() {
         .unwrap();
     echo.ask(Ping, Duration::from_secs(1)).await.unwrap();
     let endpoint = serve(&system, Duration::from_millis(20)).await;
-    tokio::time::sleep(Duration::from_millis(60)).await;
     let addr = endpoint.local_addr().to_string();
-    let output = tokio::task::spawn_blocking(move || top_once(&addr))
-        .await
-        .unwrap();
-    let text = String::from_utf8_lossy(&output.stdout);
-    assert!(output.status.success(), "{output:?}");
-    let echo_row = text
-        .lines()
-        .find(|l| l.starts_with("/user/echo"))
-        .unwrap_or_else(|| panic!("no row for the actor in:\n{text}"));
+    // The first report comes after one period (20 ms): ask until it has the actor's row.
+    let (echo_row, text) = eventually("a row for the actor", T, async || {
+        row_in_top(&addr, "/user/echo").await
+    })
+    .await;
     assert!(echo_row.contains("healthy"), "{echo_row}");
     assert!(
         text.lines()
@@ -130,11 +144,14 @@ impl Handler<Touch> for Cart {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn top_once_shows_a_members_virtual_actors_and_membership() {
-    const T: Duration = Duration::from_secs(60);
     let system = ActorSystem::new("top");
     let node = RemoteNode::start(
         &system,
-        RemoteConfig::new("127.0.0.1", 0).with_secret(b"top secret".to_vec()),
+        RemoteConfig::builder()
+            .listen("127.0.0.1", 0)
+            .secret(b"top secret".to_vec())
+            .build()
+            .unwrap(),
     )
     .await
     .unwrap();
@@ -150,11 +167,10 @@ async fn top_once_shows_a_members_virtual_actors_and_membership() {
         .membership(&config)
         .start(&node)
         .unwrap();
-    let deadline = Instant::now() + T;
-    while cluster.self_member().status != MemberStatus::Up {
-        assert!(Instant::now() < deadline, "the member never came up");
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
+    eventually("the member comes up", T, async || {
+        cluster.self_member().status == MemberStatus::Up
+    })
+    .await;
     for i in 0..5 {
         let cart = grains.get::<Cart>(&format!("cart-{i}")).unwrap();
         cart.ask(Touch, T).await.unwrap();
@@ -162,23 +178,11 @@ async fn top_once_shows_a_members_virtual_actors_and_membership() {
     let endpoint = serve(&system, Duration::from_millis(100)).await;
     let addr = endpoint.local_addr().to_string();
     // The first report comes after one period: ask until it is there.
-    let (text, row) = loop {
-        let addr = addr.clone();
-        let output = tokio::task::spawn_blocking(move || top_once(&addr))
-            .await
-            .unwrap();
-        assert!(output.status.success(), "{output:?}");
-        let text = String::from_utf8_lossy(&output.stdout).into_owned();
-        let row: Option<Vec<String>> = text
-            .lines()
-            .find(|l| l.starts_with("cart "))
-            .map(|l| l.split_whitespace().map(str::to_owned).collect());
-        if let Some(row) = row {
-            break (text, row);
-        }
-        assert!(Instant::now() < deadline, "no row for the kind in:\n{text}");
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    };
+    let (row, text) = eventually("a row for the kind", T, async || {
+        row_in_top(&addr, "cart ").await
+    })
+    .await;
+    let row: Vec<&str> = row.split_whitespace().collect();
     // kind, member, active, activations, act/s, deact/s, moves, forwarded
     assert_eq!(row[..4], ["cart", me.as_str(), "5", "5"], "{text}");
     assert_eq!(row[6..], ["0", "0"], "{text}");

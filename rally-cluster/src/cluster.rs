@@ -1,7 +1,7 @@
 //! The cluster as a member's application sees it.
 
 use std::pin::Pin;
-use std::sync::{Arc, Mutex, PoisonError, Weak};
+use std::sync::{Arc, Weak};
 use std::task::{Context, Poll};
 use std::time::{SystemTime, UNIX_EPOCH};
 
@@ -12,7 +12,7 @@ use tokio_stream::Stream;
 use tokio_stream::wrappers::BroadcastStream;
 use tokio_stream::wrappers::errors::BroadcastStreamRecvError;
 
-use crate::config::{ClusterConfig, ConfigError};
+use crate::config::{ClusterConfig, ClusterConfigError};
 use crate::member::{Member, MemberEvent, MemberId, MemberStatus};
 use crate::membership::MembershipStats;
 use crate::provider::{
@@ -20,6 +20,7 @@ use crate::provider::{
 };
 use crate::virtual_actors::host::Inner as GrainsInner;
 use crate::virtual_actors::{GrainError, GrainRef, VirtualActor, VirtualActors};
+use rally_actor::sync::Mutex;
 
 /// Why a member could not join.
 ///
@@ -43,7 +44,7 @@ use crate::virtual_actors::{GrainError, GrainRef, VirtualActor, VirtualActors};
 pub enum JoinError {
     /// The configuration is out of range.
     #[error("invalid cluster configuration: {0}")]
-    Config(#[from] ConfigError),
+    Config(#[from] ClusterConfigError),
     /// The provider could not start.
     #[error(transparent)]
     Provider(#[from] ProviderStartError),
@@ -112,7 +113,7 @@ pub enum LeaveError {
 ///
 /// # #[tokio::main] async fn main() {
 /// let system = ActorSystem::new("shop");
-/// let remote = RemoteConfig::new("127.0.0.1", 2552).with_secret(b"cluster secret".to_vec());
+/// let remote = RemoteConfig::builder().listen("127.0.0.1", 2552).secret(b"cluster secret".to_vec()).build().unwrap();
 /// let node = RemoteNode::start(&system, remote).await.unwrap();
 /// let config = ClusterConfig::builder()
 ///     .seed("rally://shop@127.0.0.1:2552".parse().unwrap())
@@ -356,11 +357,7 @@ impl Cluster {
     /// # }
     /// ```
     pub fn get<K: VirtualActor>(&self, identity: &str) -> Result<GrainRef<K>, GrainError> {
-        let inner = self
-            .grains
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .upgrade();
+        let inner = self.grains.lock().upgrade();
         inner
             .map(VirtualActors::from_inner)
             .ok_or(GrainError::NotStarted)?
@@ -369,7 +366,7 @@ impl Cluster {
 
     /// Records this member's virtual-actor runtime; false if one is already running.
     pub(crate) fn attach_grains(&self, inner: &Arc<GrainsInner>) -> bool {
-        let mut grains = self.grains.lock().unwrap_or_else(PoisonError::into_inner);
+        let mut grains = self.grains.lock();
         if grains.strong_count() > 0 {
             return false;
         }
@@ -449,13 +446,7 @@ impl Cluster {
     ///
     /// Cancelling the wait does not cancel the leave.
     pub async fn leave(&self) -> Result<(), LeaveError> {
-        let hand_overs: Vec<_> = self
-            .leave_hooks
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .iter()
-            .map(|hook| hook())
-            .collect();
+        let hand_overs: Vec<_> = self.leave_hooks.lock().iter().map(|hook| hook()).collect();
         for hand_over in hand_overs {
             hand_over.await;
         }
@@ -536,10 +527,7 @@ impl Stream for MemberEvents {
 impl Cluster {
     /// Adds a hand-over for [`leave`](Self::leave) to run first.
     pub(crate) fn on_leave(&self, hook: LeaveHook) {
-        self.leave_hooks
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .push(hook);
+        self.leave_hooks.lock().push(hook);
     }
 }
 

@@ -150,15 +150,15 @@ impl Default for ClusterConfig {
 /// # Example
 ///
 /// ```
-/// use rally::cluster::{ClusterConfig, ConfigError};
+/// use rally::cluster::{ClusterConfig, ClusterConfigError};
 ///
 /// let refused = ClusterConfig::from_toml("max-members = 1").unwrap_err();
-/// assert!(matches!(refused, ConfigError::Invalid { key: "max-members", .. }));
+/// assert!(matches!(refused, ClusterConfigError::Invalid { key: "max-members", .. }));
 /// assert_eq!(refused.to_string(), "max-members: must be at least 2");
 /// ```
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[non_exhaustive]
-pub enum ConfigError {
+pub enum ClusterConfigError {
     /// A setting is out of range.
     #[error("{key}: {reason}")]
     Invalid {
@@ -178,7 +178,7 @@ pub enum ConfigError {
     },
 }
 
-impl ConfigError {
+impl ClusterConfigError {
     /// The key the error is about, as in the TOML file.
     ///
     /// # Example
@@ -199,42 +199,16 @@ impl ConfigError {
 
 /// Deserializes TOML text into `T`, a syntax error naming the key it is about.
 #[cfg(feature = "toml")]
-pub(crate) fn parse_toml<T: serde::de::DeserializeOwned>(text: &str) -> Result<T, ConfigError> {
-    toml::from_str(text).map_err(|error: toml::de::Error| ConfigError::Syntax {
-        key: error
-            .span()
-            .map_or_else(|| "?".to_owned(), |span| key_at(text, span.start)),
+pub(crate) fn parse_toml<T: serde::de::DeserializeOwned>(
+    text: &str,
+) -> Result<T, ClusterConfigError> {
+    toml::from_str(text).map_err(|error: toml::de::Error| ClusterConfigError::Syntax {
+        key: error.span().map_or_else(
+            || "?".to_owned(),
+            |span| rally_actor::config_text::key_at(text, span.start),
+        ),
         message: error.message().to_owned(),
     })
-}
-
-/// The key of the line holding byte `offset` (where the parser points: at the key, or at its
-/// value), prefixed by the `[table]` it is in, if any.
-#[cfg(feature = "toml")]
-fn key_at(text: &str, offset: usize) -> String {
-    let offset = offset.min(text.len());
-    let start = text[..offset].rfind('\n').map_or(0, |i| i + 1);
-    let line = text[start..].lines().next().unwrap_or("");
-    let key = line
-        .split('=')
-        .next()
-        .unwrap_or("")
-        .trim()
-        .trim_matches('"')
-        .to_owned();
-    let table = text[..start]
-        .lines()
-        .rev()
-        .map(str::trim)
-        .find(|l| l.starts_with('['))
-        .map(|l| l.trim_matches(|c| c == '[' || c == ']').trim().to_owned());
-    match table {
-        Some(table) if !key.is_empty() && !line.trim_start().starts_with('[') => {
-            format!("{table}.{key}")
-        }
-        _ if key.is_empty() => "?".to_owned(),
-        _ => key,
-    }
 }
 
 impl ClusterConfig {
@@ -305,10 +279,10 @@ impl ClusterConfig {
     ///
     /// # Errors
     ///
-    /// [`ConfigError::Syntax`] for text that is not TOML, an unknown key or a value of the
-    /// wrong type; [`ConfigError::Invalid`] for a value out of range. Both name the key.
+    /// [`ClusterConfigError::Syntax`] for text that is not TOML, an unknown key or a value of the
+    /// wrong type; [`ClusterConfigError::Invalid`] for a value out of range. Both name the key.
     #[cfg(feature = "toml")]
-    pub fn from_toml(text: &str) -> Result<Self, ConfigError> {
+    pub fn from_toml(text: &str) -> Result<Self, ClusterConfigError> {
         let config: Self = parse_toml(text)?;
         config.validate()?;
         Ok(config)
@@ -318,9 +292,9 @@ impl ClusterConfig {
     ///
     /// # Errors
     ///
-    /// [`ConfigError::Invalid`] naming the first key out of range.
-    pub fn validate(&self) -> Result<(), ConfigError> {
-        let invalid = |key, reason| Err(ConfigError::Invalid { key, reason });
+    /// [`ClusterConfigError::Invalid`] naming the first key out of range.
+    pub fn validate(&self) -> Result<(), ClusterConfigError> {
+        let invalid = |key, reason| Err(ClusterConfigError::Invalid { key, reason });
         if self.probe_rtt.is_zero() || self.probe_rtt >= self.probe_period {
             return invalid("probe-rtt", "must be above zero and below probe-period");
         }
@@ -437,8 +411,8 @@ impl ClusterConfigBuilder {
     ///
     /// # Errors
     ///
-    /// [`ConfigError::Invalid`] as [`ClusterConfig::validate`].
-    pub fn build(&self) -> Result<ClusterConfig, ConfigError> {
+    /// [`ClusterConfigError::Invalid`] as [`ClusterConfig::validate`].
+    pub fn build(&self) -> Result<ClusterConfig, ClusterConfigError> {
         self.config.validate()?;
         Ok(self.config.clone())
     }
@@ -468,16 +442,7 @@ pub(crate) mod duration {
     }
 
     fn parse(text: &str) -> Option<Duration> {
-        let text = text.trim();
-        let digits = text.find(|c: char| !c.is_ascii_digit())?;
-        let (number, unit) = text.split_at(digits);
-        let number: u64 = number.parse().ok()?;
-        match unit.trim() {
-            "ms" => Some(Duration::from_millis(number)),
-            "s" => Some(Duration::from_secs(number)),
-            "m" => Some(Duration::from_secs(number.checked_mul(60)?)),
-            _ => None,
-        }
+        rally_actor::config_text::duration(text)
     }
 }
 
@@ -563,21 +528,11 @@ mod tests {
         }
         assert_eq!(
             ClusterConfig::from_toml("stable-after = \"soon\"").unwrap_err(),
-            ConfigError::Syntax {
+            ClusterConfigError::Syntax {
                 key: "stable-after".into(),
                 message: "\"soon\" is not a duration like \"250ms\", \"5s\" or \"2m\"".into(),
             }
         );
-    }
-
-    #[test]
-    #[cfg(feature = "toml")]
-    fn key_at_names_the_table_too() {
-        let text = "a = 1\n[virtual-actors]\nmax-hops = 0\n";
-        let offset = text.find("0\n").unwrap();
-        assert_eq!(key_at(text, offset), "virtual-actors.max-hops");
-        assert_eq!(key_at(text, 0), "a");
-        assert_eq!(key_at("", 0), "?");
     }
 
     #[test]

@@ -32,13 +32,13 @@
 //!
 //! ```
 //! use std::time::Duration;
-//! use rally::cluster::sim::Simulation;
+//! use rally::cluster::sim::MembershipSimulation;
 //! use rally::cluster::{ClusterConfig, MemberStatus};
 //!
 //! // Five members in one process, on simulated time.
-//! let mut sim = Simulation::new(7);
+//! let mut sim = MembershipSimulation::new(7);
 //! let members = sim.add_members(5, &ClusterConfig::default());
-//! assert!(sim.run_until(Duration::from_secs(30), |sim| sim.converged()));
+//! assert!(sim.run_until(Duration::from_secs(30), |sim| sim.converged()).is_ok());
 //! // Cut two off: the three keep the cluster, the two down themselves.
 //! sim.partition(&[&members[..3], &members[3..]]);
 //! sim.run_for(Duration::from_secs(30));
@@ -60,7 +60,7 @@ mod singleton;
 pub mod virtual_actors;
 
 pub use cluster::{Cluster, DownError, JoinError, LeaveError, MemberEvents};
-pub use config::{ClusterConfig, ClusterConfigBuilder, ConfigError};
+pub use config::{ClusterConfig, ClusterConfigBuilder, ClusterConfigError};
 pub use downing::{Decision, DowningStrategy, ViewMember, decide};
 pub use member::{Member, MemberEvent, MemberId, MemberStatus};
 pub use membership::{Membership, MembershipStats, PacketError, Transmit};

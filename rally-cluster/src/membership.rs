@@ -17,7 +17,7 @@ mod guard;
 
 use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
 use std::num::{NonZeroU8, NonZeroUsize};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use foca::{
@@ -28,10 +28,11 @@ use rand::SeedableRng;
 use rand::rngs::StdRng;
 use serde::{Deserialize, Serialize};
 
-use crate::config::{ClusterConfig, ConfigError};
+use crate::config::{ClusterConfig, ClusterConfigError};
 use crate::downing::{Decision, ViewMember, decide};
 use crate::member::{Member, MemberEvent, MemberId, MemberStatus};
-use guard::{CodecError, FocaId, Guard, GuardedCodec, Reject, lock};
+use guard::{CodecError, FocaId, Guard, GuardedCodec, Reject};
+use rally_actor::sync::Mutex;
 
 /// Foca's own suspect-to-down timer is a last resort only: downing is Rally's decision, taken
 /// after `stable-after` on both sides of a partition. Letting SWIM down a suspect on its own
@@ -275,13 +276,13 @@ impl Membership {
     ///
     /// # Errors
     ///
-    /// [`ConfigError`] if the configuration is out of range.
+    /// [`ClusterConfigError`] if the configuration is out of range.
     pub fn new(
         local: MemberId,
         config: ClusterConfig,
         seed: u64,
         now: Instant,
-    ) -> Result<Self, ConfigError> {
+    ) -> Result<Self, ClusterConfigError> {
         config.validate()?;
         let guard = Arc::new(Mutex::new(Guard::new(local.clone(), config.max_members)));
         let foca = Foca::new(
@@ -358,9 +359,9 @@ impl Membership {
         from: Option<&rally_remote::UniqueAddress>,
         now: Instant,
     ) -> Result<(), PacketError> {
-        lock(&self.guard).authenticated = from.map(|f| (f.address.clone(), f.incarnation));
+        self.guard.lock().authenticated = from.map(|f| (f.address.clone(), f.incarnation));
         let result = self.handle_unchecked(payload, from, now);
-        lock(&self.guard).authenticated = None;
+        self.guard.lock().authenticated = None;
         result
     }
 
@@ -382,7 +383,7 @@ impl Membership {
         match packet {
             Packet::Swim(data) => {
                 let result = self.foca.handle_data(&data, &mut self.runtime);
-                let sender = lock(&self.guard).sender.take();
+                let sender = self.guard.lock().sender.take();
                 let result = result.map_err(|e| self.classify(e));
                 self.after_interaction(now);
                 result?;
@@ -858,7 +859,7 @@ impl Membership {
             .map(|m| (m.id().0.clone(), m.state()))
             .collect();
         // The gate counts every member foca holds, down ones included, against the bound.
-        lock(&self.guard).refresh(table.iter().map(|(id, _)| id));
+        self.guard.lock().refresh(table.iter().map(|(id, _)| id));
         let present: HashSet<&MemberId> = table.iter().map(|(id, _)| id).collect();
         // Gone from foca's table: forgotten after `remove-down-after`, or replaced by a later
         // incarnation at the same address. Reported first, so a restart reads "removed" then

@@ -16,7 +16,7 @@ mod memory;
 
 use std::future::Future;
 use std::pin::Pin;
-use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::sync::{Arc, MutexGuard};
 
 use tokio::sync::{broadcast, mpsc, oneshot};
 
@@ -24,6 +24,7 @@ use rally_remote::{PeerEvent, UniqueAddress};
 
 use crate::member::{Member, MemberEvent, MemberId};
 use crate::membership::{Membership, MembershipStats, Transmit};
+use rally_actor::sync::Mutex;
 
 #[cfg(feature = "etcd")]
 pub use etcd::{EtcdConfig, EtcdProvider};
@@ -186,9 +187,9 @@ impl Shared {
         })
     }
 
-    /// The state; every update is whole, so a poisoned lock is still consistent.
+    /// The state, locked (every update is whole).
     pub(crate) fn state(&self) -> MutexGuard<'_, ViewState> {
-        self.state.lock().unwrap_or_else(PoisonError::into_inner)
+        self.state.lock()
     }
 
     /// The current view and a subscription that starts right after it.
@@ -203,7 +204,7 @@ impl Shared {
     }
 
     fn sender(&self) -> MutexGuard<'_, Option<broadcast::Sender<MemberEvent>>> {
-        self.events.lock().unwrap_or_else(PoisonError::into_inner)
+        self.events.lock()
     }
 
     pub(crate) fn publisher(self: &Arc<Self>) -> ViewPublisher {

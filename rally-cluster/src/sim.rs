@@ -1,11 +1,11 @@
 //! Many members in one process on simulated time and a simulated network, reproducible from
 //! a seed.
 //!
-//! A [`Simulation`] runs [`Membership`] cores (the same code the gossip provider runs over
+//! A [`MembershipSimulation`] runs [`Membership`] cores (the same code the gossip provider runs over
 //! real connections) against each other. Time is virtual: the simulation jumps from one due
 //! instant to the next, so minutes of cluster life take milliseconds. The network delays every
 //! packet by a random latency, may drop packets at a given rate, and can be cut into sides
-//! ([`partition`](Simulation::partition)) and healed; members can be killed. Every random
+//! ([`partition`](MembershipSimulation::partition)) and healed; members can crash. Every random
 //! choice (latencies, drops, each core's probe order) flows from the one seed, so a failing
 //! seed replays exactly.
 //!
@@ -13,16 +13,16 @@
 //!
 //! ```
 //! use std::time::Duration;
-//! use rally::cluster::sim::Simulation;
+//! use rally::cluster::sim::MembershipSimulation;
 //! use rally::cluster::{ClusterConfig, MemberStatus};
 //!
-//! let mut sim = Simulation::new(42);
+//! let mut sim = MembershipSimulation::new(42);
 //! let members = sim.add_members(3, &ClusterConfig::default());
-//! assert!(sim.run_until(Duration::from_secs(30), |sim| sim.converged()));
-//! sim.kill(&members[2]);
+//! assert!(sim.run_until(Duration::from_secs(30), |sim| sim.converged()).is_ok());
+//! sim.crash(&members[2]);
 //! assert!(sim.run_until(Duration::from_secs(60), |sim| {
 //!     sim.status_seen_by(&members[0], &members[2]) == Some(MemberStatus::Down)
-//! }));
+//! }).is_ok());
 //! ```
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -44,10 +44,10 @@ pub const SIM_CLUSTER: &str = "sim";
 /// # Example
 ///
 /// ```
-/// use rally::cluster::sim::Simulation;
+/// use rally::cluster::sim::MembershipSimulation;
 /// use rally::cluster::{ClusterConfig, MemberEvent};
 ///
-/// let mut sim = Simulation::new(1);
+/// let mut sim = MembershipSimulation::new(1);
 /// let founder = sim.add_member(&ClusterConfig::default());
 /// let first = &sim.log()[0];
 /// assert_eq!(first.observer, founder);
@@ -64,8 +64,14 @@ pub struct LoggedEvent {
     pub event: MemberEvent,
 }
 
+/// [`MembershipSimulation::run_until`]'s condition did not hold within its limit (of
+/// simulated time).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[error("the condition did not hold within {0:?} of simulated time")]
+pub struct SimTimeout(pub Duration);
+
 /// A simulated cluster. See the [module docs](self).
-pub struct Simulation {
+pub struct MembershipSimulation {
     rng: StdRng,
     start: Instant,
     now: Instant,
@@ -80,7 +86,7 @@ pub struct Simulation {
     /// Last delivery instant per (from, to): packets between two members stay in order, as
     /// on Rally's connections.
     last_delivery: BTreeMap<(NodeAddress, NodeAddress), Instant>,
-    /// Extra latency of one direction of a link (see [`Simulation::delay_link`]).
+    /// Extra latency of one direction of a link (see [`MembershipSimulation::delay_link`]).
     link_delay: BTreeMap<(NodeAddress, NodeAddress), Duration>,
     /// Steps in a row that did not advance time.
     steps_without_progress: u32,
@@ -99,7 +105,7 @@ impl SimMember {
     }
 }
 
-impl Simulation {
+impl MembershipSimulation {
     /// An empty simulation; `seed` decides every random choice.
     pub fn new(seed: u64) -> Self {
         let now = Instant::now();
@@ -191,14 +197,14 @@ impl Simulation {
     ///
     /// ```
     /// use std::time::Duration;
-    /// use rally::cluster::sim::Simulation;
+    /// use rally::cluster::sim::MembershipSimulation;
     /// use rally::cluster::ClusterConfig;
     ///
-    /// let mut sim = Simulation::new(7);
+    /// let mut sim = MembershipSimulation::new(7);
     /// let members = sim.add_members(3, &ClusterConfig::default());
     /// sim.delay_link(&members[0], &members[1], Duration::from_millis(300));
     /// // Indirect probes through the third member keep the slow link's ends reachable.
-    /// assert!(sim.run_until(Duration::from_secs(30), |sim| sim.converged()));
+    /// assert!(sim.run_until(Duration::from_secs(30), |sim| sim.converged()).is_ok());
     /// ```
     pub fn delay_link(&mut self, from: &MemberId, to: &MemberId, extra: Duration) {
         let link = (from.address.clone(), to.address.clone());
@@ -228,8 +234,8 @@ impl Simulation {
         self.side_of.clear();
     }
 
-    /// Kills a member: it sends and receives nothing from now on.
-    pub fn kill(&mut self, id: &MemberId) {
+    /// Crashes a member (as SIGKILL does): it sends and receives nothing from now on.
+    pub fn crash(&mut self, id: &MemberId) {
         if let Some(member) = self.members.get_mut(&id.address) {
             member.alive = false;
         }
@@ -331,15 +337,28 @@ impl Simulation {
     }
 
     /// Runs until `done` holds (checked after every step) or `limit` of simulated time has
-    /// passed; returns whether `done` held.
-    pub fn run_until(&mut self, limit: Duration, mut done: impl FnMut(&Self) -> bool) -> bool {
-        let deadline = self.now + limit;
+    /// passed, as `rally::sim::HostSimulation::run_until` does: the simulated time it took.
+    ///
+    /// # Errors
+    ///
+    /// [`SimTimeout`] if `done` is still false after `limit`.
+    pub fn run_until(
+        &mut self,
+        limit: Duration,
+        mut done: impl FnMut(&Self) -> bool,
+    ) -> Result<Duration, SimTimeout> {
+        let start = self.now;
+        let deadline = start + limit;
         loop {
             if done(self) {
-                return true;
+                return Ok(self.now - start);
             }
             if !self.step(deadline) {
-                return done(self);
+                return if done(self) {
+                    Ok(self.now - start)
+                } else {
+                    Err(SimTimeout(limit))
+                };
             }
         }
     }
@@ -439,8 +458,9 @@ impl Simulation {
     }
 }
 
-impl std::fmt::Debug for Simulation {
+impl std::fmt::Debug for MembershipSimulation {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Simulation").finish_non_exhaustive()
+        f.debug_struct("MembershipSimulation")
+            .finish_non_exhaustive()
     }
 }

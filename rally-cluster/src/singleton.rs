@@ -12,7 +12,7 @@
 //! buffering while it moves.
 
 use std::collections::{BTreeMap, VecDeque};
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use rally_actor::{ActorRef, ActorSystem, Handler};
@@ -22,6 +22,7 @@ use tokio::sync::watch;
 use crate::cluster::Cluster;
 use crate::config::ClusterConfig;
 use crate::member::{MemberEvent, MemberId};
+use rally_actor::sync::Mutex;
 
 /// What the gate tells its member to do.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -316,7 +317,7 @@ const PROXY_BUFFER: usize = 10_000;
 ///
 /// # #[tokio::main] async fn main() {
 /// let system = ActorSystem::new("shop");
-/// let node = RemoteNode::start(&system, RemoteConfig::new("127.0.0.1", 2552).with_secret(b"s".to_vec()))
+/// let node = RemoteNode::start(&system, RemoteConfig::builder().listen("127.0.0.1", 2552).secret(b"s".to_vec()).build().unwrap())
 ///     .await
 ///     .unwrap();
 /// let config = ClusterConfig::default();
@@ -396,7 +397,7 @@ impl<A: RemoteActor> ClusterSingleton<A> {
             );
             leaving_flag.store(false, std::sync::atomic::Ordering::SeqCst);
             Box::pin(async move {
-                let actor = hosted.and_then(|hosted| lock(&hosted).take());
+                let actor = hosted.and_then(|hosted| hosted.lock().take());
                 if let Some(actor) = actor {
                     hand_over(&node, &exposed, &actor, LEAVE_STOP_WAIT).await;
                 }
@@ -445,7 +446,7 @@ impl<A: RemoteActor> ClusterSingleton<A> {
                                 tracing::warn!(error = %e, "exposing the singleton");
                             }
                             tracing::info!(singleton = %exposed, "singleton started here");
-                            *lock(&hosted) = Some(actor);
+                            *hosted.lock() = Some(actor);
                             hosting_flag.store(true, std::sync::atomic::Ordering::SeqCst);
                         }
                         Err(e) => tracing::warn!(error = %e, "spawning the singleton"),
@@ -480,17 +481,24 @@ impl<A: RemoteActor> ClusterSingleton<A> {
 
     /// Whether the singleton runs on this member now.
     pub fn is_hosting(&self) -> bool {
-        lock(&self.local).is_some()
+        self.local.lock().is_some()
     }
 
     /// Hands over and leaves the cluster: the instance here takes no more messages, handles
     /// those its mailbox already holds and stops (all within `timeout`), then this member
     /// leaves; the next oldest member starts it once it sees this member removed, so the two
     /// never run at once.
+    ///
+    /// # Cancel safety
+    ///
+    /// Not cancel-safe: dropped after the first poll, the instance here has stopped taking
+    /// messages (its host task is ended) but may not have handed over, and the member may not
+    /// have left; the singleton is then restarted elsewhere only once this member is downed.
+    /// Let it finish; `timeout` bounds it.
     pub async fn leave(self, timeout: Duration) {
         self.task.abort();
         self.confirmer.abort();
-        let actor = lock(&self.local).take();
+        let actor = self.local.lock().take();
         if let Some(actor) = actor {
             hand_over(
                 &self.proxy.inner.node,
@@ -546,7 +554,7 @@ async fn stop_local<A: RemoteActor>(
     exposed: &str,
     hosted: &Mutex<Option<ActorRef<A>>>,
 ) {
-    let actor = lock(hosted).take();
+    let actor = hosted.lock().take();
     if let Some(actor) = actor {
         node.unexpose(exposed);
         actor.stop();
@@ -598,10 +606,6 @@ async fn sleep_until(deadline: Option<tokio::time::Instant>) {
         Some(at) => tokio::time::sleep_until(at).await,
         None => std::future::pending().await,
     }
-}
-
-fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(PoisonError::into_inner)
 }
 
 type Pending<A> = Box<dyn FnOnce(&ActorRef<A>) + Send>;
@@ -668,7 +672,7 @@ impl<A: RemoteActor> SingletonProxy<A> {
         M: RemoteMessage,
         A: Handler<M>,
     {
-        let mut buffer = lock(&self.inner.buffer);
+        let mut buffer = self.inner.buffer.lock();
         if buffer.is_empty()
             && let Some(target) = self.target()
         {
@@ -688,7 +692,7 @@ impl<A: RemoteActor> SingletonProxy<A> {
 
     /// Messages waiting for the singleton to have a place.
     pub fn buffered(&self) -> usize {
-        lock(&self.inner.buffer).len()
+        self.inner.buffer.lock().len()
     }
 
     /// Where the singleton runs, as this member sees it: the host its gate elected, once that
@@ -701,13 +705,13 @@ impl<A: RemoteActor> SingletonProxy<A> {
         let location = self.location()?;
         if location == *self.inner.node.address() {
             // Here: only once the instance runs (it starts right after the gate opens).
-            return lock(&self.inner.local).clone();
+            return self.inner.local.lock().clone();
         }
         Some(self.inner.node.lookup::<A>(&location, &self.inner.name))
     }
 
     fn flush(&self) {
-        let mut buffer = lock(&self.inner.buffer);
+        let mut buffer = self.inner.buffer.lock();
         if buffer.is_empty() {
             return;
         }

@@ -112,7 +112,7 @@ pub use host::KindStats;
 pub use kind::{Activation, GrainMessages, VirtualActor};
 pub use ownership::{Holder, Ownership, Route};
 pub use placement::{Hashed, Placement, PreferLocal, SHARDS, Scope, shard_of};
-pub use runtime::{GrainRef, StartError, VirtualActors, VirtualActorsBuilder};
+pub use runtime::{GrainRef, VirtualActors, VirtualActorsBuilder, VirtualActorsStartError};
 pub use transport::GrainNetwork;
 
 pub(crate) use host::Inner;

@@ -6,11 +6,10 @@
 #[path = "support/nodes.rs"]
 mod nodes;
 
-use std::time::Duration;
-
 use rally_actor::{Actor, ActorResult, Context, Handler, Message};
 use rally_cluster::{ClusterConfig, MemberEvent, MemberId};
 use rally_remote::{Incarnation, MessageTable, NodeAddress, RemoteActor, RemoteMessage};
+use rally_test::eventually;
 use serde::{Deserialize, Serialize};
 
 /// The membership packet (see `docs/cluster-protocol.md`).
@@ -84,19 +83,6 @@ fn forged(system: &str, port: u16) -> MemberId {
     )
 }
 
-/// Polls `done` every 50 ms until it holds, at most [`nodes::T`].
-async fn eventually(what: &str, mut done: impl FnMut() -> bool) {
-    let deadline = tokio::time::Instant::now() + nodes::T;
-    while !done() {
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "not {what} within {:?}",
-            nodes::T
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn forged_members_and_a_flood_of_joins_are_dropped_counted_and_bounded() {
     // Two members with a small bound on remembered members.
@@ -125,10 +111,14 @@ async fn forged_members_and_a_flood_of_joins_are_dropped_counted_and_bounded() {
             a.node.address(),
         )))
         .unwrap();
-    eventually("garbage and the forged member counted", || {
-        let stats = a.cluster.stats();
-        stats.malformed >= 1 && stats.forged >= 1
-    })
+    eventually(
+        "garbage and the forged member counted",
+        nodes::T,
+        async || {
+            let stats = a.cluster.stats();
+            stats.malformed >= 1 && stats.forged >= 1
+        },
+    )
     .await;
 
     // A flood of join requests from 3000 distinct senders of this cluster. Sent a few at a
@@ -142,13 +132,13 @@ async fn forged_members_and_a_flood_of_joins_are_dropped_counted_and_bounded() {
             )))
             .await;
         if port % 200 == 0 {
-            eventually("the packets handled", || {
+            eventually("the packets handled", nodes::T, async || {
                 a.cluster.stats().packets_in > u64::from(port - 10_000)
             })
             .await;
         }
     }
-    eventually("the flood dropped as forged", || {
+    eventually("the flood dropped as forged", nodes::T, async || {
         a.cluster.stats().forged > 2_900
     })
     .await;

@@ -14,18 +14,37 @@ use std::collections::BTreeSet;
 use std::time::Duration;
 
 use processes::{
-    MemberProcess, Out, Spec, assert_no_overlap, free_ports, in_member_mode, membership, mono_ns,
-    ms, run_if_member, singleton_lives, singleton_on_oldest, start_cluster,
+    MemberProcess, Out, Spec, assert_no_overlap, free_ports, membership, mono_ns, ms,
+    run_if_member, singleton_lives, singleton_on_oldest, start_cluster,
 };
+use rally_test::harness::{run, trial};
 
 /// Printing a fact may lag the instant the membership core acted on it by a little: a bound
 /// on that lag for the timing checks.
 const PRINT_LAG_NS: u64 = 100_000_000;
 
-/// In member mode: the member process.
-#[test]
-fn member_process() {
-    run_if_member();
+fn main() -> std::process::ExitCode {
+    if run_if_member() {
+        return std::process::ExitCode::SUCCESS;
+    }
+    run(vec![
+        trial(
+            "five_member_processes_join_at_once_and_each_sees_five_up",
+            five_member_processes_join_at_once_and_each_sees_five_up,
+        ),
+        trial(
+            "sigkill_downs_after_stable_after_moves_the_singleton_and_a_restart_rejoins_as_new",
+            sigkill_downs_after_stable_after_moves_the_singleton_and_a_restart_rejoins_as_new,
+        ),
+        trial(
+            "sigstop_past_the_bound_then_sigcont_the_member_learns_it_was_downed_and_rejoins",
+            sigstop_past_the_bound_then_sigcont_the_member_learns_it_was_downed_and_rejoins,
+        ),
+        trial(
+            "members_started_at_once_through_every_seed_never_run_two_singletons",
+            members_started_at_once_through_every_seed_never_run_two_singletons,
+        ),
+    ])
 }
 
 fn nanos(d: Duration) -> u64 {
@@ -56,11 +75,7 @@ fn specs(
         .collect()
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn five_member_processes_join_at_once_and_each_sees_five_up() {
-    if in_member_mode() {
-        return;
-    }
     let ports = free_ports(5);
     let started = mono_ns();
     let (members, converged) = start_cluster(&specs(&ports, &ports, |_| {})).await;
@@ -91,11 +106,7 @@ async fn five_member_processes_join_at_once_and_each_sees_five_up() {
     );
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sigkill_downs_after_stable_after_moves_the_singleton_and_a_restart_rejoins_as_new() {
-    if in_member_mode() {
-        return;
-    }
     let config = membership();
     let ports = free_ports(3);
     // Started at once, all through the first member (the seed).
@@ -208,11 +219,7 @@ async fn sigkill_downs_after_stable_after_moves_the_singleton_and_a_restart_rejo
     assert_eq!(checked, 2);
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sigstop_past_the_bound_then_sigcont_the_member_learns_it_was_downed_and_rejoins() {
-    if in_member_mode() {
-        return;
-    }
     let ports = free_ports(3);
     // Every member joins through every port: the paused one starts again through the others.
     let specs = specs(&ports, &ports, |s| {
@@ -304,13 +311,9 @@ async fn sigstop_past_the_bound_then_sigcont_the_member_learns_it_was_downed_and
     assert!(lives[1].2.is_none(), "still running: {lives:?}");
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 /// Fails before the singleton gate waited `stable-after` after its member came up (two lives,
 /// about 100 ms of overlap, when a member came up without word of the oldest yet).
 async fn members_started_at_once_through_every_seed_never_run_two_singletons() {
-    if in_member_mode() {
-        return;
-    }
     let ports = free_ports(3);
     let (mut members, _) = start_cluster(&specs(&ports, &ports, |s| s.singleton = true)).await;
     singleton_on_oldest(&mut members).await;

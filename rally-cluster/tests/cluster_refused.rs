@@ -8,6 +8,7 @@ mod nodes;
 
 use rally_actor::ActorSystem;
 use rally_remote::{PeerEvent, RemoteConfig, RemoteNode};
+use rally_test::eventually;
 use tokio::sync::broadcast;
 
 async fn node_with(config: RemoteConfig) -> nodes::Node {
@@ -46,13 +47,12 @@ async fn assert_refused_both_ways(a_config: RemoteConfig, b_config: RemoteConfig
         "a clear reason ({expect:?}): {reason}"
     );
     // The seed's side: no event (it never tried to connect), the refusal counted.
-    let counted = tokio::time::timeout(nodes::T, async {
-        while a.node.stats().handshake_failures == 0 {
-            tokio::time::sleep(std::time::Duration::from_millis(20)).await;
-        }
-    })
+    eventually(
+        "the seed counts the refused handshake",
+        nodes::T,
+        async || a.node.stats().handshake_failures > 0,
+    )
     .await;
-    assert!(counted.is_ok(), "the seed counted the refused handshake");
     assert!(a.cluster.members().iter().all(|m| m.id != b.id()));
     assert!(b.cluster.members().iter().all(|m| m.id != a.id()));
     assert_eq!(a.cluster.members().len(), 1, "A is alone");
@@ -61,16 +61,25 @@ async fn assert_refused_both_ways(a_config: RemoteConfig, b_config: RemoteConfig
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_member_of_another_cluster_name_is_refused_on_both_sides() {
     let config = |name: &str| {
-        RemoteConfig::new("127.0.0.1", 0)
-            .with_secret(nodes::SECRET.to_vec())
-            .with_cluster_name(name)
+        RemoteConfig::builder()
+            .listen("127.0.0.1", 0)
+            .secret(nodes::SECRET)
+            .cluster_name(name)
+            .build()
+            .unwrap()
     };
     assert_refused_both_ways(config("orders"), config("billing"), &["billing"]).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_member_with_another_secret_is_refused_on_both_sides() {
-    let config = |secret: &[u8]| RemoteConfig::new("127.0.0.1", 0).with_secret(secret.to_vec());
+    let config = |secret: &[u8]| {
+        RemoteConfig::builder()
+            .listen("127.0.0.1", 0)
+            .secret(secret.to_vec())
+            .build()
+            .unwrap()
+    };
     assert_refused_both_ways(
         config(b"one secret"),
         config(b"another secret"),

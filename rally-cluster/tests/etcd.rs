@@ -13,6 +13,7 @@ use rally_cluster::{
     MemberStatus,
 };
 use rally_remote::Incarnation;
+use rally_test::eventually;
 
 /// Bound on every wait: generous, because builds share the machine's two cores.
 const T: Duration = Duration::from_secs(60);
@@ -82,13 +83,11 @@ impl Etcd {
             .spawn()
             .expect("/usr/bin/etcd starts (Debian etcd-server)");
         self.child = Some(child);
-        let ready = tokio::time::timeout(T, async {
-            while !etcdctl(&client, &["get", "ready"]) {
-                tokio::time::sleep(Duration::from_millis(100)).await;
-            }
+        let etcd_answers = format!("etcd answers (log in {:?})", self.dir);
+        eventually(&etcd_answers, T, async || {
+            etcdctl(&client, &["get", "ready"])
         })
         .await;
-        assert!(ready.is_ok(), "etcd answered (log in {:?})", self.dir);
     }
 
     fn stop(&mut self) {
@@ -199,12 +198,11 @@ async fn members_join_see_each_other_and_leave_without_being_downed() {
     assert!(b_seen.id.hosts_kind("cart"), "kinds travel through etcd");
     // What a member sends to etcd is counted beside what it receives: the lease grant, the
     // read, the registration, the watch and the keep-alives, with their keys and values.
-    tokio::time::sleep(Duration::from_millis(1500)).await;
-    let stats = a.stats();
-    assert!(
-        stats.packets_out >= 5 && stats.bytes_out > 100 && stats.bytes_in > 0,
-        "{stats:?}"
-    );
+    eventually("a's etcd traffic is counted", T, async || match a.stats() {
+        stats if stats.packets_out >= 5 && stats.bytes_out > 100 && stats.bytes_in > 0 => Ok(()),
+        stats => Err(stats),
+    })
+    .await;
     let sent = system
         .monitor()
         .snapshot()

@@ -1,12 +1,12 @@
 //! Member lifecycles on the simulated network: join, graceful leave, a killed member downed
 //! after stable-after, and a restart on the same address admitted as a new member.
 
-#[path = "support/sim.rs"]
+#[path = "support/membership_sim.rs"]
 mod support;
 
 use std::time::Duration;
 
-use rally_cluster::sim::Simulation;
+use rally_cluster::sim::MembershipSimulation;
 use rally_cluster::{MemberEvent, MemberStatus};
 use support::{config, converged, first_seen, seen};
 
@@ -47,11 +47,13 @@ fn a_graceful_leave_is_reported_as_leaving_then_removed_never_down() {
     let (mut sim, members) = converged(1, 4, &config());
     let leaver = members[3].clone();
     sim.leave(&leaver);
-    let gone = sim.run_until(Duration::from_secs(10), |sim| {
-        members[..3]
-            .iter()
-            .all(|m| sim.status_seen_by(m, &leaver).is_none())
-    });
+    let gone = sim
+        .run_until(Duration::from_secs(10), |sim| {
+            members[..3]
+                .iter()
+                .all(|m| sim.status_seen_by(m, &leaver).is_none())
+        })
+        .is_ok();
     assert!(
         gone,
         "{:#?}",
@@ -103,7 +105,8 @@ fn a_leave_whose_notice_is_overtaken_by_gossip_is_still_not_a_down() {
                 |m| sim
                     .status_seen_by(m, &leaver)
                     .is_none_or(|s| s == MemberStatus::Down)
-            )),
+            ))
+            .is_ok(),
             "seed {seed}: the leaver is still serving somewhere"
         );
         assert!(sim.core(&leaver).unwrap().is_stopped(), "seed {seed}");
@@ -143,7 +146,8 @@ fn a_leave_waits_for_a_member_that_never_acknowledges_only_up_to_stable_after() 
             sim.run_until(Duration::from_secs(10), |sim| sim
                 .core(&leaver)
                 .unwrap()
-                .is_stopped()),
+                .is_stopped())
+                .is_ok(),
             "seed {seed}: the leaver never stopped"
         );
         let stopped = first_seen(&sim, &leaver, &MemberEvent::Removed(leaver.clone()))
@@ -161,7 +165,8 @@ fn a_leave_waits_for_a_member_that_never_acknowledges_only_up_to_stable_after() 
         assert!(
             sim.run_until(Duration::from_secs(10), |sim| members[1..3]
                 .iter()
-                .all(|m| sim.status_seen_by(m, &leaver).is_none())),
+                .all(|m| sim.status_seen_by(m, &leaver).is_none()))
+                .is_ok(),
             "seed {seed}: the leaver was not removed"
         );
         for observer in &members[1..3] {
@@ -184,13 +189,14 @@ fn a_killed_member_is_downed_only_after_stable_after() {
     for seed in 0..10 {
         let (mut sim, members) = converged(seed, 5, &config);
         let victim = members[2].clone();
-        sim.kill(&victim);
+        sim.crash(&victim);
         let killed_at = sim.elapsed();
         assert!(
             sim.run_until(Duration::from_secs(30), |sim| members
                 .iter()
                 .filter(|m| **m != victim)
-                .all(|m| sim.status_seen_by(m, &victim) == Some(MemberStatus::Down))),
+                .all(|m| sim.status_seen_by(m, &victim) == Some(MemberStatus::Down)))
+                .is_ok(),
             "seed {seed}: the victim was not downed everywhere within 30 s"
         );
         let unreachable = members
@@ -249,7 +255,8 @@ fn a_member_paused_past_its_removal_is_not_admitted_again_and_stops() {
                 .status_seen_by(m, &victim)
                 .is_none()
                 && first_seen(sim, m, &MemberEvent::Removed(victim.clone()))
-                    .is_some())),
+                    .is_some()))
+                .is_ok(),
             "seed {seed}: the paused member was not downed and removed"
         );
         let resumed_at = sim.elapsed();
@@ -257,7 +264,8 @@ fn a_member_paused_past_its_removal_is_not_admitted_again_and_stops() {
         assert!(
             sim.run_until(Duration::from_secs(30), |sim| sim
                 .core(&victim)
-                .is_some_and(|c| c.is_stopped())),
+                .is_some_and(|c| c.is_stopped()))
+                .is_ok(),
             "seed {seed}: the resumed member did not stop"
         );
         sim.run_for(Duration::from_secs(5));
@@ -289,13 +297,16 @@ fn a_member_paused_past_its_removal_is_not_admitted_again_and_stops() {
 fn a_restart_on_the_same_address_is_a_new_member_admitted_at_once() {
     let (mut sim, members) = converged(3, 4, &config());
     let old = members[1].clone();
-    sim.kill(&old);
+    sim.crash(&old);
     // The new process starts before anybody noticed the old one died.
     let new = sim.add_member_at(old.address.port, &config());
     assert_ne!(new, old);
     assert!(new.supersedes(&old));
     let restarted_at = sim.elapsed();
-    assert!(sim.run_until(Duration::from_secs(10), Simulation::converged));
+    assert!(
+        sim.run_until(Duration::from_secs(10), MembershipSimulation::converged)
+            .is_ok()
+    );
     assert!(
         sim.elapsed() - restarted_at < Duration::from_secs(3),
         "admitted after {:?}",
@@ -326,11 +337,11 @@ fn a_restart_on_the_same_address_is_a_new_member_admitted_at_once() {
 #[test]
 fn the_same_seed_replays_the_same_history() {
     let run = |seed| {
-        let mut sim = Simulation::new(seed);
+        let mut sim = MembershipSimulation::new(seed);
         sim.set_drop_rate(0.05);
         let members = sim.add_members(5, &config());
         sim.run_for(Duration::from_secs(5));
-        sim.kill(&members[4]);
+        sim.crash(&members[4]);
         sim.run_for(Duration::from_secs(20));
         sim.log().to_vec()
     };
@@ -380,7 +391,8 @@ fn the_transport_detector_and_swim_give_one_reachability_view() {
             sim.run_until(Duration::from_secs(30), |sim| members
                 .iter()
                 .filter(|m| **m != c)
-                .all(|m| sim.status_seen_by(m, &c) == Some(MemberStatus::Down))),
+                .all(|m| sim.status_seen_by(m, &c) == Some(MemberStatus::Down)))
+                .is_ok(),
             "seed {seed}: c not downed"
         );
         let downed = first_seen(&sim, &a, &MemberEvent::Down(c.clone())).unwrap();

@@ -2,13 +2,13 @@
 //! cluster, the side of two downs itself, and no member ever takes over from a member that is
 //! still running (checked from the log of instants, against the documented takeover margin).
 
-#[path = "support/sim.rs"]
+#[path = "support/membership_sim.rs"]
 mod support;
 
 use std::collections::HashMap;
 use std::time::Duration;
 
-use rally_cluster::sim::Simulation;
+use rally_cluster::sim::MembershipSimulation;
 use rally_cluster::{ClusterConfig, DowningStrategy, MemberEvent, MemberId, MemberStatus};
 use rand::seq::SliceRandom;
 use rand::{Rng, SeedableRng};
@@ -17,7 +17,7 @@ use support::{config, converged, first_seen};
 const SEEDS: u64 = 100;
 
 /// When each member stopped (saw itself down), if it did.
-fn stops(sim: &Simulation) -> HashMap<MemberId, Duration> {
+fn stops(sim: &MembershipSimulation) -> HashMap<MemberId, Duration> {
     let mut stops = HashMap::new();
     for e in sim.log() {
         if e.event == MemberEvent::Down(e.observer.clone()) {
@@ -29,7 +29,7 @@ fn stops(sim: &Simulation) -> HashMap<MemberId, Duration> {
 
 /// Every downing seen by a running member licenses it to take over from the downed member
 /// `margin` later; by then one of the two must have stopped. Returns the smallest slack.
-fn assert_no_two_owners(sim: &Simulation, margin: Duration, seed: u64) -> Duration {
+fn assert_no_two_owners(sim: &MembershipSimulation, margin: Duration, seed: u64) -> Duration {
     let stops = stops(sim);
     let mut least = Duration::MAX;
     for e in sim.log() {
@@ -57,7 +57,10 @@ fn assert_no_two_owners(sim: &Simulation, margin: Duration, seed: u64) -> Durati
     least
 }
 
-fn split(seed: u64, config: &ClusterConfig) -> (Simulation, Vec<MemberId>, Vec<MemberId>) {
+fn split(
+    seed: u64,
+    config: &ClusterConfig,
+) -> (MembershipSimulation, Vec<MemberId>, Vec<MemberId>) {
     let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
     let (mut sim, mut members) = converged(seed, 5, config);
     // Adverse but honest networks on most seeds: jitter and a little loss.
@@ -84,14 +87,16 @@ fn the_side_of_three_survives_and_the_side_of_two_downs_itself_on_every_seed() {
     for seed in 0..SEEDS {
         let (mut sim, two, three) = split(seed, &config);
         let cut_at = sim.elapsed();
-        let settled = sim.run_until(Duration::from_secs(60), |sim| {
-            two.iter()
-                .all(|m| sim.core(m).is_some_and(|c| c.is_stopped()))
-                && three.iter().all(|observer| {
-                    two.iter()
-                        .all(|m| sim.status_seen_by(observer, m) == Some(MemberStatus::Down))
-                })
-        });
+        let settled = sim
+            .run_until(Duration::from_secs(60), |sim| {
+                two.iter()
+                    .all(|m| sim.core(m).is_some_and(|c| c.is_stopped()))
+                    && three.iter().all(|observer| {
+                        two.iter()
+                            .all(|m| sim.status_seen_by(observer, m) == Some(MemberStatus::Down))
+                    })
+            })
+            .is_ok();
         if !settled {
             for e in sim
                 .log()
@@ -153,7 +158,10 @@ fn a_healed_partition_does_not_bring_downed_members_back() {
     assert!(sim.converged(), "the three still form one cluster");
     // The downed incarnations rejoin only as new members.
     let back = sim.add_member_at(two[0].address.port, &config);
-    assert!(sim.run_until(Duration::from_secs(10), Simulation::converged));
+    assert!(
+        sim.run_until(Duration::from_secs(10), MembershipSimulation::converged)
+            .is_ok()
+    );
     assert_eq!(sim.status_seen_by(&three[0], &back), Some(MemberStatus::Up));
 }
 
@@ -202,16 +210,18 @@ fn every_downing_strategy_resolves_a_two_three_cut_as_documented() {
                 _ => (Vec::new(), two.iter().chain(&three).collect()),
             };
             let context = format!("{name}, seed {seed}");
-            let settled = sim.run_until(Duration::from_secs(60), |sim| {
-                stopped
-                    .iter()
-                    .all(|m| sim.core(m).is_some_and(|c| c.is_stopped()))
-                    && survivors.iter().all(|observer| {
-                        stopped
-                            .iter()
-                            .all(|m| sim.status_seen_by(observer, m) == Some(MemberStatus::Down))
-                    })
-            });
+            let settled = sim
+                .run_until(Duration::from_secs(60), |sim| {
+                    stopped
+                        .iter()
+                        .all(|m| sim.core(m).is_some_and(|c| c.is_stopped()))
+                        && survivors.iter().all(|observer| {
+                            stopped.iter().all(|m| {
+                                sim.status_seen_by(observer, m) == Some(MemberStatus::Down)
+                            })
+                        })
+                })
+                .is_ok();
             assert!(settled, "{context}: not settled 60 s after the cut");
             for m in &stopped {
                 assert_eq!(

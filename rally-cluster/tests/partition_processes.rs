@@ -17,14 +17,19 @@ mod processes;
 use std::process::Command;
 
 use processes::{
-    MemberProcess, Out, Spec, activation_lives, assert_no_overlap, in_member_mode, mono_ns, ms,
-    run_if_member, singleton_lives, start_cluster,
+    MemberProcess, Out, Spec, activation_lives, assert_no_overlap, mono_ns, ms, run_if_member,
+    singleton_lives, start_cluster,
 };
+use rally_test::harness::{self, trial};
 
-/// In member mode: the member process.
-#[test]
-fn member_process() {
-    run_if_member();
+fn main() -> std::process::ExitCode {
+    if run_if_member() {
+        return std::process::ExitCode::SUCCESS;
+    }
+    harness::run(vec![
+        trial("a_two_three_partition_downs_the_two_and_never_runs_two_singletons_or_two_activations_and_after_the_heal_their_restarts_rejoin", a_two_three_partition_downs_the_two_and_never_runs_two_singletons_or_two_activations_and_after_the_heal_their_restarts_rejoin).with_ignored_flag(true),
+        trial("one_link_cut_between_two_member_processes_is_seen_only_by_its_ends", one_link_cut_between_two_member_processes_is_seen_only_by_its_ends).with_ignored_flag(true),
+    ])
 }
 
 const PORT: u16 = 2552;
@@ -143,13 +148,8 @@ async fn clean_round(m: &mut MemberProcess) -> Out {
         .await
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "needs root and network namespaces; run by .ci/run"]
 async fn a_two_three_partition_downs_the_two_and_never_runs_two_singletons_or_two_activations_and_after_the_heal_their_restarts_rejoin()
  {
-    if in_member_mode() {
-        return;
-    }
     let dir = std::env::temp_dir().join(format!(
         "rally-partition-{}-{}",
         std::process::id(),
@@ -388,12 +388,7 @@ impl Drop for TempDir {
 /// heartbeats see it, over real sockets. Only the two ends report each other unreachable (the
 /// third never sees either unreachable); one or both ends are downed, never the third; the
 /// singleton, on the third (the oldest), never stops and never runs twice.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "needs root and network namespaces; run by .ci/run"]
 async fn one_link_cut_between_two_member_processes_is_seen_only_by_its_ends() {
-    if in_member_mode() {
-        return;
-    }
     let namespaces = Namespaces::new(3);
     let specs: Vec<(String, Spec, Option<String>)> = (0..3)
         .map(|i| {

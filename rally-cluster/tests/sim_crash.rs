@@ -3,12 +3,13 @@
 //! hosted starts on a survivor and never runs twice at once, and the restarted host (a new
 //! process on the same address) is admitted as a new incarnation.
 
-mod sim_support;
+#[path = "support/host_sim.rs"]
+mod host_sim;
 
 use std::time::Duration;
 
+use host_sim::{assert_never_two, down_at, formed, hosting, incarnations_seen, seen_up};
 use rally::cluster::ClusterConfig;
-use sim_support::{assert_never_two, down_at, formed, hosting, incarnations_seen, seen_up};
 
 const SEEDS: u64 = 10;
 

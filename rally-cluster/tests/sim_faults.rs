@@ -6,13 +6,14 @@
 //! stays within it does not. A seed replays the faults and what they caused. A link cut between
 //! two members only downs one or both of its ends, nobody else.
 
-mod sim_support;
+#[path = "support/host_sim.rs"]
+mod host_sim;
 
 use std::time::Duration;
 
+use host_sim::{Log, assert_never_two, first_trouble, formed, hosting, replayable, seen_up};
 use rally::cluster::ClusterConfig;
 use rally::sim::{Fault, Logged, RandomFaults};
-use sim_support::{Log, assert_never_two, first_trouble, formed, hosting, replayable, seen_up};
 
 /// Breaks: each of the 10 links of five members breaks with probability 0.05 every 500 ms
 /// (about one broken link a second in the cluster); spikes: 0.02, to 100 ms one way, so a

@@ -4,13 +4,14 @@
 //! singleton's start/stop instants (simulated time) shows no two instances at once — across
 //! many seeds. A seed replays the same run.
 
-mod sim_support;
+#[path = "support/host_sim.rs"]
+mod host_sim;
 
 use std::time::Duration;
 
+use host_sim::{Log, assert_never_two, down_at, formed, hosting, names, replayable, seen_up};
 use rally::cluster::ClusterConfig;
-use rally::sim::{Logged, SimLog, Simulation};
-use sim_support::{Log, assert_never_two, down_at, formed, hosting, names, replayable, seen_up};
+use rally::sim::{HostSimulation, Logged, SimLog};
 
 /// Seeds of the partition test (the issue asks for 100): each is about a third of a second of
 /// real time.
@@ -21,7 +22,7 @@ const SLACK: Duration = Duration::from_millis(100);
 
 /// A run after the cut and its checks.
 struct Cut {
-    simulation: Simulation,
+    simulation: HostSimulation,
     log: SimLog<Log>,
     minority: Vec<String>,
     majority: Vec<String>,

@@ -11,7 +11,7 @@ use rally::cluster::ClusterConfig;
 use rally::cluster::virtual_actors::{Activation, GrainMessages, VirtualActor, VirtualActors};
 use rally::prelude::*;
 use rally::remote::RemoteMessage;
-use rally::sim::{self, SimLog, Simulation};
+use rally::sim::{self, HostSimulation, SimLog};
 use rally::state::MemoryStore;
 use serde::{Deserialize, Serialize};
 
@@ -139,7 +139,7 @@ fn names() -> Vec<String> {
 }
 
 /// Five members hosting `counter`, one store; each calls every identity every 200 ms.
-fn members(simulation: &mut Simulation, seed: u64, log: &SimLog<Log>) {
+fn members(simulation: &mut HostSimulation, seed: u64, log: &SimLog<Log>) {
     let store = Arc::new(MemoryStore::default());
     for name in names() {
         let (log, store) = (log.clone(), store.clone());
@@ -223,7 +223,7 @@ fn under_a_partition_no_identity_is_ever_active_twice_and_the_three_serve_all() 
     for seed in 0..SEEDS {
         let log = SimLog::new();
         LOGS.lock().unwrap().push((seed, log.clone()));
-        let mut simulation = Simulation::new(seed);
+        let mut simulation = HostSimulation::new(seed);
         members(&mut simulation, seed, &log);
         let served_by = |log: &SimLog<Log>, from: &[&str], after: Duration| {
             let mut ids = std::collections::BTreeSet::new();
@@ -283,7 +283,7 @@ fn under_random_connection_breaks_no_identity_is_ever_active_twice() {
     for seed in 1000..1004 {
         let log = SimLog::new();
         LOGS.lock().unwrap().push((seed, log.clone()));
-        let mut simulation = Simulation::new(seed);
+        let mut simulation = HostSimulation::new(seed);
         members(&mut simulation, seed, &log);
         simulation.run_for(Duration::from_secs(5)).unwrap();
         let faults = sim::RandomFaults::every(Duration::from_millis(500))

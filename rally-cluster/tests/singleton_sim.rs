@@ -3,13 +3,13 @@
 //! intervals in which each member hosts are checked to never overlap — across a 2|3 partition
 //! on 100 seeds, a graceful leave of the host, and a kill of the host.
 
-#[path = "support/sim.rs"]
+#[path = "support/membership_sim.rs"]
 mod support;
 
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
-use rally_cluster::sim::Simulation;
+use rally_cluster::sim::MembershipSimulation;
 use rally_cluster::{ClusterConfig, MemberId, SingletonChange, SingletonGate};
 use rand::seq::SliceRandom;
 use rand::{Rng, SeedableRng};
@@ -18,7 +18,7 @@ use support::{config, converged};
 /// Hosting intervals per member, from replaying each member's events through its gate, up to
 /// `end`; an interval still open at `end` ends at `None`.
 fn hosting(
-    sim: &Simulation,
+    sim: &MembershipSimulation,
     members: &[MemberId],
     end: Duration,
 ) -> HashMap<MemberId, Vec<(Duration, Option<Duration>)>> {
@@ -27,7 +27,7 @@ fn hosting(
 
 /// [`hosting`] for a singleton limited to `role`.
 fn hosting_of_role(
-    sim: &Simulation,
+    sim: &MembershipSimulation,
     members: &[MemberId],
     role: Option<&str>,
     end: Duration,
@@ -147,7 +147,7 @@ fn a_leaving_host_hands_over_and_a_killed_host_is_replaced_after_the_margin() {
     let end = sim.elapsed();
     let hosts = assert_never_two(&hosting(&sim, &members, end), end, "leave");
     assert_eq!(hosts, [members[1].clone()], "the next oldest took over");
-    sim.kill(&members[1]);
+    sim.crash(&members[1]);
     let killed_at = sim.elapsed();
     sim.run_for(Duration::from_secs(40));
     let end = sim.elapsed();
@@ -175,13 +175,14 @@ fn a_singleton_of_a_role_skips_older_members_without_it() {
     let plain: ClusterConfig = config();
     let mut worker = plain.clone();
     worker.roles = vec!["worker".to_owned()];
-    let mut sim = Simulation::new(7);
+    let mut sim = MembershipSimulation::new(7);
     let mut members = vec![sim.add_member(&plain)];
     for _ in 0..3 {
         members.push(sim.add_member(&worker));
     }
     assert!(
-        sim.run_until(Duration::from_secs(30), Simulation::converged),
+        sim.run_until(Duration::from_secs(30), MembershipSimulation::converged)
+            .is_ok(),
         "four members converged"
     );
     members.sort();

@@ -12,6 +12,7 @@ use std::time::{Duration, Instant};
 use rally_actor::{Actor, ActorResult, Context, Handler, Message};
 use rally_cluster::{ClusterSingleton, SingletonProxy};
 use rally_remote::{MessageTable, RemoteActor, RemoteMessage};
+use rally_test::eventually;
 use serde::{Deserialize, Serialize};
 use tokio::sync::mpsc;
 
@@ -92,13 +93,11 @@ async fn until_proxy(
     what: &str,
     wanted: impl Fn(Option<u16>) -> bool,
 ) {
-    let seen = tokio::time::timeout(nodes::T, async {
-        while !wanted(proxy.location().map(|l| l.port)) {
-            tokio::time::sleep(Duration::from_millis(10)).await;
-        }
+    eventually(what, nodes::T, async || {
+        let port = proxy.location().map(|l| l.port);
+        if wanted(port) { Ok(()) } else { Err(port) }
     })
     .await;
-    assert!(seen.is_ok(), "{what}");
 }
 
 /// The singleton on each of `members`, logging to `log_tx`, each instance taking `stopping`

@@ -178,9 +178,7 @@ async fn bad_input_is_a_typed_error_at_the_sender_and_activates_nothing() {
             .start_in_memory(&tc.grains);
     assert!(matches!(
         refused,
-        Err(rally::cluster::virtual_actors::StartError::KindNotDeclared(
-            _
-        ))
+        Err(rally::cluster::virtual_actors::VirtualActorsStartError::KindNotDeclared(_))
     ));
 
     // Nothing was activated by any of it.
@@ -837,7 +835,7 @@ async fn claims_left_by_dead_lives_in_a_durable_store_are_taken_over() {
 /// same member is refused; on a member with no runtime, `get` says so.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_cluster_hands_out_refs_of_its_one_runtime() {
-    use rally::cluster::virtual_actors::{GrainNetwork, StartError, VirtualActors};
+    use rally::cluster::virtual_actors::{GrainNetwork, VirtualActors, VirtualActorsStartError};
 
     let tc = TestCluster::new("viacluster", VirtualActorsConfig::default());
     let store: Arc<dyn StateStore> = Arc::new(MemoryStore::new());
@@ -850,7 +848,7 @@ async fn the_cluster_hands_out_refs_of_its_one_runtime() {
     assert_eq!((epoch, count), (1, 5), "one activation behind both refs");
     assert!(matches!(
         VirtualActors::builder(&a.cluster, &a.system).start_in_memory(&GrainNetwork::new()),
-        Err(StartError::AlreadyStarted)
+        Err(VirtualActorsStartError::AlreadyStarted)
     ));
 
     let bare = rally::cluster::Cluster::join_with(

@@ -14,7 +14,7 @@ use std::future::Future;
 use std::task::{Context, Poll, Waker};
 use std::time::{Duration, Instant};
 
-use rally_cluster::sim::Simulation;
+use rally_cluster::sim::MembershipSimulation;
 use rally_cluster::virtual_actors::{Hashed, Holder, Ownership, Route};
 use rally_cluster::{ClusterConfig, MemberEvent, MemberId};
 use rally_state::{Claim, MemoryStore, StateStore};
@@ -99,7 +99,7 @@ impl Model {
 
     /// Feeds the members' new events to their views; a member that sees itself down stops
     /// hosting: its activations end within the deactivation timeout.
-    fn observe(&mut self, sim: &Simulation, rng: &mut impl Rng) {
+    fn observe(&mut self, sim: &MembershipSimulation, rng: &mut impl Rng) {
         for e in &sim.log()[self.seen..] {
             let at = self.at(e.at);
             if let Some(view) = self.views.get_mut(&e.observer) {
@@ -125,7 +125,7 @@ impl Model {
     /// hop at most, if the next member is reachable).
     fn deliver(
         &mut self,
-        sim: &Simulation,
+        sim: &MembershipSimulation,
         member: &MemberId,
         identity: &str,
         reachable: &dyn Fn(&MemberId, &MemberId) -> bool,
@@ -159,7 +159,7 @@ impl Model {
         }
     }
 
-    fn activate(&mut self, sim: &Simulation, member: &MemberId, identity: &str) {
+    fn activate(&mut self, sim: &MembershipSimulation, member: &MemberId, identity: &str) {
         if self.cut_from_store.contains(member) {
             return;
         }
@@ -203,7 +203,7 @@ impl Model {
 
     /// After a view change, an activation whose identity is placed elsewhere ends and is
     /// released (if the member still reaches the store).
-    fn moves(&mut self, sim: &Simulation) {
+    fn moves(&mut self, sim: &MembershipSimulation) {
         let now = sim.elapsed();
         for (member, active) in &mut self.active {
             let view = &self.views[member];
@@ -238,11 +238,12 @@ fn a_partition_with_traffic_from_both_sides_never_has_two_activations_of_one_ide
     let mut takeovers = 0;
     for seed in 0..SEEDS {
         let mut rng = rand::rngs::StdRng::seed_from_u64(seed ^ 0x5eed);
-        let mut sim = Simulation::new(seed);
+        let mut sim = MembershipSimulation::new(seed);
         sim.set_latency(Duration::from_micros(200), Duration::from_millis(40));
         let members = sim.add_members(5, &config);
         assert!(
-            sim.run_until(Duration::from_secs(60), Simulation::converged),
+            sim.run_until(Duration::from_secs(60), MembershipSimulation::converged)
+                .is_ok(),
             "seed {seed}"
         );
         let mut model = Model::new(&members, &config);

@@ -32,7 +32,11 @@ async fn member(port: u16, seed: u16, hosts: bool, db: &std::path::Path) -> Memb
     let system = ActorSystem::new("vtcp");
     let node = RemoteNode::start(
         &system,
-        RemoteConfig::new("127.0.0.1", port).with_secret(b"virtual tcp secret".to_vec()),
+        RemoteConfig::builder()
+            .listen("127.0.0.1", port)
+            .secret(b"virtual tcp secret".to_vec())
+            .build()
+            .unwrap(),
     )
     .await
     .expect("node starts");

@@ -8,7 +8,7 @@
 
 use std::fmt::Write as _;
 use std::net::SocketAddr;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 
 use std::convert::Infallible;
@@ -26,6 +26,7 @@ use tokio::net::TcpListener;
 
 use crate::PeriodReport;
 use crate::report::periodic;
+use rally_actor::sync::Mutex;
 
 /// Renders a snapshot (cumulative counters) and a period report (rates, utilization, verdicts)
 /// as Prometheus text.
@@ -271,10 +272,7 @@ impl Endpoint {
 
     /// The latest period report.
     pub fn latest(&self) -> PeriodReport {
-        self.latest
-            .lock()
-            .expect("the report lock is never poisoned: only an assignment runs under it")
-            .clone()
+        self.latest.lock().clone()
     }
 }
 
@@ -361,11 +359,7 @@ pub async fn serve(
 }
 
 fn answer(system: &ActorSystem, cell: &Mutex<PeriodReport>, path: &str) -> Response<Full<Bytes>> {
-    let report = || {
-        cell.lock()
-            .expect("the report lock is never poisoned: only an assignment runs under it")
-            .clone()
-    };
+    let report = || cell.lock().clone();
     let (status, kind, body) = match path {
         "/metrics" => (
             StatusCode::OK,

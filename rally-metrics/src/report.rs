@@ -1,11 +1,12 @@
 //! Figures per period, and the diagnosis.
 
 use std::collections::{BTreeMap, HashMap};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 
 use rally_actor::ActorSystem;
 use rally_actor::monitor::{ActorSnapshot, DispatcherSnapshot, Figure, FigureKind, Snapshot};
+use rally_actor::sync::Mutex;
 use serde::{Deserialize, Serialize};
 
 /// Utilization at or above this, with a growing queue, is a saturated actor (the chapter's
@@ -250,10 +251,7 @@ pub(crate) fn periodic(
         while !system.is_shutting_down() {
             ticks.tick().await;
             let report = recorder.period();
-            *cell
-                .lock()
-                .expect("the report lock is never poisoned: only this assignment runs under it") =
-                report;
+            *cell.lock() = report;
         }
     })
 }

@@ -2,7 +2,7 @@
 //! loopback TCP: the virtual actors' figures (active, activations, deactivations) and the
 //! membership's (members by status, packets and bytes) are there and move with the traffic.
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use rally::cluster::virtual_actors::{
     Activation, GrainMessages, VirtualActor, VirtualActors, VirtualActorsConfig,
@@ -10,6 +10,7 @@ use rally::cluster::virtual_actors::{
 use rally::cluster::{Cluster, ClusterConfig, MemberStatus};
 use rally::remote::{RemoteConfig, RemoteMessage, RemoteNode};
 use rally::{Actor, ActorResult, ActorSystem, Context, Handler, Message};
+use rally_test::eventually;
 use serde::{Deserialize, Serialize};
 
 /// Bound on every wait: generous, since several builds share two cores.
@@ -57,7 +58,11 @@ async fn member(seed: Option<&str>, idle: Option<Duration>) -> Member {
     let system = ActorSystem::new("scrape");
     let node = RemoteNode::start(
         &system,
-        RemoteConfig::new("127.0.0.1", 0).with_secret(b"scrape secret".to_vec()),
+        RemoteConfig::builder()
+            .listen("127.0.0.1", 0)
+            .secret(b"scrape secret".to_vec())
+            .build()
+            .unwrap(),
     )
     .await
     .expect("node starts");
@@ -112,19 +117,12 @@ fn sample(text: &str, name: &str, labels: &str) -> Option<f64> {
 
 /// Scrapes `/metrics` until `done` holds for the text (bounded by `T`); returns that text.
 async fn scrape_until(addr: std::net::SocketAddr, done: impl Fn(&str) -> bool) -> String {
-    let deadline = Instant::now() + T;
-    loop {
+    eventually("the scrape shows it", T, async || {
         let (status, text) = get(addr, "/metrics").await;
         assert_eq!(status, 200);
-        if done(&text) {
-            return text;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "never came true; last scrape:\n{text}"
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+        if done(&text) { Ok(text) } else { Err(text) }
+    })
+    .await
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -167,18 +165,16 @@ async fn grain_and_membership_figures_are_scraped_and_move_with_the_traffic() {
         sample(text, "rally_cluster_members", &up) == Some(2.0)
     })
     .await;
-    let deadline = Instant::now() + T;
-    while !client
-        .cluster
-        .members()
-        .iter()
-        .filter(|m| m.status == MemberStatus::Up)
-        .count()
-        .eq(&2)
-    {
-        assert!(Instant::now() < deadline, "the client never saw both up");
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
+    eventually("the client sees both up", T, async || {
+        let members = client.cluster.members();
+        let up = members.iter().filter(|m| m.status == MemberStatus::Up);
+        if up.count() == 2 {
+            Ok(())
+        } else {
+            Err(members)
+        }
+    })
+    .await;
 
     // Ten identities activated from the client-only member, all on the host.
     for i in 0..10 {

@@ -3,6 +3,7 @@
 use std::time::Duration;
 
 use rally_actor::{Actor, ActorResult, ActorSystem, Context, Handler, Message, Props};
+use rally_test::eventually;
 
 struct Echo;
 impl Actor for Echo {}
@@ -64,14 +65,22 @@ async fn metrics_are_scraped_over_http() {
         "{metrics}"
     );
     assert!(metrics.contains("# TYPE rally_dispatcher_threads gauge"));
-    tokio::time::sleep(Duration::from_millis(60)).await;
-    let (status, kind, report) = get(endpoint.local_addr(), "/report").await;
-    assert_eq!((status, kind.as_str()), (200, "application/json"));
-    let report: rally_metrics::PeriodReport = serde_json::from_str(&report).unwrap();
-    assert!(
-        report.actors.iter().any(|a| a.path == "/user/echo"),
-        "{report:?}"
-    );
+    // The first period report comes after one period (20 ms): ask until it names the actor.
+    eventually(
+        "a period report with the actor",
+        Duration::from_secs(10),
+        async || {
+            let (status, kind, report) = get(endpoint.local_addr(), "/report").await;
+            assert_eq!((status, kind.as_str()), (200, "application/json"));
+            let report: rally_metrics::PeriodReport = serde_json::from_str(&report).unwrap();
+            if report.actors.iter().any(|a| a.path == "/user/echo") {
+                Ok(())
+            } else {
+                Err(report)
+            }
+        },
+    )
+    .await;
     assert_eq!(get(endpoint.local_addr(), "/nope").await.0, 404);
     system.shutdown().await.unwrap();
 }

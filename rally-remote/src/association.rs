@@ -5,7 +5,7 @@
 
 use std::collections::HashMap;
 use std::hash::{Hash, Hasher};
-use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use rally_actor::{ReplyError, Terminated, TerminationReason, TerminationSink};
@@ -19,11 +19,7 @@ use crate::events::{DownReason, PeerEvent};
 
 use crate::outbound::OutboundLane;
 use crate::registry::PendingReply;
-
-/// Locks a mutex whose holders run no user code and leave it consistent: poison is ignored.
-pub(crate) fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
-    mutex.lock().unwrap_or_else(PoisonError::into_inner)
-}
+use rally_actor::sync::Mutex;
 
 /// The peer's lives and whether it can be reached at all.
 struct PeerState {
@@ -205,12 +201,12 @@ impl Association {
 
     /// The current generation (what a ref resolved now belongs to).
     pub(crate) fn generation(&self) -> u64 {
-        lock(&self.peer).liveness.generation()
+        self.peer.lock().liveness.generation()
     }
 
     /// Why sends to this peer fail at once, if they do.
     pub(crate) fn refused(&self) -> Option<String> {
-        lock(&self.peer).refused.clone()
+        self.peer.lock().refused.clone()
     }
 
     /// Like [`refused`](Self::refused), checking a flag first (the send path).
@@ -227,7 +223,7 @@ impl Association {
     /// caller logs it once); every request waiting fails with the reason.
     pub(crate) fn refuse(&self, reason: String) -> bool {
         let first = {
-            let mut peer = lock(&self.peer);
+            let mut peer = self.peer.lock();
             let first = peer.refused.is_none();
             peer.refused = Some(reason.clone());
             self.refused_flag
@@ -248,12 +244,12 @@ impl Association {
 
     /// Whether `incarnation` is refused here (declared down earlier).
     pub(crate) fn is_quarantined(&self, incarnation: Incarnation) -> bool {
-        lock(&self.peer).liveness.is_quarantined(incarnation)
+        self.peer.lock().liveness.is_quarantined(incarnation)
     }
 
     /// Whether traffic from `incarnation` belongs to the current generation.
     pub(crate) fn admits(&self, incarnation: Incarnation) -> bool {
-        lock(&self.peer).liveness.admits(incarnation)
+        self.peer.lock().liveness.admits(incarnation)
     }
 
     /// A handshake showed the peer's incarnation. Returns what it means, and the generation
@@ -264,7 +260,7 @@ impl Association {
         id_for: impl Fn(&str) -> (rally_actor::ActorId, Arc<str>),
     ) -> (Observed, u64, Option<Ended>) {
         let (observed, generation) = {
-            let mut peer = lock(&self.peer);
+            let mut peer = self.peer.lock();
             let previous = peer.liveness.incarnation();
             let observed = peer.liveness.observe(incarnation, crate::now());
             if observed != Observed::Quarantined {
@@ -299,14 +295,14 @@ impl Association {
 
     /// A heartbeat from `incarnation` arrived.
     pub(crate) fn heartbeat(&self, incarnation: Incarnation, now: Instant) {
-        lock(&self.peer).liveness.heartbeat(incarnation, now);
+        self.peer.lock().liveness.heartbeat(incarnation, now);
     }
 
     /// Asks the failure detector about the peer at `now`, publishing `Unreachable` when it
     /// starts to suspect the peer and `Reachable` when it stops. Returns how long the peer has
     /// been suspected, if it is.
     pub(crate) fn check_reachability(&self, now: Instant) -> Option<Duration> {
-        let mut peer = lock(&self.peer);
+        let mut peer = self.peer.lock();
         let suspect = peer.liveness.suspect(now);
         let incarnation = peer.liveness.incarnation();
         match (suspect, peer.unreachable_since, incarnation) {
@@ -334,7 +330,7 @@ impl Association {
         id_for: impl Fn(&str) -> (rally_actor::ActorId, Arc<str>),
     ) -> Option<Ended> {
         let generation = {
-            let mut peer = lock(&self.peer);
+            let mut peer = self.peer.lock();
             let incarnation = peer.liveness.incarnation()?;
             if !peer.liveness.declare_down() {
                 return None;
@@ -366,7 +362,7 @@ impl Association {
             .fetch_max(generation, std::sync::atomic::Ordering::Release);
         self.fail_requests(&format!("node {} is down: {reason}", self.remote));
         let watches: Vec<(String, Vec<Arc<dyn TerminationSink>>)> =
-            lock(&self.watches).drain().collect();
+            self.watches.lock().drain().collect();
         for (name, watchers) in watches {
             let (id, path) = id_for(&name);
             for watcher in watchers {
@@ -377,14 +373,14 @@ impl Association {
                 ));
             }
         }
-        lock(&self.remote_watchers).clear();
+        self.remote_watchers.lock().clear();
         Ended { dropped }
     }
 
     fn fail_requests(&self, reason: &str) {
         let handed: Vec<u64> = self.lanes.iter().map(|lane| lane.handed()).collect();
         let failed = {
-            let mut requests = lock(&self.requests);
+            let mut requests = self.requests.lock();
             let failed = requests.fail_all(|lane| handed.get(lane).copied().unwrap_or(0));
             self.show_awaited(&requests);
             failed
@@ -417,7 +413,7 @@ impl Association {
         generation: u64,
     ) {
         let early = {
-            let mut requests = lock(&self.requests);
+            let mut requests = self.requests.lock();
             let early = requests.register(id, pending, lane, sequence);
             self.show_awaited_on(&requests, lane);
             early
@@ -435,7 +431,7 @@ impl Association {
         };
         let handed = self.lanes.get(lane).map_or(0, |lane| lane.handed());
         let cancelled = {
-            let mut requests = lock(&self.requests);
+            let mut requests = self.requests.lock();
             let cancelled = requests.cancel(id);
             self.show_awaited_on(&requests, lane);
             cancelled
@@ -455,7 +451,7 @@ impl Association {
     pub(crate) fn complete(&self, id: u64, status: ReplyStatus, payload: &[u8]) {
         let issued = self.next_request.load(std::sync::atomic::Ordering::Relaxed);
         let waiting = {
-            let mut requests = lock(&self.requests);
+            let mut requests = self.requests.lock();
             requests.issued(issued);
             let waiting = requests.complete(id, status, payload);
             if let Some((_, lane)) = &waiting {
@@ -471,7 +467,7 @@ impl Association {
 
     /// Frees the slots of asks that gave up. Returns how many.
     pub(crate) fn sweep_requests(&self) -> usize {
-        let mut requests = lock(&self.requests);
+        let mut requests = self.requests.lock();
         let swept = requests.sweep();
         self.show_awaited(&requests);
         swept
@@ -494,7 +490,7 @@ impl Association {
 
     /// Registers a local watcher of the remote actor `name`.
     pub(crate) fn add_watch(&self, name: &str, watcher: Arc<dyn TerminationSink>) {
-        let mut watches = lock(&self.watches);
+        let mut watches = self.watches.lock();
         let list = watches.entry(name.to_owned()).or_default();
         if !list.iter().any(|w| w.watcher() == watcher.watcher()) {
             list.push(watcher);
@@ -502,7 +498,7 @@ impl Association {
     }
 
     pub(crate) fn remove_watch(&self, name: &str, watcher: rally_actor::ActorId) {
-        if let Some(list) = lock(&self.watches).get_mut(name) {
+        if let Some(list) = self.watches.lock().get_mut(name) {
             list.retain(|w| w.watcher() != watcher);
         }
     }
@@ -513,7 +509,7 @@ impl Association {
         name: &str,
         id_for: impl Fn(&str) -> (rally_actor::ActorId, Arc<str>),
     ) {
-        let watchers = lock(&self.watches).remove(name);
+        let watchers = self.watches.lock().remove(name);
         if let Some(watchers) = watchers {
             let (id, path) = id_for(name);
             for watcher in watchers {
@@ -529,7 +525,7 @@ impl Association {
 
     /// Requests waiting for replies (after freeing those whose asker gave up).
     pub(crate) fn pending_requests(&self) -> usize {
-        let mut requests = lock(&self.requests);
+        let mut requests = self.requests.lock();
         requests.sweep();
         self.show_awaited(&requests);
         requests.waiting()

@@ -3,7 +3,9 @@
 //! with [`RemoteNode::register_kind`](crate::RemoteNode::register_kind) on request.
 
 use std::collections::HashMap;
-use std::sync::{Arc, RwLock, Weak};
+use std::sync::{Arc, Weak};
+
+use rally_actor::sync::RwLock;
 
 use rally_actor::{Actor, ActorResult, AskError, Context, Handler, Message};
 use serde::{Deserialize, Serialize};

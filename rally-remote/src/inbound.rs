@@ -1,24 +1,29 @@
 //! Inbound connections: handshake, then decode frames from large reads (with `rally-wire`'s
 //! sans-I/O [`InboundDecoder`]) and deliver straight into mailboxes.
+//!
+//! The handshake asks the whole node (quarantine, associations, logging); the read loop after
+//! it reaches the node only through [`ReadContext`], the few things reading needs, so it can
+//! be driven in a test without a node.
 
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::Instant;
 
 use bytes::{Buf, BytesMut};
+use rally_actor::ActorId;
 use rally_wire::{
-    InboundDecoder, InboundFrame, Incarnation, Observed, PeerInfo, ReplyStatus, ServerHandshake,
-    SystemMessage,
+    InboundDecoder, InboundFrame, Incarnation, NodeAddress, Observed, PeerInfo, ReplyStatus,
+    ServerHandshake, SystemMessage,
 };
 use tokio::io::AsyncReadExt;
 use tokio::sync::OwnedSemaphorePermit;
 
-use crate::association::{Association, lock};
+use crate::association::Association;
 use crate::connection;
 use crate::events::DownReason;
-use crate::node::NodeInner;
+use crate::node::{Counters, NodeInner};
 use crate::outbound::{ReadHold, ReplyRoute};
-use crate::registry::{Exposed, InboundError};
+use crate::registry::{DeliverError, Exposed};
 use crate::transport::{BoxStream, Incoming};
 
 /// Frames of one read delivered under one hold: a large read is handed to its actors in
@@ -28,6 +33,25 @@ use crate::transport::{BoxStream, Incoming};
 const SLICE_FRAMES: usize = 256;
 /// Bytes to have free before each read: reads are large so one syscall brings many frames.
 const READ_CHUNK: usize = 64 * 1024;
+
+/// What the read side of a connection needs from its node, and nothing more.
+pub(crate) trait ReadContext: Send + Sync + 'static {
+    /// Where arrivals and drops are counted.
+    fn counters(&self) -> &Counters;
+    /// The version of the exposed names: it changes on every expose and unexpose.
+    fn exposed_version(&self) -> u64;
+    /// The actor exposed as `name`.
+    fn exposed(&self, name: &str) -> Option<Arc<dyn Exposed>>;
+    /// A fresh id, for a watch on behalf of an actor on the peer.
+    fn next_id(&self) -> ActorId;
+    /// A stable id and path for the remote actor `name` on `node`.
+    fn remote_identity(&self, node: &NodeAddress, name: &str) -> (ActorId, Arc<str>);
+    /// The peer sent its leave notice on this association.
+    fn peer_left(self: &Arc<Self>, association: &Arc<Association>);
+    /// The peer `node` did not deliver a message this node sent to `recipient` there (its
+    /// manifest `manifest`): nobody is exposed under that name.
+    fn undelivered(&self, node: &NodeAddress, recipient: &str, manifest: &str);
+}
 
 /// Why an inbound connection was closed.
 #[derive(Debug, thiserror::Error)]
@@ -124,8 +148,8 @@ pub(crate) async fn serve(
 /// resolved under: a later expose or unexpose makes it resolve again.
 type CachedTarget = Option<(u64, Option<Arc<dyn Exposed>>)>;
 
-struct Connection {
-    node: Arc<NodeInner>,
+struct Connection<C> {
+    node: Arc<C>,
     association: Arc<Association>,
     decoder: InboundDecoder,
     incarnation: Incarnation,
@@ -137,7 +161,7 @@ struct Connection {
     peer: PeerInfo,
 }
 
-impl Connection {
+impl<C: ReadContext> Connection<C> {
     async fn run(
         &mut self,
         stream: &mut BoxStream,
@@ -215,7 +239,7 @@ impl Connection {
                 return Ok(());
             }
             now = crate::now();
-            let counters = &self.node.counters;
+            let counters = self.node.counters();
             counters.reads.fetch_add(1, Ordering::Relaxed);
             counters.bytes_in.fetch_add(read as u64, Ordering::Relaxed);
         }
@@ -223,7 +247,7 @@ impl Connection {
 
     #[allow(clippy::too_many_arguments)]
     fn on_frame(
-        node: &Arc<NodeInner>,
+        node: &Arc<C>,
         association: &Arc<Association>,
         targets: &mut Vec<CachedTarget>,
         incarnation: Incarnation,
@@ -233,7 +257,7 @@ impl Connection {
         frame: InboundFrame<'_>,
         now: Instant,
     ) -> Result<(), InboundFailure> {
-        let counters = &node.counters;
+        let counters = node.counters();
         counters.frames_in.fetch_add(1, Ordering::Relaxed);
         match frame {
             InboundFrame::Message {
@@ -250,7 +274,7 @@ impl Connection {
                         request_id,
                     )
                 });
-                let Some(target) = resolve(node, targets, recipient_id, recipient) else {
+                let Some(target) = resolve(&**node, targets, recipient_id, recipient) else {
                     // Nobody is exposed under that name: the sender hears it at once, as a
                     // dead letter (and an asker as the reply's error), not at a timeout.
                     counters.unknown_recipient.fetch_add(1, Ordering::Relaxed);
@@ -275,15 +299,15 @@ impl Connection {
                 // connection lives on (it is the sender's bug, not a protocol violation).
                 if let Err(error) = target.deliver(manifest, payload, route, origin) {
                     let status = match &error {
-                        InboundError::UnknownManifest(_) => {
+                        DeliverError::UnknownManifest(_) => {
                             counters.unknown_manifest.fetch_add(1, Ordering::Relaxed);
                             ReplyStatus::UnknownManifest
                         }
-                        InboundError::Decode { .. } => {
+                        DeliverError::Decode { .. } => {
                             counters.decode_failed.fetch_add(1, Ordering::Relaxed);
                             ReplyStatus::DecodeFailed
                         }
-                        InboundError::Undelivered(_) => {
+                        DeliverError::Undelivered(_) => {
                             counters.undelivered.fetch_add(1, Ordering::Relaxed);
                             ReplyStatus::RecipientGone
                         }
@@ -301,7 +325,7 @@ impl Connection {
                 payload,
             } => association.complete(request_id, status, payload),
             InboundFrame::Heartbeat(_) => association.heartbeat(incarnation, now),
-            InboundFrame::System(msg) => on_system(node, association, generation, peer, msg),
+            InboundFrame::System(msg) => on_system(&**node, association, generation, peer, msg),
             InboundFrame::Leave => node.peer_left(association),
         }
         Ok(())
@@ -312,7 +336,7 @@ impl Connection {
 /// the node's exposed names changed since the last time (a name exposed late is found, a name
 /// reused reaches its new actor).
 fn resolve<'t>(
-    node: &NodeInner,
+    node: &impl ReadContext,
     targets: &'t mut Vec<CachedTarget>,
     recipient_id: u32,
     name: &str,
@@ -330,7 +354,7 @@ fn resolve<'t>(
 }
 
 fn on_system(
-    node: &Arc<NodeInner>,
+    node: &impl ReadContext,
     association: &Arc<Association>,
     generation: u64,
     peer: &PeerInfo,
@@ -344,8 +368,11 @@ fn on_system(
                     control.push_system(generation, &SystemMessage::Terminated { actor: watchee });
                 return;
             };
-            let id = node.system.next_id();
-            lock(&association.remote_watchers).insert((watchee.clone(), watcher), id);
+            let id = node.next_id();
+            association
+                .remote_watchers
+                .lock()
+                .insert((watchee.clone(), watcher), id);
             target.watch(Arc::new(RemoteWatcher {
                 id,
                 watchee,
@@ -354,7 +381,10 @@ fn on_system(
             }));
         }
         SystemMessage::Unwatch { watchee, watcher } => {
-            let removed = lock(&association.remote_watchers).remove(&(watchee.clone(), watcher));
+            let removed = association
+                .remote_watchers
+                .lock()
+                .remove(&(watchee.clone(), watcher));
             if let (Some(id), Some(target)) = (removed, node.exposed(&watchee)) {
                 target.unwatch(id);
             }
@@ -396,5 +426,116 @@ impl rally_actor::TerminationSink for RemoteWatcher {
                 actor: self.watchee.clone(),
             },
         );
+    }
+}
+
+#[cfg(all(test, not(loom)))]
+mod tests {
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use std::time::Duration;
+
+    use bytes::BytesMut;
+    use rally_actor::ActorId;
+    use rally_wire::{
+        FrameKind, InboundDecoder, Incarnation, Lane, MessageHeader, NodeAddress, PeerInfo,
+        PhiAccrualConfig, UniqueAddress, begin_frame, encode_define_manifest,
+        encode_define_recipient, encode_leave, finish_frame, write_message_header,
+    };
+    use tokio::io::AsyncWriteExt;
+
+    use super::{Connection, ReadContext};
+    use crate::association::Association;
+    use crate::node::Counters;
+    use crate::registry::Exposed;
+    use crate::transport::BoxStream;
+
+    /// A node with nothing exposed that counts leave notices.
+    #[derive(Default)]
+    struct Bare {
+        counters: Counters,
+        left: AtomicUsize,
+    }
+
+    impl ReadContext for Bare {
+        fn counters(&self) -> &Counters {
+            &self.counters
+        }
+
+        fn exposed_version(&self) -> u64 {
+            0
+        }
+
+        fn exposed(&self, _name: &str) -> Option<Arc<dyn Exposed>> {
+            None
+        }
+
+        fn next_id(&self) -> ActorId {
+            unreachable!("the test sends no watch")
+        }
+
+        fn remote_identity(&self, _node: &NodeAddress, _name: &str) -> (ActorId, Arc<str>) {
+            unreachable!("the test ends no generation")
+        }
+
+        fn peer_left(self: &Arc<Self>, _association: &Arc<Association>) {
+            self.left.fetch_add(1, Ordering::Relaxed);
+        }
+
+        fn undelivered(&self, _node: &NodeAddress, _recipient: &str, _manifest: &str) {
+            unreachable!("the test's peer exposes nothing it could be told of")
+        }
+    }
+
+    #[tokio::test]
+    async fn a_message_to_no_one_is_counted_and_a_leave_notice_reaches_the_node() {
+        let peer = UniqueAddress {
+            address: "rally://peer@127.0.0.1:1".parse().unwrap(),
+            incarnation: Incarnation(7),
+        };
+        let association = Arc::new(Association::new(
+            peer.address.clone(),
+            1,
+            1 << 20,
+            1 << 20,
+            PhiAccrualConfig::default(),
+            tokio::sync::broadcast::channel(4).0,
+        ));
+        let (_, generation, _) = association.observe(peer.incarnation, |_| unreachable!());
+        let node = Arc::new(Bare::default());
+        let mut connection = Connection {
+            node: node.clone(),
+            association,
+            decoder: InboundDecoder::new(1 << 20, Duration::from_secs(5)),
+            incarnation: peer.incarnation,
+            generation,
+            targets: Vec::new(),
+            origin: Arc::new(peer.clone()),
+            peer: PeerInfo {
+                peer,
+                lane: Lane::Ordinary(0),
+                max_frame_len: 1 << 20,
+            },
+        };
+        let (mut sender, reader) = tokio::io::duplex(1 << 16);
+        let mut out = BytesMut::new();
+        encode_define_recipient(&mut out, 1, "nobody");
+        encode_define_manifest(&mut out, 1, "test.Nothing");
+        let mark = begin_frame(&mut out, FrameKind::Message);
+        let header = MessageHeader {
+            recipient: 1,
+            manifest: 1,
+            request_id: 0,
+        };
+        write_message_header(&mut out, &header);
+        finish_frame(&mut out, mark, 1 << 20).unwrap();
+        encode_leave(&mut out);
+        sender.write_all(&out).await.unwrap();
+        drop(sender);
+        let mut stream: BoxStream = Box::pin(reader);
+        connection.run(&mut stream, BytesMut::new()).await.unwrap();
+        assert_eq!(node.counters.unknown_recipient.load(Ordering::Relaxed), 1);
+        assert_eq!(node.counters.frames_in.load(Ordering::Relaxed), 2);
+        assert_eq!(node.left.load(Ordering::Relaxed), 1);
     }
 }

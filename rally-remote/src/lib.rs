@@ -42,12 +42,12 @@ pub(crate) fn now() -> std::time::Instant {
 }
 pub mod transport;
 
-pub use config::RemoteConfig;
+pub use config::{RemoteConfig, RemoteConfigBuilder, RemoteConfigError};
 pub use connection::ConnectError;
 pub use deploy::{RemoteSpawnError, SPAWNER};
 pub use events::{DownReason, PeerEvent, RemoteContext};
-pub use node::{ExposeError, RemoteNode, StartError};
+pub use node::{ExposeError, NodeStartError, RemoteNode};
 pub use outbound::PushError;
 pub use rally_wire::{Incarnation, NodeAddress, UniqueAddress};
-pub use registry::{InboundError, MessageTable, RemoteActor, RemoteMessage};
+pub use registry::{DeliverError, MessageTable, RemoteActor, RemoteMessage};
 pub use stats::RemoteStats;

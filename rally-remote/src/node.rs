@@ -1,68 +1,35 @@
-//! A node: this actor system made reachable from others.
+//! A node: this actor system made reachable from others. The public [`RemoteNode`] and the
+//! state its tasks share are here; the tasks are beside it: `accept` (the listener), `lanes`
+//! (one per outbound lane: connect, write, reconnect) and `heartbeats`.
+
+mod accept;
+mod error;
+mod heartbeats;
+mod lanes;
 
 use std::any::{Any, TypeId};
 use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, RwLock, Weak};
+use std::sync::{Arc, Weak};
 use std::time::Duration;
 
 use rally_actor::{ActorId, ActorRef, ActorSystem, DeadLetterReason};
 use rally_wire::{HandshakeConfig, Incarnation, NodeAddress, Observed, UniqueAddress};
 use tokio::sync::{Semaphore, broadcast, watch};
 
-use crate::association::{Association, Ended, lock};
+use crate::association::{Association, Ended};
 use crate::config::LEAVE_FLUSH_WAIT;
 use crate::connection;
 use crate::deploy::{KindFactory, Kinds, RemoteSpawnError, SPAWNER, SpawnRequest, Spawner};
 use crate::events::{DownReason, PEER_EVENTS_CAPACITY, PeerEvent};
-use crate::inbound;
-use crate::outbound::backoff;
 use crate::registry::{Exposed, ExposedActor, MessageTable, RemoteActor};
 use crate::remote_ref::RemoteRef;
 #[cfg(not(loom))]
 use crate::transport::TcpTransport;
 use crate::transport::Transport;
 use crate::{RemoteConfig, RemoteStats};
-
-/// Why a node could not start.
-#[derive(Debug, thiserror::Error)]
-#[non_exhaustive]
-pub enum StartError {
-    /// Binding the listener failed.
-    #[error("cannot listen on {address}: {source}")]
-    Bind {
-        /// `host:port` asked for.
-        address: String,
-        /// The I/O error.
-        source: std::io::Error,
-    },
-    /// The actor system refused the node's own actors (it is shutting down).
-    #[error("the actor system refused the node's actors: {0}")]
-    System(rally_actor::SpawnError),
-    /// The secret is empty: every peer that reaches the port would be trusted. Set one with
-    /// `RemoteConfig::with_secret`, or, for a test, `RemoteConfig::insecure_without_secret`.
-    #[error(
-        "the remoting secret is empty; set one with RemoteConfig::with_secret (or insecure_without_secret for a test)"
-    )]
-    EmptySecret,
-    /// A setting is out of range.
-    #[error("invalid remoting setting {key}: {reason}")]
-    Config {
-        /// The setting.
-        key: &'static str,
-        /// What is wrong with it.
-        reason: String,
-    },
-}
-
-/// Why an actor could not be exposed.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[non_exhaustive]
-pub enum ExposeError {
-    /// Another actor is exposed under this name.
-    #[error("an actor is already exposed as {0:?}")]
-    NameTaken(String),
-}
+pub use error::{ExposeError, NodeStartError};
+use rally_actor::sync::{Mutex, RwLock};
 
 /// This actor system, reachable from other nodes.
 ///
@@ -90,7 +57,7 @@ pub enum ExposeError {
 /// }
 ///
 /// # #[tokio::main] async fn main() {
-/// let config = || RemoteConfig::new("127.0.0.1", 0).with_secret(b"cluster secret".to_vec());
+/// let config = || RemoteConfig::builder().listen("127.0.0.1", 0).secret(b"cluster secret".to_vec()).build().unwrap();
 /// let system_b = ActorSystem::new("b");
 /// let node_b = RemoteNode::start(&system_b, config()).await.unwrap();
 /// node_b.expose("greeter", &system_b.spawn(Greeter).unwrap()).unwrap();
@@ -180,10 +147,15 @@ impl RemoteNode {
     ///
     /// # Errors
     ///
-    /// [`StartError::EmptySecret`] without a secret (unless allowed),
-    /// [`StartError::Config`] for a setting out of range ([`RemoteConfig::validate`]),
-    /// [`StartError::Bind`] if the address cannot be bound.
-    pub async fn start(system: &ActorSystem, config: RemoteConfig) -> Result<Self, StartError> {
+    /// [`NodeStartError::Config`] without a secret (unless allowed) or for a setting out of
+    /// range ([`RemoteConfig::validate`]),
+    /// [`NodeStartError::Bind`] if the address cannot be bound.
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel-safe: dropped before it returns, nothing is left running (the listener, if
+    /// bound, is closed with the future).
+    pub async fn start(system: &ActorSystem, config: RemoteConfig) -> Result<Self, NodeStartError> {
         Self::start_with(system, config, Arc::new(TcpTransport)).await
     }
 
@@ -192,29 +164,33 @@ impl RemoteNode {
     ///
     /// # Errors
     ///
-    /// [`StartError::EmptySecret`] without a secret (unless allowed),
-    /// [`StartError::Config`] for a setting out of range ([`RemoteConfig::validate`]),
-    /// [`StartError::Bind`] if the address cannot be bound.
+    /// [`NodeStartError::Config`] without a secret (unless allowed) or for a setting out of
+    /// range ([`RemoteConfig::validate`]),
+    /// [`NodeStartError::Bind`] if the address cannot be bound.
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel-safe: dropped before it returns, nothing is left running (the listener, if
+    /// bound, is closed with the future).
     pub async fn start_with(
         system: &ActorSystem,
         config: RemoteConfig,
         transport: Arc<dyn Transport>,
-    ) -> Result<Self, StartError> {
-        if config.secret.is_empty() && !config.allow_empty_secret {
-            return Err(StartError::EmptySecret);
-        }
+    ) -> Result<Self, NodeStartError> {
         config.validate()?;
-        let mut listener = transport
+        let listener = transport
             .bind(&config.host, config.port)
             .await
-            .map_err(|source| StartError::Bind {
+            .map_err(|source| NodeStartError::Bind {
                 address: format!("{}:{}", config.host, config.port),
                 source,
             })?;
-        let (host, port) = listener.local_addr().map_err(|source| StartError::Bind {
-            address: format!("{}:{}", config.host, config.port),
-            source,
-        })?;
+        let (host, port) = listener
+            .local_addr()
+            .map_err(|source| NodeStartError::Bind {
+                address: format!("{}:{}", config.host, config.port),
+                source,
+            })?;
         let local = UniqueAddress {
             address: NodeAddress {
                 system: system.name().to_owned(),
@@ -244,43 +220,16 @@ impl RemoteNode {
             events: broadcast::channel(PEER_EVENTS_CAPACITY).0,
         });
         tracing::info!(address = %inner.local.address, "remote node listening");
-        let weak = Arc::downgrade(&inner);
-        let mut stop = inner.shutdown.clone();
-        tokio::spawn(async move {
-            loop {
-                let accepted = tokio::select! {
-                    accepted = listener.accept() => accepted,
-                    _ = stop.changed() => return,
-                };
-                let Some(node) = weak.upgrade() else { return };
-                match accepted {
-                    Ok((stream, peer)) => match node.unauthenticated.clone().try_acquire_owned() {
-                        Ok(permit) => {
-                            tokio::spawn(inbound::serve(node, stream, peer, permit));
-                        }
-                        Err(_) => {
-                            // Too many connections are still in their handshake: refuse this
-                            // one at once, so memory before authentication stays bounded.
-                            node.counters
-                                .connections_refused
-                                .fetch_add(1, Ordering::Relaxed);
-                            tracing::debug!(%peer, "too many unauthenticated connections; refused");
-                            drop(stream);
-                        }
-                    },
-                    Err(error) => {
-                        tracing::warn!(%error, "accept failed");
-                        tokio::time::sleep(Duration::from_millis(50)).await;
-                    }
-                }
-            }
-        });
-        tokio::spawn(heartbeats(Arc::downgrade(&inner), inner.shutdown.clone()));
+        accept::spawn(listener, &inner);
+        tokio::spawn(heartbeats::run(
+            Arc::downgrade(&inner),
+            inner.shutdown.clone(),
+        ));
         let spawner = system
             .spawn(Spawner {
                 node: Arc::downgrade(&inner),
             })
-            .map_err(StartError::System)?;
+            .map_err(NodeStartError::System)?;
         inner
             .expose(SPAWNER, &spawner)
             .expect("the spawner's name is reserved");
@@ -310,7 +259,7 @@ impl RemoteNode {
     ///
     /// # #[tokio::main] async fn main() {
     /// let system = ActorSystem::new("shop");
-    /// let config = RemoteConfig::new("127.0.0.1", 0).with_secret(b"cluster secret".to_vec());
+    /// let config = RemoteConfig::builder().listen("127.0.0.1", 0).secret(b"cluster secret".to_vec()).build().unwrap();
     /// let node = RemoteNode::start(&system, config).await.unwrap();
     /// assert_eq!(node.system().name(), "shop");
     /// # }
@@ -352,7 +301,7 @@ impl RemoteNode {
     /// }
     ///
     /// # #[tokio::main] async fn main() {
-    /// let config = || RemoteConfig::new("127.0.0.1", 0).with_secret(b"cluster secret".to_vec());
+    /// let config = || RemoteConfig::builder().listen("127.0.0.1", 0).secret(b"cluster secret".to_vec()).build().unwrap();
     /// let a = RemoteNode::start(&ActorSystem::new("a"), config()).await.unwrap();
     /// let b_system = ActorSystem::new("b");
     /// let b = RemoteNode::start(&b_system, config()).await.unwrap();
@@ -382,7 +331,7 @@ impl RemoteNode {
     /// use rally::remote::{RemoteConfig, RemoteNode};
     ///
     /// # #[tokio::main] async fn main() {
-    /// let config = RemoteConfig::new("127.0.0.1", 0).with_secret(b"cluster secret".to_vec());
+    /// let config = RemoteConfig::builder().listen("127.0.0.1", 0).secret(b"cluster secret".to_vec()).build().unwrap();
     /// let node = RemoteNode::start(&ActorSystem::new("a"), config).await.unwrap();
     /// let stranger = "rally://b@127.0.0.1:1".parse().unwrap();
     /// let peer = rally::remote::UniqueAddress { address: stranger, incarnation: rally::remote::Incarnation(7) };
@@ -427,11 +376,7 @@ impl RemoteNode {
                 e.to_string()
             })
         });
-        self.inner
-            .kinds
-            .write()
-            .expect("kinds lock is never poisoned")
-            .insert(kind.to_owned(), spawn);
+        self.inner.kinds.write().insert(kind.to_owned(), spawn);
     }
 
     /// Spawns an actor of a kind registered on `node`, exposed there as `name`, and returns a
@@ -441,6 +386,11 @@ impl RemoteNode {
     ///
     /// [`RemoteSpawnError::Refused`] (unknown kind, name in use) or
     /// [`RemoteSpawnError::Ask`] (unreachable, timed out).
+    ///
+    /// # Cancel safety
+    ///
+    /// Dropping the future abandons the answer, as for an `ask`: the actor may still be
+    /// spawned and exposed on `node`.
     pub async fn spawn_on<A: RemoteActor>(
         &self,
         node: &NodeAddress,
@@ -467,11 +417,7 @@ impl RemoteNode {
     /// On this node's own address it returns the local actor.
     pub fn lookup<A: RemoteActor>(&self, node: &NodeAddress, name: &str) -> ActorRef<A> {
         if *node == self.inner.local.address {
-            let exposed = self
-                .inner
-                .exposed
-                .read()
-                .expect("exposed lock is never poisoned");
+            let exposed = self.inner.exposed.read();
             if let Some(actor) = exposed
                 .get(name)
                 .and_then(|e| e.actor.downcast_ref::<ActorRef<A>>())
@@ -508,6 +454,12 @@ impl RemoteNode {
 
     /// Leaves gracefully: tells every peer, flushes what is queued (waiting at most `timeout`),
     /// then stops accepting and connecting.
+    ///
+    /// # Cancel safety
+    ///
+    /// The peers are told and the lanes closed at the first poll; dropping the future after
+    /// that skips the wait for the flush and leaves the node accepting and connecting (drop
+    /// the node, or call `leave` again, to stop it).
     pub async fn leave(&self, timeout: Duration) {
         let associations: Vec<Arc<Association>> =
             self.inner.lock_associations().values().cloned().collect();
@@ -536,10 +488,7 @@ impl NodeInner {
         actor: &ActorRef<A>,
     ) -> Result<(), ExposeError> {
         {
-            let mut exposed = self
-                .exposed
-                .write()
-                .unwrap_or_else(std::sync::PoisonError::into_inner);
+            let mut exposed = self.exposed.write();
             if exposed.contains_key(name) {
                 return Err(ExposeError::NameTaken(name.to_owned()));
             }
@@ -566,10 +515,7 @@ impl NodeInner {
 
     /// Removes `name` (only if it still names `actor`, when given).
     fn unexpose(&self, name: &str, actor: Option<ActorId>) -> bool {
-        let mut exposed = self
-            .exposed
-            .write()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let mut exposed = self.exposed.write();
         let matches = exposed
             .get(name)
             .is_some_and(|entry| actor.is_none_or(|id| entry.id == id));
@@ -586,19 +532,13 @@ impl NodeInner {
     }
 
     pub(crate) fn kind(&self, kind: &str) -> Option<KindFactory> {
-        self.kinds
-            .read()
-            .expect("kinds lock is never poisoned")
-            .get(kind)
-            .cloned()
+        self.kinds.read().get(kind).cloned()
     }
 
     fn lock_associations(
         &self,
     ) -> std::sync::MutexGuard<'_, HashMap<NodeAddress, Arc<Association>>> {
-        self.associations
-            .lock()
-            .expect("association lock is never poisoned: no user code runs under it")
+        self.associations.lock()
     }
 
     /// The association to `node`, created (with its lane writers) on first use.
@@ -617,7 +557,7 @@ impl NodeInner {
         ));
         associations.insert(node.clone(), association.clone());
         for index in 0..association.lanes.len() {
-            tokio::spawn(run_lane(Arc::downgrade(self), association.clone(), index));
+            tokio::spawn(lanes::run(Arc::downgrade(self), association.clone(), index));
         }
         association
     }
@@ -625,7 +565,7 @@ impl NodeInner {
     /// A stable id and path for the remote actor `name` on `node`.
     pub(crate) fn remote_identity(&self, node: &NodeAddress, name: &str) -> (ActorId, Arc<str>) {
         let path: Arc<str> = format!("{node}/{name}").into();
-        let mut ids = self.remote_ids.lock().expect("id lock is never poisoned");
+        let mut ids = self.remote_ids.lock();
         let id = *ids
             .entry(path.to_string())
             .or_insert_with(|| self.system.next_id());
@@ -635,7 +575,9 @@ impl NodeInner {
     /// A peer did not deliver a message this node sent to `recipient` there (nobody is exposed
     /// under that name): a dead letter here, under the message's manifest.
     pub(crate) fn undelivered(&self, peer: &NodeAddress, recipient: &str, manifest: &str) {
-        let message_type = lock(&self.sent_manifests)
+        let message_type = self
+            .sent_manifests
+            .lock()
             .get(manifest)
             .copied()
             .unwrap_or("(a manifest this node does not send)");
@@ -646,18 +588,14 @@ impl NodeInner {
     }
 
     pub(crate) fn exposed(&self, name: &str) -> Option<Arc<dyn Exposed>> {
-        self.exposed
-            .read()
-            .expect("exposed lock is never poisoned")
-            .get(name)
-            .map(|e| e.exposed.clone())
+        self.exposed.read().get(name).map(|e| e.exposed.clone())
     }
 
     fn table<A: RemoteActor>(&self) -> Arc<MessageTable<A>> {
-        let mut tables = self.tables.lock().expect("table lock is never poisoned");
+        let mut tables = self.tables.lock();
         let entry = tables.entry(TypeId::of::<A>()).or_insert_with(|| {
             let table = MessageTable::<A>::of();
-            lock(&self.sent_manifests).extend(table.manifests());
+            self.sent_manifests.lock().extend(table.manifests());
             Arc::new(Arc::new(table))
         });
         entry
@@ -736,7 +674,7 @@ impl NodeInner {
     }
 
     fn record_dropped(&self, association: &Association, ended: Ended) {
-        record_lost(
+        lanes::record_lost(
             &self.system,
             &association.remote,
             ended.dropped,
@@ -749,7 +687,7 @@ impl NodeInner {
     /// log.
     pub(crate) fn report_handshake_failure(&self, peer: &str, error: &connection::ConnectError) {
         let host = peer.rsplit_once(':').map_or(peer, |(host, _port)| host);
-        let first = lock(&self.reported).insert(format!("{host} {error}"));
+        let first = self.reported.lock().insert(format!("{host} {error}"));
         if first {
             tracing::warn!(%peer, %error, "handshake failed; connection closed (logged once per peer)");
         } else {
@@ -796,167 +734,33 @@ impl NodeInner {
     }
 }
 
-/// Records `count` messages lost on the way to `remote` as dead letters.
-fn record_lost(system: &ActorSystem, remote: &NodeAddress, count: u64, what: &'static str) {
-    if count == 0 {
-        return;
+impl crate::inbound::ReadContext for NodeInner {
+    fn counters(&self) -> &Counters {
+        &self.counters
     }
-    let path: Arc<str> = remote.to_string().into();
-    let dead = system.dead_letters();
-    for _ in 0..count {
-        dead.record(&path, what, DeadLetterReason::Unreachable);
-    }
-}
 
-/// Why connecting to `remote` cannot succeed until someone changes a configuration or restarts a
-/// process, if that is the case: another secret, version or address, a quarantined
-/// incarnation, or a TLS certificate the other side does not trust.
-fn permanent_failure(remote: &NodeAddress, error: &connection::ConnectError) -> Option<String> {
-    use rally_wire::{HandshakeError, RejectReason};
-    match error {
-        connection::ConnectError::Handshake(HandshakeError::Rejected(
-            RejectReason::Quarantined,
-        )) => Some(format!(
-            "{remote} declared this node's incarnation down (quarantined); this node must restart to be admitted there"
-        )),
-        connection::ConnectError::Handshake(handshake) if handshake.is_permanent() => {
-            Some(format!("cannot connect to {remote}: {handshake}"))
-        }
-        connection::ConnectError::Io(io) => {
-            let tls = io.get_ref()?.downcast_ref::<rustls::Error>()?;
-            if let rustls::Error::InvalidMessage(_) = tls {
-                // What a plain-TCP node answers a ClientHello with is its own preface.
-                return Some(format!(
-                    "cannot connect to {remote}: its answer is not TLS ({tls}): it listens in plain TCP? configure TLS on both nodes or on neither"
-                ));
-            }
-            Some(format!(
-                "cannot connect to {remote}: TLS: {tls} (are both certificates signed by a CA the other side trusts?)"
-            ))
-        }
-        _ => None,
+    fn exposed_version(&self) -> u64 {
+        NodeInner::exposed_version(self)
     }
-}
 
-/// Owns one outbound lane's connection: connect, handshake, write until it fails, reconnect
-/// with backoff. Ends when the lane is closed and flushed, or the node is gone.
-async fn run_lane(node: Weak<NodeInner>, association: Arc<Association>, index: usize) {
-    let lane = association.lanes[index].clone();
-    let mut attempt = 0u32;
-    loop {
-        let Some(inner) = node.upgrade() else { return };
-        if *inner.shutdown.borrow() {
-            return;
-        }
-        let remote = &association.remote;
-        let config = inner.handshake_config();
-        let (timeout, max_backoff) = (
-            inner.config.handshake_timeout,
-            inner.config.max_reconnect_backoff,
-        );
-        let transport = inner.transport.clone();
-        let system = inner.system.clone();
-        let mut shutdown = inner.shutdown.clone();
-        let node_for_observe = inner.clone();
-        drop(inner);
-        let outcome = async {
-            let mut stream = transport.connect(&remote.host, remote.port).await?;
-            let peer =
-                connection::client(&mut stream, config, remote.clone(), lane.lane, timeout).await?;
-            Ok::<_, connection::ConnectError>((stream, peer))
-        }
-        .await;
-        match outcome {
-            Ok((stream, peer)) => {
-                let (observed, generation) = node_for_observe.observe(&association, &peer.peer);
-                let attached = match observed {
-                    Observed::Quarantined => {
-                        let reason = format!(
-                            "node {remote} incarnation {} was declared down; it must restart to be admitted",
-                            peer.peer.incarnation
-                        );
-                        if association.refuse(reason.clone()) {
-                            tracing::warn!(peer = %remote, "{reason}");
-                        }
-                        None
-                    }
-                    _ => lane.attach(generation, peer.max_frame_len),
-                };
-                drop(node_for_observe);
-                if let Some(dropped) = attached {
-                    record_lost(&system, remote, dropped, "(larger than the peer's maximum)");
-                    attempt = 0;
-                    let written = tokio::select! {
-                        written = lane.write_to(stream) => written,
-                        _ = shutdown.changed() => return,
-                    };
-                    match written {
-                        Ok(true) => return,
-                        Ok(false) => {
-                            tracing::debug!(peer = %remote, lane = ?lane.lane, "the peer's incarnation changed; reconnecting");
-                        }
-                        Err(failed) => {
-                            record_lost(&system, remote, failed.lost, "(in a write that failed)");
-                            tracing::debug!(peer = %remote, lane = ?lane.lane, error = %failed.error, "connection lost");
-                        }
-                    }
-                }
-            }
-            Err(error) => {
-                if let Some(reason) = permanent_failure(remote, &error) {
-                    node_for_observe
-                        .counters
-                        .handshake_failures
-                        .fetch_add(1, Ordering::Relaxed);
-                    if association.refuse(reason.clone()) {
-                        tracing::warn!(peer = %remote, "{reason} (logged once)");
-                    }
-                } else {
-                    tracing::debug!(peer = %remote, lane = ?lane.lane, %error, "connect failed");
-                }
-                drop(node_for_observe);
-            }
-        }
-        let dropped = lane.reset_after_disconnect();
-        record_lost(&system, remote, dropped, "(queued for a lost connection)");
-        tokio::select! {
-            () = tokio::time::sleep(backoff(attempt, max_backoff)) => {}
-            _ = shutdown.changed() => return,
-        }
-        attempt += 1;
+    fn exposed(&self, name: &str) -> Option<Arc<dyn Exposed>> {
+        NodeInner::exposed(self, name)
     }
-}
 
-/// Sends heartbeats on every association's control lane and checks the failure detectors.
-async fn heartbeats(node: Weak<NodeInner>, mut shutdown: watch::Receiver<bool>) {
-    let period = match node.upgrade() {
-        Some(inner) => inner.config.heartbeat_interval,
-        None => return,
-    };
-    let mut ticks = tokio::time::interval(period);
-    let mut sequence = 0u64;
-    loop {
-        tokio::select! {
-            _ = ticks.tick() => {}
-            _ = shutdown.changed() => return,
-        }
-        let Some(inner) = node.upgrade() else { return };
-        sequence += 1;
-        let associations: Vec<Arc<Association>> =
-            inner.lock_associations().values().cloned().collect();
-        let now = crate::now();
-        let down_after = inner.config.quarantine_unreachable_after;
-        for association in associations {
-            let _ = association.control().push_heartbeat(sequence);
-            // Asks that gave up free their slots here at the latest (also on each new ask).
-            association.sweep_requests();
-            let unreachable_for = association.check_reachability(now);
-            if let (Some(unreachable_for), Some(down_after)) = (unreachable_for, down_after)
-                && unreachable_for >= down_after
-            {
-                inner.declare_down(&association, DownReason::Unreachable);
-            }
-        }
+    fn next_id(&self) -> ActorId {
+        self.system.next_id()
+    }
+
+    fn remote_identity(&self, node: &NodeAddress, name: &str) -> (ActorId, Arc<str>) {
+        NodeInner::remote_identity(self, node, name)
+    }
+
+    fn peer_left(self: &Arc<Self>, association: &Arc<Association>) {
+        NodeInner::peer_left(self, association);
+    }
+
+    fn undelivered(&self, node: &NodeAddress, recipient: &str, manifest: &str) {
+        NodeInner::undelivered(self, node, recipient, manifest);
     }
 }
 

@@ -31,7 +31,6 @@ mod wake;
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::time::Duration;
 
 #[cfg(loom)]
 use loom::sync::{Mutex, MutexGuard};
@@ -953,12 +952,6 @@ fn status_of(error: &ReplyError) -> ReplyStatus {
         ReplyError::Failed(_) => ReplyStatus::HandlerFailed,
         _ => ReplyStatus::EncodeFailed,
     }
-}
-
-/// The reconnection backoff: 100 ms doubling up to `max`.
-pub(crate) fn backoff(attempt: u32, max: Duration) -> Duration {
-    let base = Duration::from_millis(100).saturating_mul(1 << attempt.min(16));
-    base.min(max)
 }
 
 #[cfg(all(test, not(loom)))]

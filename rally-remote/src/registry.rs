@@ -85,7 +85,7 @@ pub trait RemoteActor: Actor {
 /// Why a payload could not be decoded or delivered.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[non_exhaustive]
-pub enum InboundError {
+pub enum DeliverError {
     /// The manifest is not registered for the target actor.
     #[error("manifest {0:?} is not registered for this actor")]
     UnknownManifest(String),
@@ -105,7 +105,7 @@ pub enum InboundError {
 type EncodeFn = fn(&(dyn Any + Send), &mut BytesMut) -> Result<(), postcard::Error>;
 type CompleteFn = fn(ErasedReply, Result<&[u8], ReplyError>);
 type DeliverFn<A> =
-    fn(&[u8], &ActorRef<A>, Option<ReplyRoute>, &Origin) -> Result<(), InboundError>;
+    fn(&[u8], &ActorRef<A>, Option<ReplyRoute>, &Origin) -> Result<(), DeliverError>;
 
 /// How to encode one message type and decode its reply (the sending side).
 pub(crate) struct Outgoing {
@@ -243,12 +243,12 @@ fn deliver<A, M>(
     target: &ActorRef<A>,
     reply: Option<ReplyRoute>,
     origin: &Origin,
-) -> Result<(), InboundError>
+) -> Result<(), DeliverError>
 where
     A: Handler<M>,
     M: RemoteMessage,
 {
-    let msg: M = postcard::from_bytes(payload).map_err(|e| InboundError::Decode {
+    let msg: M = postcard::from_bytes(payload).map_err(|e| DeliverError::Decode {
         manifest: M::MANIFEST.to_owned(),
         reason: e.to_string(),
     })?;
@@ -260,7 +260,7 @@ where
     };
     target
         .deliver(Envelope::with_origin(msg, typed_reply, origin.clone()))
-        .map_err(|e| InboundError::Undelivered(format!("{:?}", e.reason)))
+        .map_err(|e| DeliverError::Undelivered(format!("{:?}", e.reason)))
 }
 
 /// A local actor reachable from other nodes, with its type erased.
@@ -273,7 +273,7 @@ pub(crate) trait Exposed: Send + Sync + 'static {
         payload: &[u8],
         reply: Option<ReplyRoute>,
         origin: &Origin,
-    ) -> Result<(), InboundError>;
+    ) -> Result<(), DeliverError>;
     /// Registers a watcher (see `rally_actor::TerminationSink`).
     fn watch(&self, watcher: Arc<dyn rally_actor::TerminationSink>);
     /// Removes a watcher.
@@ -294,12 +294,12 @@ impl<A: Actor> Exposed for ExposedActor<A> {
         payload: &[u8],
         reply: Option<ReplyRoute>,
         origin: &Origin,
-    ) -> Result<(), InboundError> {
+    ) -> Result<(), DeliverError> {
         let deliver = self
             .table
             .incoming
             .get(manifest)
-            .ok_or_else(|| InboundError::UnknownManifest(manifest.to_owned()))?;
+            .ok_or_else(|| DeliverError::UnknownManifest(manifest.to_owned()))?;
         deliver(payload, &self.actor, reply, origin)
     }
 

@@ -9,6 +9,7 @@ use std::time::Duration;
 use bytes::BytesMut;
 use nodes::{Echo, SECRET, T, Target, client_node, config, target_node};
 use rally_remote::RemoteNode;
+use rally_test::eventually;
 use rally_wire::{
     ClientHandshake, FrameKind, HandshakeConfig, HandshakeEvent, Incarnation, Lane, MessageHeader,
     NodeAddress, SystemMessage, UniqueAddress, begin_frame, encode_define_manifest,
@@ -149,7 +150,9 @@ async fn a_wrong_secret_fails_the_handshake_on_both_sides() {
     assert_eq!(error, rally_wire::HandshakeError::BadServerProof);
     // A whole node with the wrong secret: the caller gets a typed error naming the cause, not
     // a timeout, and both sides count the failure.
-    let (_as, stranger) = client_node("stranger", config().with_secret(b"wrong".to_vec())).await;
+    let mut wrong = config();
+    wrong.secret = b"wrong".to_vec();
+    let (_as, stranger) = client_node("stranger", wrong).await;
     let target = stranger.lookup::<Target>(b.address(), "target");
     match target.ask(Echo(1), T).await {
         Err(rally_actor::AskError::Undeliverable(why)) => {
@@ -159,14 +162,10 @@ async fn a_wrong_secret_fails_the_handshake_on_both_sides() {
     }
     assert!(stranger.stats().handshake_failures >= 1);
     // B counts it when it reads the stranger's Reject, a moment after the stranger gave up.
-    let deadline = tokio::time::Instant::now() + T;
-    while b.stats().handshake_failures < 2 {
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "B never counted the refused proof"
-        );
-        tokio::task::yield_now().await;
-    }
+    eventually("B counts the refused proof", T, async || {
+        b.stats().handshake_failures >= 2
+    })
+    .await;
     // Later sends fail at once with the same reason.
     assert!(matches!(
         target.ask(Echo(2), T).await,
@@ -233,18 +232,11 @@ async fn unknown_manifests_and_garbage_payloads_are_dropped_and_counted_and_the_
     out.extend_from_slice(&message(1, 2, 0, &[0xff; 12]));
     stream.write_all(&out).await.unwrap();
     // Both are dropped and counted; the connection stays open.
-    let deadline = tokio::time::Instant::now() + T;
-    loop {
-        let stats = b.stats();
-        if stats.unknown_manifest == 1 && stats.decode_failed == 1 {
-            break;
-        }
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "not counted: {stats:?}"
-        );
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
+    eventually("both are counted", T, async || match b.stats() {
+        stats if stats.unknown_manifest == 1 && stats.decode_failed == 1 => Ok(()),
+        stats => Err(stats),
+    })
+    .await;
     assert!(
         !closed_by_peer(&mut stream, Duration::from_millis(300)).await,
         "the connection must live on"
@@ -256,14 +248,10 @@ async fn unknown_manifests_and_garbage_payloads_are_dropped_and_counted_and_the_
     stream.write_all(&valid).await.unwrap();
     let (_as, a) = client_node("a", config()).await;
     let target = a.lookup::<Target>(b.address(), "target");
-    let deadline = tokio::time::Instant::now() + T;
-    while target.ask(nodes::Check, T).await != Ok((1, true)) {
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "the valid Record never arrived"
-        );
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
+    eventually("the valid Record arrives", T, async || {
+        target.ask(nodes::Check, T).await == Ok((1, true))
+    })
+    .await;
     assert_eq!(b.stats().protocol_errors, 0);
 }
 

@@ -12,6 +12,7 @@ use std::time::{Duration, Instant};
 use nodes::{Blob, Echo, T, Target, client_node, config, target_node};
 use rally_actor::{Actor, ActorResult, AskError, Context, Handler, Message, SendError};
 use rally_remote::{MessageTable, RemoteActor, RemoteMessage};
+use rally_test::eventually;
 use serde::{Deserialize, Serialize, Serializer};
 
 /// A message whose `Serialize` fails (or panics) on demand.
@@ -264,31 +265,32 @@ async fn heartbeats_keep_flowing_both_ways_at_rest() {
     assert_eq!(target.ask(Echo(1), T).await, Ok(1));
     // Heartbeats every 100 ms: each side keeps receiving frames with no user traffic.
     let (a_before, b_before) = (a.stats().frames_received, b.stats().frames_received);
-    let deadline = Instant::now() + T;
-    loop {
+    eventually("heartbeats keep coming", T, async || {
         let (a_now, b_now) = (a.stats().frames_received, b.stats().frames_received);
         if a_now >= a_before + 5 && b_now >= b_before + 5 {
-            break;
+            return Ok(());
         }
-        assert!(
-            Instant::now() < deadline,
-            "heartbeats stopped: a {a_before}->{a_now}, b {b_before}->{b_now}"
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+        Err(format!("a {a_before}->{a_now}, b {b_before}->{b_now}"))
+    })
+    .await;
 }
 
 #[tokio::test]
 async fn an_empty_secret_is_refused_unless_asked_for() {
     let system = rally_actor::ActorSystem::new("open");
     let refused =
-        rally_remote::RemoteNode::start(&system, rally_remote::RemoteConfig::new("127.0.0.1", 0))
-            .await;
+        rally_remote::RemoteNode::start(&system, rally_remote::RemoteConfig::default()).await;
     assert!(matches!(
         refused,
-        Err(rally_remote::StartError::EmptySecret)
+        Err(rally_remote::NodeStartError::Config(
+            rally_remote::RemoteConfigError::EmptySecret
+        ))
     ));
-    let config = rally_remote::RemoteConfig::new("127.0.0.1", 0).insecure_without_secret();
+    let config = rally_remote::RemoteConfig::builder()
+        .listen("127.0.0.1", 0)
+        .insecure_without_secret()
+        .build()
+        .unwrap();
     // Debug never shows a secret, empty or not.
     assert!(format!("{config:?}").contains("not shown"));
     assert!(
@@ -308,10 +310,12 @@ async fn more_ordinary_lanes_than_the_wire_can_number_are_refused_at_start() {
     assert!(
         matches!(
             refused,
-            Err(rally_remote::StartError::Config {
-                key: "ordinary_lanes",
-                ..
-            })
+            Err(rally_remote::NodeStartError::Config(
+                rally_remote::RemoteConfigError::Invalid {
+                    key: "ordinary-lanes",
+                    ..
+                }
+            ))
         ),
         "{:?}",
         refused.err()
@@ -366,11 +370,11 @@ async fn connections_beyond_the_unauthenticated_cap_are_refused_at_once_and_coun
     drop(silent);
     let (_a_system, a) = client_node("a", config()).await;
     let target = a.lookup::<Target>(b.address(), "target");
-    let deadline = Instant::now() + T;
-    loop {
+    eventually("a real peer is served again", T, async || {
         match target.ask(Echo(1), Duration::from_millis(500)).await {
-            Ok(1) => break,
-            other => assert!(Instant::now() < deadline, "never served: {other:?}"),
+            Ok(1) => Ok(()),
+            other => Err(other),
         }
-    }
+    })
+    .await;
 }

@@ -14,6 +14,7 @@ use nodes::{
 use rally_actor::{AskError, DeadLetter, DeadLetterReason, SendError, Terminated};
 use rally_remote::transport::MemoryTransport;
 use rally_test::Probe;
+use rally_test::eventually;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn tell_ask_and_ordering_across_nodes() {
@@ -285,14 +286,10 @@ async fn a_reply_queued_before_a_leave_reaches_the_asker() {
     let before = b.stats().replies_sent;
     let ask = tokio::spawn(async move { target.ask(Fill(LEN), T).await.map(|blob| blob.0) });
     // B leaves as soon as the reply is queued on its lane.
-    let queued = async {
-        while b.stats().replies_sent == before {
-            tokio::time::sleep(Duration::from_millis(1)).await;
-        }
-    };
-    tokio::time::timeout(T, queued)
-        .await
-        .expect("the reply is queued");
+    eventually("the reply is queued", T, async || {
+        b.stats().replies_sent != before
+    })
+    .await;
     b.leave(T).await;
     let blob = ask
         .await

@@ -2,8 +2,9 @@
 //! bound, reconnection to a restarted peer (new incarnation), and heartbeats staying on time
 //! while the ordinary lane is saturated and a 10 MB message is in flight.
 //!
-//! The peer process is this test binary itself, re-run with `RALLY_TEST_PEER` set, which runs
-//! only `peer_process` (every other test returns at once in that mode).
+//! The peer process is this test binary itself, re-run with `RALLY_TEST_PEER` set: its `main`
+//! then runs the peer instead of the tests (the target has `harness = false`; libtest-mimic runs
+//! the tests, so the peer is no test of its own that would pass vacuously).
 
 #[path = "support/nodes.rs"]
 mod nodes;
@@ -15,24 +16,51 @@ use nodes::{Blob, Check, Echo, Record, T, Target, client_node, config, target_no
 use rally_actor::{AskError, Terminated};
 use rally_remote::NodeAddress;
 use rally_test::Probe;
+use rally_test::eventually;
+use rally_test::harness::{run, trial};
 use tokio::io::{AsyncBufReadExt, BufReader};
 use tokio::process::{Child, Command};
 
 const PEER_ENV: &str = "RALLY_TEST_PEER";
 
-/// In peer mode: runs a target node (on the port in the variable, 0 = any), prints its address
-/// and incarnation, and serves until killed or until stdin closes.
-#[test]
-fn peer_process() {
-    let Ok(port) = std::env::var(PEER_ENV) else {
-        return;
-    };
-    let runtime = tokio::runtime::Builder::new_multi_thread()
+fn main() -> std::process::ExitCode {
+    if let Ok(port) = std::env::var(PEER_ENV) {
+        peer_process(&port);
+        return std::process::ExitCode::SUCCESS;
+    }
+    let tests = [
+        trial(
+            "tell_ask_and_watch_across_processes_and_sigkill_fires_terminated",
+            tell_ask_and_watch_across_processes_and_sigkill_fires_terminated,
+        ),
+        trial(
+            "a_restarted_peer_is_reached_again_under_a_new_incarnation",
+            a_restarted_peer_is_reached_again_under_a_new_incarnation,
+        ),
+        trial(
+            "a_peer_paused_past_the_detector_is_down_for_good_and_undeliverable_asks_never_ran",
+            a_peer_paused_past_the_detector_is_down_for_good_and_undeliverable_asks_never_ran,
+        ),
+        trial(
+            "heartbeats_stay_on_time_while_lanes_are_saturated_and_a_10mb_message_is_in_flight",
+            heartbeats_stay_on_time_while_lanes_are_saturated_and_a_10mb_message_is_in_flight,
+        ),
+    ];
+    run(tests.into())
+}
+
+fn runtime() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
         .build()
-        .unwrap();
-    runtime.block_on(async {
+        .unwrap()
+}
+
+/// The peer: runs a target node (on `port`, 0 = any), prints its address and incarnation, and
+/// serves until killed or until stdin closes.
+fn peer_process(port: &str) {
+    runtime().block_on(async {
         let mut config = config();
         config.port = port.parse().unwrap();
         config.large_message_destinations = vec!["big".into()];
@@ -91,26 +119,25 @@ impl Peer {
     }
 
     /// Stops the process and returns once the kernel shows it stopped (state `T`).
-    fn pause(&self) {
+    async fn pause(&self) {
         self.signal("-STOP");
         let stat = format!("/proc/{}/stat", self.child.id().unwrap());
-        let deadline = Instant::now() + T;
-        loop {
+        eventually("the kernel shows the peer stopped", T, async || {
             let text = std::fs::read_to_string(&stat).unwrap();
             // The state follows the parenthesised command name.
-            let state = text.rsplit_once(") ").unwrap().1.chars().next();
-            if state == Some('T') {
-                return;
+            let state = text.rsplit_once(") ").unwrap().1;
+            if state.starts_with('T') {
+                Ok(())
+            } else {
+                Err(text)
             }
-            assert!(Instant::now() < deadline, "the peer never stopped: {text}");
-            std::thread::yield_now();
-        }
+        })
+        .await;
     }
 }
 
 async fn start_peer(port: u16) -> Peer {
     let mut child = Command::new(std::env::current_exe().unwrap())
-        .args(["--exact", "peer_process", "--nocapture", "--test-threads=1"])
         .env(PEER_ENV, port.to_string())
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
@@ -125,7 +152,6 @@ async fn start_peer(port: u16) -> Peer {
                 .await
                 .unwrap()
                 .expect("the peer exited before listening");
-            // libtest prints "test peer_process ... " before the test's own output.
             if let Some(at) = line.find("PEER ") {
                 return line[at..].to_owned();
             }
@@ -144,15 +170,7 @@ async fn start_peer(port: u16) -> Peer {
     }
 }
 
-fn in_peer_mode() -> bool {
-    std::env::var(PEER_ENV).is_ok()
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn tell_ask_and_watch_across_processes_and_sigkill_fires_terminated() {
-    if in_peer_mode() {
-        return;
-    }
     let mut peer = start_peer(0).await;
     let (a_system, a) = client_node("a", config()).await;
     let target = a.lookup::<Target>(&peer.address, "target");
@@ -177,11 +195,7 @@ async fn tell_ask_and_watch_across_processes_and_sigkill_fires_terminated() {
     eprintln!("SIGKILL detected after {took:?}");
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_restarted_peer_is_reached_again_under_a_new_incarnation() {
-    if in_peer_mode() {
-        return;
-    }
     let mut first = start_peer(0).await;
     let port = first.address.port;
     let (a_system, a) = client_node("a", config()).await;
@@ -205,31 +219,29 @@ async fn a_restarted_peer_is_reached_again_under_a_new_incarnation() {
     ));
     // A new lookup reaches the new process once the lanes have reconnected.
     let fresh = a.lookup::<Target>(&second.address, "target");
-    let deadline = Instant::now() + Duration::from_secs(15);
-    loop {
-        match fresh.ask(Echo(3), Duration::from_millis(500)).await {
-            Ok(3) => break,
-            other => assert!(Instant::now() < deadline, "never reconnected: {other:?}"),
-        }
-    }
+    eventually(
+        "a new lookup reaches the new process",
+        Duration::from_secs(15),
+        async || match fresh.ask(Echo(3), Duration::from_millis(500)).await {
+            Ok(3) => Ok(()),
+            other => Err(other),
+        },
+    )
+    .await;
     assert!(matches!(
         target.ask(Echo(4), T).await,
         Err(AskError::Undeliverable(_))
     ));
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_peer_paused_past_the_detector_is_down_for_good_and_undeliverable_asks_never_ran() {
-    if in_peer_mode() {
-        return;
-    }
     let mut peer = start_peer(0).await;
     let (a_system, a) = client_node("a", config()).await;
     let target = a.lookup::<Target>(&peer.address, "target");
     assert_eq!(target.ask(Echo(1), T).await, Ok(1));
     let mut probe = Probe::<Terminated>::spawn(&a_system);
     probe.watch(&target);
-    peer.pause();
+    peer.pause().await;
     // Asks sent while it is paused: some leave (they sit in the socket buffers), and once the
     // detector declares the peer down each gets an answer that says what is known.
     let asks: Vec<_> = (1..=300u64)
@@ -258,16 +270,20 @@ async fn a_peer_paused_past_the_detector_is_down_for_good_and_undeliverable_asks
         Err(AskError::Undeliverable(_))
     ));
     let fresh = a.lookup::<Target>(&peer.address, "target");
-    let deadline = Instant::now() + Duration::from_secs(15);
-    loop {
-        match fresh.ask(Echo(3), Duration::from_millis(500)).await {
-            // Refused either way: this node quarantined the paused incarnation, and the woken
-            // process, whose own detector gave up on us, quarantined ours.
-            Err(AskError::Undeliverable(why)) if why.contains("declared") => break,
-            Ok(_) => panic!("a quarantined incarnation answered"),
-            other => assert!(Instant::now() < deadline, "never refused: {other:?}"),
-        }
-    }
+    eventually(
+        "a new lookup is refused",
+        Duration::from_secs(15),
+        async || {
+            match fresh.ask(Echo(3), Duration::from_millis(500)).await {
+                // Refused either way: this node quarantined the paused incarnation, and the woken
+                // process, whose own detector gave up on us, quarantined ours.
+                Err(AskError::Undeliverable(why)) if why.contains("declared") => Ok(()),
+                Ok(_) => panic!("a quarantined incarnation answered"),
+                other => Err(other),
+            }
+        },
+    )
+    .await;
     // What the woken process ran is at most what was reported as "outcome unknown": every
     // ask reported undeliverable never ran. Its reader drains what was in its socket within
     // moments of waking; read the count until it holds still (bounded).
@@ -288,11 +304,7 @@ async fn a_peer_paused_past_the_detector_is_down_for_good_and_undeliverable_asks
     );
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn heartbeats_stay_on_time_while_lanes_are_saturated_and_a_10mb_message_is_in_flight() {
-    if in_peer_mode() {
-        return;
-    }
     let peer = start_peer(0).await;
     let mut cfg = config();
     cfg.large_message_destinations = vec!["big".into()];

@@ -1,9 +1,13 @@
 //! A store in this process's memory.
 
 use std::collections::HashMap;
-use std::sync::{Mutex, MutexGuard, PoisonError};
+use std::sync::MutexGuard;
 
-use crate::store::{BoxFuture, Claim, Epoch, StateStore, StoreError, check_key, check_scope};
+use crate::store::{
+    BoxFuture, Claim, Epoch, Fence, StateStore, StoreError, check_key, check_scope, check_write,
+    stale,
+};
+use rally_actor::sync::Mutex;
 
 /// A [`StateStore`] in this process's memory: for tests and for members that share one
 /// process. Its epochs and state are lost when the process exits.
@@ -26,7 +30,23 @@ pub struct MemoryStore {
 #[derive(Debug, Default)]
 struct Tables {
     leases: HashMap<(String, String), Lease>,
-    states: HashMap<(String, String), Vec<u8>>,
+    states: HashMap<(String, String), Record>,
+}
+
+/// What the store keeps of an identity: its state, and its floor with the scope it belongs to.
+#[derive(Debug, Default)]
+struct Record {
+    state: Option<Vec<u8>>,
+    floor: Option<(String, Fence)>,
+}
+
+impl Record {
+    /// Whether a write under `scope` carrying `fence` is at or above the floor.
+    fn admits(&self, scope: &str, fence: Fence) -> bool {
+        self.floor
+            .as_ref()
+            .is_none_or(|(floor_scope, floor)| floor_scope != scope || fence >= *floor)
+    }
 }
 
 #[derive(Debug, Default)]
@@ -51,10 +71,32 @@ impl MemoryStore {
         Self::default()
     }
 
-    /// No method panics while holding the lock, but a poisoned lock must not take the store
-    /// down with it: every update below is a single assignment, so the data stays whole.
+    /// The tables, locked (every update below is a single assignment).
     fn tables(&self) -> MutexGuard<'_, Tables> {
-        self.tables.lock().unwrap_or_else(PoisonError::into_inner)
+        self.tables.lock()
+    }
+
+    /// Checks a write's keys and that its fence's epoch is held, then runs `write` on the
+    /// identity's record (an empty one if it has none), all under the lock.
+    fn write(
+        &self,
+        kind: &str,
+        scope: &str,
+        fence: Fence,
+        identity: &str,
+        write: impl FnOnce(&mut Record) -> Result<(), StoreError>,
+    ) -> Result<(), StoreError> {
+        check_write(kind, scope, fence, identity)?;
+        let mut tables = self.tables();
+        if !tables.holds(kind, scope, fence.epoch) {
+            return Err(stale(fence));
+        }
+        write(
+            tables
+                .states
+                .entry((kind.to_owned(), identity.to_owned()))
+                .or_default(),
+        )
     }
 
     fn claim_now(
@@ -123,7 +165,7 @@ impl StateStore for MemoryStore {
                     lease.active = false;
                     Ok(())
                 }
-                _ => Err(StoreError::StaleEpoch { epoch }),
+                _ => Err(stale(Fence { epoch, life: 0 })),
             }
         });
         Box::pin(async move { result })
@@ -138,7 +180,7 @@ impl StateStore for MemoryStore {
             self.tables()
                 .states
                 .get(&(kind.to_owned(), identity.to_owned()))
-                .cloned()
+                .and_then(|record| record.state.clone())
         });
         Box::pin(async move { result })
     }
@@ -147,22 +189,37 @@ impl StateStore for MemoryStore {
         &'a self,
         kind: &'a str,
         scope: &'a str,
-        epoch: Epoch,
+        fence: Fence,
         identity: &'a str,
         state: &'a [u8],
     ) -> BoxFuture<'a, Result<(), StoreError>> {
-        let result = check_scope(kind, scope)
-            .and_then(|()| check_key(kind, identity))
-            .and_then(|()| {
-                let mut tables = self.tables();
-                if !tables.holds(kind, scope, epoch) {
-                    return Err(StoreError::StaleEpoch { epoch });
-                }
-                tables
-                    .states
-                    .insert((kind.to_owned(), identity.to_owned()), state.to_vec());
-                Ok(())
-            });
+        let result = self.write(kind, scope, fence, identity, |record| {
+            if !record.admits(scope, fence) {
+                return Err(stale(fence));
+            }
+            record.state = Some(state.to_vec());
+            Ok(())
+        });
+        Box::pin(async move { result })
+    }
+
+    fn fence<'a>(
+        &'a self,
+        kind: &'a str,
+        scope: &'a str,
+        fence: Fence,
+        identity: &'a str,
+    ) -> BoxFuture<'a, Result<(), StoreError>> {
+        let result = self.write(kind, scope, fence, identity, |record| {
+            let raised = match &record.floor {
+                Some((floor_scope, floor)) => floor_scope != scope || fence > *floor,
+                None => true,
+            };
+            if raised {
+                record.floor = Some((scope.to_owned(), fence));
+            }
+            Ok(())
+        });
         Box::pin(async move { result })
     }
 }

@@ -3,9 +3,12 @@
 
 mod support;
 
+use std::future::Future;
 use std::sync::Arc;
 
-use rally::state::{Claim, SqliteStore, StateStore, StoreError};
+use rally::state::{Claim, Fence, SqliteStore, StateStore, StoreError};
+use rally_test::eventually;
+use support::lease;
 
 /// A database file in a fresh temporary directory, removed with it.
 struct TempDb {
@@ -37,6 +40,7 @@ async fn sqlite_store_keeps_the_contract() {
     let store = SqliteStore::open(db.path()).unwrap();
     support::check_contract(&store, "s").await;
     support::check_shared_scope(&store, "s").await;
+    support::check_fences(&store, "s").await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -106,14 +110,20 @@ async fn operations_issued_together_share_commits_and_keep_their_own_answers() {
             let identity = format!("u{i}");
             (
                 i,
-                store.save("cart", &identity, epoch, &identity, b"s").await,
+                store
+                    .save("cart", &identity, lease(epoch), &identity, b"s")
+                    .await,
             )
         });
     }
     while let Some(done) = saves.join_next().await {
         let (i, saved) = done.unwrap();
         if i % 10 == 0 {
-            assert_eq!(saved, Err(StoreError::StaleEpoch { epoch: 7 }), "u{i}");
+            assert_eq!(
+                saved,
+                Err(StoreError::StaleEpoch { fence: lease(7) }),
+                "u{i}"
+            );
         } else {
             assert_eq!(saved, Ok(()), "u{i}");
         }
@@ -131,7 +141,10 @@ async fn state_and_fencing_survive_reopening_the_file() {
     {
         let first = SqliteStore::open(db.path()).unwrap();
         assert_eq!(first.claim("cart", "u1", "m1").await, Ok(Claim::Granted(1)));
-        first.save("cart", "u1", 1, "u1", b"kept").await.unwrap();
+        first
+            .save("cart", "u1", lease(1), "u1", b"kept")
+            .await
+            .unwrap();
     }
     // Another member on the machine, as a member process restarted would open it.
     let second = SqliteStore::open(db.path()).unwrap();
@@ -144,8 +157,8 @@ async fn state_and_fencing_survive_reopening_the_file() {
         Ok(Claim::Granted(2))
     );
     assert_eq!(
-        second.save("cart", "u1", 1, "u1", b"stale").await,
-        Err(StoreError::StaleEpoch { epoch: 1 })
+        second.save("cart", "u1", lease(1), "u1", b"stale").await,
+        Err(StoreError::StaleEpoch { fence: lease(1) })
     );
 }
 
@@ -210,18 +223,16 @@ async fn commits_are_copied_into_the_database_file_in_the_background() {
         assert!(matches!(claim.await.unwrap(), Ok(Claim::Granted(1))));
     }
     // 2,000 rows of about 60 bytes: over 64 KiB once in the file, not just in its log.
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
-    loop {
-        let size = std::fs::metadata(db.path()).unwrap().len();
-        if size >= 64 * 1024 {
-            break;
-        }
-        assert!(
-            std::time::Instant::now() < deadline,
-            "the database file is still {size} bytes: the log was never copied into it"
-        );
-        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
-    }
+    let within = std::time::Duration::from_secs(30);
+    eventually(
+        "the log is copied into the database file",
+        within,
+        async || match std::fs::metadata(db.path()).unwrap().len() {
+            size if size >= 64 * 1024 => Ok(()),
+            size => Err(format!("the file is {size} bytes")),
+        },
+    )
+    .await;
     drop(store);
 }
 
@@ -287,5 +298,174 @@ async fn the_write_ahead_log_stays_bounded_under_commits_that_never_pause() {
     assert!(
         largest < BOUND,
         "the write-ahead log reached {largest} bytes (bound {BOUND})"
+    );
+}
+
+#[test]
+fn sqlite_store_answers_as_the_model_over_random_sequences() {
+    let db = TempDb::new("model");
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .build()
+        .unwrap();
+    let store = SqliteStore::open(db.path()).unwrap();
+    support::model::check_against_model(&store, &runtime, "sqlite", 512);
+}
+
+/// The tables as a Rally without fences made them (`state` NOT NULL, no floor columns).
+const SCHEMA_BEFORE_FENCES: &str = "
+PRAGMA journal_mode = WAL;
+CREATE TABLE rally_leases (
+    kind   TEXT    NOT NULL,
+    scope  TEXT    NOT NULL,
+    epoch  INTEGER NOT NULL,
+    owner  TEXT    NOT NULL,
+    active INTEGER NOT NULL,
+    PRIMARY KEY (kind, scope)
+) WITHOUT ROWID;
+CREATE TABLE rally_state (
+    kind     TEXT NOT NULL,
+    identity TEXT NOT NULL,
+    state    BLOB NOT NULL,
+    PRIMARY KEY (kind, identity)
+) WITHOUT ROWID;
+INSERT INTO rally_leases VALUES ('cart', '#1', 4, 'm1', 1), ('cart', '#2', 2, 'm1', 0);
+INSERT INTO rally_state VALUES ('cart', 'u1', X'6F6C64'), ('cart', 'u2', X'6F6C6432');
+";
+
+/// A file written before fences existed is brought up to date when a member opens it, by eight
+/// opening it at once as well: its leases and states are kept, and fences work on it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_file_from_before_fences_is_migrated_in_place_on_open() {
+    let db = TempDb::new("migrate");
+    rusqlite::Connection::open(db.path())
+        .unwrap()
+        .execute_batch(SCHEMA_BEFORE_FENCES)
+        .unwrap();
+    let barrier = Arc::new(std::sync::Barrier::new(8));
+    let opens: Vec<_> = (0..8)
+        .map(|_| {
+            let (path, barrier) = (db.path(), Arc::clone(&barrier));
+            std::thread::spawn(move || {
+                barrier.wait();
+                SqliteStore::open(&path)
+            })
+        })
+        .collect();
+    let stores: Vec<SqliteStore> = opens
+        .into_iter()
+        .map(|open| open.join().unwrap().unwrap())
+        .collect();
+    support::check_migrated(&stores[0], &stores[3]).await;
+    drop(stores);
+
+    // Opened again: nothing to migrate, nothing lost.
+    let again = SqliteStore::open(db.path()).unwrap();
+    assert_eq!(
+        again.load("cart", "u1").await.unwrap().as_deref(),
+        Some(&b"new"[..])
+    );
+    let held = Fence { epoch: 4, life: 0 };
+    assert_eq!(
+        again.save("cart", "#1", held, "u1", b"late").await,
+        Err(StoreError::StaleEpoch { fence: held })
+    );
+    let columns: Vec<(String, bool)> = rusqlite::Connection::open(db.path())
+        .unwrap()
+        .prepare("SELECT name, \"notnull\" FROM pragma_table_info('rally_state') ORDER BY cid")
+        .unwrap()
+        .query_map([], |row| Ok((row.get(0)?, row.get(1)?)))
+        .unwrap()
+        .collect::<Result<_, _>>()
+        .unwrap();
+    let expected = [
+        ("kind", true),
+        ("identity", true),
+        ("state", false),
+        ("floor_scope", false),
+        ("floor_epoch", true),
+        ("floor_life", true),
+    ];
+    assert_eq!(
+        columns,
+        expected.map(|(name, not_null)| (name.to_owned(), not_null))
+    );
+}
+
+/// Every write transaction is measured: its count, its operations and how long it held the
+/// file's write lock; loads hold none.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn stats_count_every_write_transaction_and_its_hold_time() {
+    let db = TempDb::new("stats");
+    let store = SqliteStore::open(db.path()).unwrap();
+    assert_eq!(store.stats().transactions(), 0);
+    assert_eq!(store.stats().longest_hold(), std::time::Duration::ZERO);
+    // One at a time: a transaction each.
+    assert_eq!(store.claim("cart", "#1", "m1").await, Ok(Claim::Granted(1)));
+    store
+        .save("cart", "#1", lease(1), "u1", b"s")
+        .await
+        .unwrap();
+    store.load("cart", "u1").await.unwrap();
+    let stats = store.stats();
+    assert_eq!((stats.transactions(), stats.operations()), (2, 2));
+    // Many at once: they share transactions, and every operation is counted once.
+    let mut saves = tokio::task::JoinSet::new();
+    for i in 0..400 {
+        let store = store.clone();
+        saves.spawn(async move {
+            let identity = format!("u{i}");
+            store.save("cart", "#1", lease(1), &identity, b"s").await
+        });
+    }
+    while let Some(saved) = saves.join_next().await {
+        saved.unwrap().unwrap();
+    }
+    let stats = store.stats();
+    assert_eq!(stats.operations(), 402);
+    assert!(
+        stats.transactions() > 2 && stats.transactions() <= 402,
+        "{}",
+        stats.transactions()
+    );
+    // A commit writes the log (a system call at least): never under a microsecond, so a
+    // figure below one would be the histogram's, not the lock's.
+    assert!(stats.hold_quantile(0.5) >= std::time::Duration::from_micros(1));
+    assert!(stats.hold_quantile(0.5) <= stats.hold_quantile(0.99));
+    assert!(stats.hold_quantile(0.99) <= stats.longest_hold());
+}
+
+/// A member stopped while it holds the file's write lock (here: another connection in the
+/// middle of a write transaction) stalls every write on the machine, but not loads: they read
+/// the last commit, on the caller's thread, and never wait for the writer.
+#[tokio::test(flavor = "current_thread")]
+async fn loads_go_on_while_another_connection_holds_the_write_lock() {
+    let db = TempDb::new("load-under-lock");
+    let store = SqliteStore::open(db.path()).unwrap();
+    assert_eq!(store.claim("cart", "#1", "a").await, Ok(Claim::Granted(1)));
+    store
+        .save("cart", "#1", lease(1), "u1", b"committed")
+        .await
+        .unwrap();
+    let other = rusqlite::Connection::open(db.path()).unwrap();
+    other
+        .execute_batch(
+            "BEGIN IMMEDIATE; UPDATE rally_state SET state = X'00' WHERE identity = 'u1';",
+        )
+        .unwrap();
+    // On this (the only) runtime thread: a load that waited for the lock could not return
+    // before the commit below, which runs only after it.
+    let mut cx = std::task::Context::from_waker(std::task::Waker::noop());
+    let load = std::pin::pin!(store.load("cart", "u1")).poll(&mut cx);
+    assert_eq!(
+        load.map(|loaded| loaded.unwrap()),
+        std::task::Poll::Ready(Some(b"committed".to_vec())),
+        "answered at once, with the last commit"
+    );
+    let save = store.save("cart", "#1", lease(1), "u1", b"after");
+    other.execute_batch("ROLLBACK").unwrap();
+    save.await.unwrap();
+    assert_eq!(
+        store.load("cart", "u1").await.unwrap().as_deref(),
+        Some(&b"after"[..])
     );
 }

@@ -4,6 +4,10 @@
 //!   [`Probe::expect_no_msg`] bounded by timeouts, so a test never hangs.
 //! - [`paused_runtime`]: a single-thread tokio runtime whose clock only moves when every task
 //!   is idle (or when told), so timer tests take no real time and are deterministic.
+//! - [`eventually`]: the one bounded poll for a condition no event announces, with a failure
+//!   message that says what did not happen and why.
+//! - `harness` (feature `harness`): multi-process tests whose binary is also their child
+//!   process, without a vacuous `#[test]` for the child.
 //! - `sim` (feature `sim`, `rally::sim` in the facade): many nodes in one process on
 //!   simulated time and a simulated network, partitions, delays and crashes reproducible from
 //!   a seed.
@@ -30,10 +34,14 @@
 
 #![doc(test(attr(deny(warnings), allow(dead_code, unused_variables))))]
 
+mod eventually;
+#[cfg(feature = "harness")]
+pub mod harness;
 mod probe;
 #[cfg(feature = "sim")]
 pub mod sim;
 
+pub use eventually::{Settled, eventually};
 pub use probe::{ExpectError, Probe, ProbeActor};
 
 /// A current-thread tokio runtime with the clock paused: `sleep`s complete as soon as every

@@ -83,6 +83,10 @@ impl<M: Message<Reply = ()>> Probe<M> {
     /// # Errors
     ///
     /// [`ExpectError::Timeout`] or [`ExpectError::Stopped`].
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel-safe: a message is taken from the probe only when the future returns it.
     pub async fn expect_msg(&mut self, timeout: Duration) -> Result<M, ExpectError> {
         match tokio::time::timeout(timeout, self.received.recv()).await {
             Ok(Some(msg)) => Ok(msg),
@@ -96,6 +100,10 @@ impl<M: Message<Reply = ()>> Probe<M> {
     /// # Errors
     ///
     /// [`ExpectError::Unexpected`] naming the message type, if one arrives.
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel-safe: a message is taken from the probe only when the future returns.
     pub async fn expect_no_msg(&mut self, duration: Duration) -> Result<(), ExpectError> {
         match tokio::time::timeout(duration, self.received.recv()).await {
             Ok(Some(_)) => Err(ExpectError::Unexpected(

@@ -77,9 +77,9 @@ pub use rally_actor::{
     TerminationReason, TerminationSink, TimerId, Undelivered, WeakActorRef,
 };
 pub use rally_actor::{
-    BalancingPool, CatchPanic, ConfigError, DispatcherConfig, DispatcherError, DispatcherKind,
-    Monitor, MonitoringConfig, Pool, PoolStatus, Resizer, Router, Routing, SystemConfigBuilder,
-    catch_panic, hold, monitor,
+    BalancingPool, CatchPanic, DispatcherConfig, DispatcherError, DispatcherKind, Monitor,
+    MonitoringConfig, Pool, PoolStatus, Resizer, Router, Routing, SystemConfigBuilder,
+    SystemConfigError, catch_panic, config_text, hold, monitor, sync,
 };
 
 /// Actors on other nodes: [`RemoteNode`](remote::RemoteNode), registration of remote message
@@ -114,7 +114,7 @@ pub mod state {
 
 /// Many nodes in one process on simulated time and a simulated network, for tests:
 /// partitions, delays and crashes reproducible from a seed
-/// ([`Simulation`](sim::Simulation), [`SimTransport`](sim::SimTransport)).
+/// ([`HostSimulation`](sim::HostSimulation), [`SimTransport`](sim::SimTransport)).
 #[cfg(feature = "sim")]
 pub mod sim {
     pub use rally_test::sim::*;

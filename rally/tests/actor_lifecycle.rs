@@ -77,7 +77,7 @@ impl Actor for Parent {
     }
 
     async fn stopped(&mut self, _ctx: &mut Context<Self>) {
-        self.log.lock().unwrap().push("parent stopped".into());
+        self.log.lock().push("parent stopped".into());
     }
 }
 

@@ -11,6 +11,7 @@ use rally::{
     Message, Props, SupervisorStrategy, SystemConfig, Terminated,
 };
 use rally_test::Probe;
+use rally_test::eventually;
 
 const T: Duration = Duration::from_secs(5);
 
@@ -140,18 +141,15 @@ async fn all_for_one_restarts_the_siblings() {
     assert_eq!(kids[1].ask(Incr, T).await, Ok(1));
     kids[0].tell(Fail).unwrap();
     // kid1 was restarted too: fresh count. Poll until the restart has happened.
-    let mut restarted = false;
-    for _ in 0..100 {
-        if entries(&log)
-            .iter()
-            .any(|e| e.starts_with("kid1 pre_restart"))
-        {
-            restarted = true;
-            break;
+    eventually("kid1 is restarted", T, async || {
+        let entries = entries(&log);
+        if entries.iter().any(|e| e.starts_with("kid1 pre_restart")) {
+            Ok(())
+        } else {
+            Err(entries)
         }
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
-    assert!(restarted, "{:?}", entries(&log));
+    })
+    .await;
     assert_eq!(kids[1].ask(Incr, T).await, Ok(1));
 }
 

@@ -1,13 +1,15 @@
 //! Dispatcher kinds and scheduling settings, tested deterministically: the calling-thread
 //! dispatcher runs actors only when the test drives it, in the order they became runnable.
 
-use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::sync::Arc;
+use std::time::Duration;
 
+use rally::sync::Mutex;
 use rally::{
     Actor, ActorResult, ActorSystem, Context, Dispatcher, DispatcherConfig, DispatcherKind,
     Handler, Message, Props, SystemConfig,
 };
+use rally_test::eventually;
 
 const T: Duration = Duration::from_secs(5);
 
@@ -32,10 +34,7 @@ impl Handler<Step> for Tracer {
         if !self.block.is_zero() {
             std::thread::sleep(self.block);
         }
-        self.trace
-            .lock()
-            .unwrap()
-            .push(format!("{}{}", self.name, step.0));
+        self.trace.lock().push(format!("{}{}", self.name, step.0));
         Ok(())
     }
 }
@@ -101,7 +100,7 @@ fn two_actors_three_messages(
         b.tell(Step(n)).unwrap();
     }
     dispatcher.run_until_idle();
-    trace.lock().unwrap().clone()
+    trace.lock().clone()
 }
 
 #[tokio::test]
@@ -139,9 +138,9 @@ async fn nothing_runs_until_the_calling_thread_dispatcher_is_driven() {
     let trace = Trace::default();
     let a = system.spawn(tracer("a", &trace, Duration::ZERO)).unwrap();
     a.tell(Step(1)).unwrap();
-    assert!(trace.lock().unwrap().is_empty());
+    assert!(trace.lock().is_empty());
     assert!(dispatcher.run_until_idle() > 0);
-    assert_eq!(*trace.lock().unwrap(), ["a1"]);
+    assert_eq!(*trace.lock(), ["a1"]);
 }
 
 #[tokio::test]
@@ -295,21 +294,17 @@ async fn the_blocking_pool_grows_to_its_max_and_shrinks_after_keep_alive() {
         actor.tell(Step(0)).unwrap();
     }
     // Five actors block at once: the pool grows to its max of 3, no further.
-    let deadline = Instant::now() + T;
-    while io.pool_status().unwrap().threads < 3 {
-        assert!(Instant::now() < deadline, "the pool did not grow");
-        tokio::time::sleep(Duration::from_millis(5)).await;
-    }
+    eventually("the pool grows to 3", T, async || {
+        io.pool_status().unwrap().threads >= 3
+    })
+    .await;
     assert_eq!(io.pool_status().unwrap().peak_threads, 3);
     // All handled, then idle: the threads above the core size exit after keep-alive.
-    while trace.lock().unwrap().len() < 5 {
-        assert!(Instant::now() < deadline, "the work did not finish");
-        tokio::time::sleep(Duration::from_millis(5)).await;
-    }
-    while io.pool_status().unwrap().threads > 1 {
-        assert!(Instant::now() < deadline, "the pool did not shrink");
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
+    eventually("the work finishes", T, async || trace.lock().len() >= 5).await;
+    eventually("the pool shrinks to 1", T, async || {
+        io.pool_status().unwrap().threads <= 1
+    })
+    .await;
     assert_eq!(io.pool_status().unwrap().peak_threads, 3);
     system.shutdown().await.unwrap();
 }

@@ -1,12 +1,14 @@
 //! Routers and the balancing pool.
 
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 
+use rally::sync::Mutex;
 use rally::{
     Actor, ActorResult, ActorSystem, BalancingPool, Context, Handler, Message, Props, Resizer,
     Router, Routing,
 };
+use rally_test::eventually;
 use tokio::sync::Semaphore;
 
 const T: Duration = Duration::from_secs(5);
@@ -33,17 +35,8 @@ impl Handler<Job> for Worker {
         if job.gated {
             self.gate.acquire().await?.forget();
         }
-        self.log.lock().unwrap().push((self.id, job.n));
+        self.log.lock().push((self.id, job.n));
         Ok(self.id)
-    }
-}
-
-/// Waits (bounded by `T`) until `done` holds, yielding between looks.
-async fn until(done: impl Fn() -> bool) {
-    let deadline = tokio::time::Instant::now() + T;
-    while !done() {
-        assert!(tokio::time::Instant::now() < deadline, "timed out waiting");
-        tokio::task::yield_now().await;
     }
 }
 
@@ -60,7 +53,7 @@ async fn settled(router: &Router<Worker>, f: &Fixture) -> Vec<(usize, u32)> {
     for routee in router.routees() {
         routee.ask(job(FLUSH), T).await.unwrap();
     }
-    let log = f.log.lock().unwrap().clone();
+    let log = f.log.lock().clone();
     log.into_iter().filter(|(_, n)| *n != FLUSH).collect()
 }
 
@@ -82,7 +75,7 @@ impl Fixture {
     fn props(&self) -> impl FnMut() -> Props<Worker> + Send + 'static {
         let (log, gate, next) = (self.log.clone(), self.gate.clone(), self.next.clone());
         move || {
-            let mut n = next.lock().unwrap();
+            let mut n = next.lock();
             *n += 1;
             Props::new(Worker {
                 id: *n,
@@ -153,14 +146,10 @@ async fn smallest_mailbox_passes_a_routee_busy_with_an_empty_mailbox() {
     let busy = router.routees()[0].clone();
     busy.tell(Job { n: 0, gated: true }).unwrap();
     // Bounded wait until the worker has taken the job: its mailbox is empty, it is busy.
-    let deadline = tokio::time::Instant::now() + T;
-    while busy.mailbox_len() != Some(0) {
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "the job was never taken"
-        );
-        tokio::task::yield_now().await;
-    }
+    eventually("the worker takes the job", T, async || {
+        busy.mailbox_len() == Some(0)
+    })
+    .await;
     assert_eq!(busy.load(), Some(1), "the job in hand counts");
     for _ in 0..3 {
         assert_eq!(router.ask(job(9), T).await.unwrap(), 2);
@@ -199,9 +188,15 @@ async fn the_balancing_pool_hands_work_to_idle_workers() {
     pool.tell(Job { n: 6, gated: true }).unwrap();
     pool.tell(job(7)).unwrap();
     // The idle worker takes job 6 and blocks on the gate; job 7 waits in the pool.
-    until(|| pool.queued() == 1 && f.gate.available_permits() == 0).await;
+    eventually("one job waits for a free worker", T, async || {
+        pool.queued() == 1 && f.gate.available_permits() == 0
+    })
+    .await;
     f.gate.add_permits(2);
-    until(|| f.log.lock().unwrap().len() == 8).await;
+    eventually("all eight jobs are handled", T, async || {
+        f.log.lock().len() == 8
+    })
+    .await;
     assert_eq!(pool.queued(), 0);
     system.shutdown().await.unwrap();
 }

@@ -4,13 +4,14 @@
 mod log;
 
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use rally::monitor::{ActorSnapshot, Snapshot};
 use rally::{
     Actor, ActorResult, ActorSystem, Context, Handler, Message, MonitoringConfig, Props,
     SystemConfig,
 };
+use rally_test::eventually;
 use tokio::sync::Semaphore;
 
 const T: Duration = Duration::from_secs(5);
@@ -40,16 +41,15 @@ fn actor(snapshot: &Snapshot, path: &str) -> Option<ActorSnapshot> {
 }
 
 async fn wait_for(system: &ActorSystem, path: &str, done: impl Fn(&ActorSnapshot) -> bool) {
-    let deadline = Instant::now() + T;
-    loop {
-        if let Some(a) = actor(&system.monitor().snapshot(), path) {
-            if done(&a) {
-                return;
-            }
-        }
-        assert!(Instant::now() < deadline, "the counters never got there");
-        tokio::time::sleep(Duration::from_millis(2)).await;
-    }
+    eventually(
+        &format!("the counters of {path} get there"),
+        T,
+        async || match actor(&system.monitor().snapshot(), path) {
+            Some(a) if done(&a) => Ok(()),
+            other => Err(other),
+        },
+    )
+    .await;
 }
 
 fn adds_up(a: &ActorSnapshot) {

@@ -26,7 +26,7 @@ use crate::{MailboxConfig, Overflow};
 /// ```
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
-pub enum ConfigError {
+pub enum SystemConfigError {
     /// The file could not be read.
     #[error("cannot read config file {path}: {source}")]
     Read {
@@ -53,7 +53,7 @@ pub enum ConfigError {
     },
 }
 
-impl ConfigError {
+impl SystemConfigError {
     /// The dotted key the error is about, e.g. `dispatchers.io.max-pool-size`.
     pub fn key(&self) -> Option<&str> {
         match self {
@@ -110,11 +110,12 @@ struct Monitoring {
 }
 
 #[cfg(feature = "toml")]
-pub(super) fn parse(text: &str) -> Result<SystemConfig, ConfigError> {
-    let file: File = toml::from_str(text).map_err(|error| ConfigError::Syntax {
-        key: error
-            .span()
-            .map_or_else(|| "?".to_owned(), |span| key_at(text, span.start)),
+pub(super) fn parse(text: &str) -> Result<SystemConfig, SystemConfigError> {
+    let file: File = toml::from_str(text).map_err(|error| SystemConfigError::Syntax {
+        key: error.span().map_or_else(
+            || "?".to_owned(),
+            |span| crate::config_text::key_at(text, span.start),
+        ),
         message: error.message().to_owned(),
     })?;
     let mut config = SystemConfig::default();
@@ -163,7 +164,7 @@ pub(super) fn parse(text: &str) -> Result<SystemConfig, ConfigError> {
     Ok(config)
 }
 
-fn mailbox(m: Mailbox) -> Result<MailboxConfig, ConfigError> {
+fn mailbox(m: Mailbox) -> Result<MailboxConfig, SystemConfigError> {
     let overflow = match m.overflow.as_deref() {
         None | Some("drop-newest") => Overflow::DropNewest,
         Some("fail") => Overflow::Fail,
@@ -189,7 +190,7 @@ fn dispatcher(
     name: &str,
     d: Dispatcher,
     is_default: bool,
-) -> Result<DispatcherConfig, ConfigError> {
+) -> Result<DispatcherConfig, SystemConfigError> {
     let k = |field: &str| format!("{key}.{field}");
     let kind_name = d.kind.as_deref().unwrap_or(if is_default {
         "current-runtime"
@@ -207,7 +208,7 @@ fn dispatcher(
         ("keep-alive", d.keep_alive.is_some()),
         ("queue-size", d.queue_size.is_some()),
     ];
-    let refuse = |fields: &[(&str, bool)], of: &str| -> Result<(), ConfigError> {
+    let refuse = |fields: &[(&str, bool)], of: &str| -> Result<(), SystemConfigError> {
         match fields.iter().find(|(_, set)| *set) {
             Some((field, _)) => Err(invalid(
                 &k(field),
@@ -218,7 +219,7 @@ fn dispatcher(
     };
     let sized = "\"shared\" or \"affinity\"";
     // `parallelism-factor`, `-min` and `-max`, for the kinds sized by cores.
-    let sizing = || -> Result<(f64, usize, usize), ConfigError> {
+    let sizing = || -> Result<(f64, usize, usize), SystemConfigError> {
         refuse(&blocking_only, "\"blocking\"")?;
         let factor = d.parallelism_factor.unwrap_or(DEFAULT_PARALLELISM_FACTOR);
         if !(factor.is_finite() && factor > 0.0) {
@@ -311,14 +312,14 @@ fn dispatcher(
     })
 }
 
-fn invalid(key: &str, reason: &str) -> ConfigError {
-    ConfigError::Invalid {
+fn invalid(key: &str, reason: &str) -> SystemConfigError {
+    SystemConfigError::Invalid {
         key: key.to_owned(),
         reason: reason.to_owned(),
     }
 }
 
-fn positive(key: &str, n: i64) -> Result<usize, ConfigError> {
+fn positive(key: &str, n: i64) -> Result<usize, SystemConfigError> {
     usize::try_from(n).ok().filter(|n| *n > 0).ok_or_else(|| {
         invalid(
             key,
@@ -328,7 +329,7 @@ fn positive(key: &str, n: i64) -> Result<usize, ConfigError> {
 }
 
 /// An upper bound `max` (at `key`) below the lower bound `min` (the key `min_name`) is refused.
-fn at_least(key: &str, max: usize, min_name: &str, min: usize) -> Result<(), ConfigError> {
+fn at_least(key: &str, max: usize, min_name: &str, min: usize) -> Result<(), SystemConfigError> {
     if max < min {
         return Err(invalid(
             key,
@@ -338,60 +339,18 @@ fn at_least(key: &str, max: usize, min_name: &str, min: usize) -> Result<(), Con
     Ok(())
 }
 
-fn non_negative(key: &str, n: i64) -> Result<usize, ConfigError> {
+fn non_negative(key: &str, n: i64) -> Result<usize, SystemConfigError> {
     usize::try_from(n).map_err(|_| invalid(key, &format!("must be 0 or more, not {n}")))
 }
 
 /// Parses `"250us"`, `"10ms"`, `"1.5s"`, `"2m"`.
-pub(crate) fn duration(key: &str, text: &str) -> Result<Duration, ConfigError> {
-    let text = text.trim();
-    let split = text
-        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
-        .unwrap_or(text.len());
-    let (number, unit) = text.split_at(split);
-    let scale = match unit.trim() {
-        "ns" => 1e-9,
-        "us" | "µs" => 1e-6,
-        "ms" => 1e-3,
-        "s" => 1.0,
-        "m" | "min" => 60.0,
-        _ => f64::NAN,
-    };
-    match number.parse::<f64>() {
-        Ok(value) if scale.is_finite() && value.is_finite() && value >= 0.0 => {
-            Ok(Duration::from_secs_f64(value * scale))
-        }
-        _ => Err(invalid(
+pub(crate) fn duration(key: &str, text: &str) -> Result<Duration, SystemConfigError> {
+    crate::config_text::duration(text).ok_or_else(|| {
+        invalid(
             key,
             &format!("{text:?} is not a duration such as \"500us\", \"10ms\", \"1.5s\" or \"2m\""),
-        )),
-    }
-}
-
-/// The dotted key at byte `offset` of the TOML text: the table header above it plus the key
-/// on its line.
-fn key_at(text: &str, offset: usize) -> String {
-    let offset = offset.min(text.len());
-    let line_start = text[..offset].rfind('\n').map_or(0, |i| i + 1);
-    let line_end = text[offset..].find('\n').map_or(text.len(), |i| offset + i);
-    let line = text[line_start..line_end].trim();
-    let table = text[..line_start]
-        .lines()
-        .rev()
-        .map(str::trim)
-        .find(|l| l.starts_with('['))
-        .map(|l| l.trim_matches(|c| c == '[' || c == ']').trim().to_owned());
-    if line.starts_with('[') {
-        return line
-            .trim_matches(|c| c == '[' || c == ']')
-            .trim()
-            .to_owned();
-    }
-    let key = line.split('=').next().unwrap_or(line).trim();
-    match table {
-        Some(table) if !table.is_empty() => format!("{table}.{key}"),
-        _ => key.to_owned(),
-    }
+        )
+    })
 }
 
 #[cfg(all(test, feature = "toml"))]

@@ -10,10 +10,11 @@ use std::collections::VecDeque;
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Condvar, Mutex, MutexGuard, Weak};
+use std::sync::{Arc, MutexGuard, Weak};
 use std::task::{Context, Wake, Waker};
 use std::time::Duration;
 
+use crate::sync::{Condvar, Mutex};
 use tokio::runtime::Handle;
 
 type Task = Pin<Box<dyn Future<Output = ()> + Send>>;
@@ -197,9 +198,7 @@ impl Drop for Pool {
 
 impl Shared {
     fn lock(&self) -> MutexGuard<'_, State> {
-        self.state
-            .lock()
-            .expect("pool lock is never poisoned: no user code runs under it")
+        self.state.lock()
     }
 
     fn submit(self: &Arc<Self>, task: Arc<PoolTask>) {
@@ -260,8 +259,7 @@ impl Shared {
             loop {
                 let (next, timeout) = self
                     .work
-                    .wait_timeout(state, self.keep_alive.max(Duration::from_millis(1)))
-                    .expect("pool lock is never poisoned: no user code runs under it");
+                    .wait_timeout(state, self.keep_alive.max(Duration::from_millis(1)));
                 state = next;
                 if state.permits > 0 {
                     state.permits -= 1;
@@ -278,10 +276,7 @@ impl Shared {
 }
 
 fn poll(task: &Arc<PoolTask>) {
-    let mut slot = task
-        .future
-        .lock()
-        .expect("a task's lock is never poisoned: polling catches no panics under it");
+    let mut slot = task.future.lock();
     let Some(future) = slot.as_mut() else {
         return;
     };
@@ -332,16 +327,16 @@ mod tests {
         for _ in 0..3 {
             let gate = gate.clone();
             pool.spawn(async move {
-                let mut open = gate.0.lock().unwrap();
+                let mut open = gate.0.lock();
                 while !*open {
-                    open = gate.1.wait(open).unwrap();
+                    open = gate.1.wait(open);
                 }
             });
         }
         // Core 1, queue 1: the first task started a thread, the third found two queued and
         // added the second (and last) thread.
         assert_eq!(pool.status().threads, 2);
-        *gate.0.lock().unwrap() = true;
+        *gate.0.lock() = true;
         gate.1.notify_all();
     }
 }

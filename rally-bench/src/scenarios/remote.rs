@@ -281,7 +281,10 @@ pub(crate) async fn start_echo_node(
     echoes: usize,
 ) -> anyhow::Result<(ActorSystem, RemoteNode, Option<Membership>)> {
     let system = ActorSystem::new(if cluster { CLUSTER_SYSTEM } else { "echo" });
-    let config = RemoteConfig::new(host, port).with_secret(SECRET.to_vec());
+    let config = RemoteConfig::builder()
+        .listen(host, port)
+        .secret(SECRET.to_vec())
+        .build()?;
     let node = RemoteNode::start_with(&system, config, transport(tls_dir)?).await?;
     for i in 0..echoes {
         let echo = system.spawn(Echo::default())?;
@@ -512,7 +515,10 @@ async fn start_client_node(
     echo_side: &EchoSide,
 ) -> anyhow::Result<(ActorSystem, RemoteNode, Option<impl Sized + use<>>)> {
     let system = ActorSystem::new(CLUSTER_SYSTEM);
-    let config = RemoteConfig::new("127.0.0.1", 0).with_secret(SECRET.to_vec());
+    let config = RemoteConfig::builder()
+        .listen("127.0.0.1", 0)
+        .secret(SECRET.to_vec())
+        .build()?;
     let node = RemoteNode::start_with(&system, config, transport(echo_side.client_tls.as_deref())?)
         .await?;
     let membership = if echo_side.cluster {
@@ -1126,7 +1132,7 @@ pub(crate) fn latency(args: &LatencyArgs) -> anyhow::Result<()> {
                     h
                 }
                 Via::Ask => {
-                    let histogram = Arc::new(std::sync::Mutex::new(
+                    let histogram = Arc::new(rally::sync::Mutex::new(
                         Histogram::<u64>::new(3).expect("3 digits is valid"),
                     ));
                     let runtime = tokio::runtime::Handle::current();
@@ -1142,7 +1148,6 @@ pub(crate) fn latency(args: &LatencyArgs) -> anyhow::Result<()> {
                             let took = intended.elapsed();
                             histogram
                                 .lock()
-                                .expect("no panics under the lock")
                                 .record(took.as_nanos() as u64)
                                 .expect("values fit");
                         })
@@ -1153,7 +1158,7 @@ pub(crate) fn latency(args: &LatencyArgs) -> anyhow::Result<()> {
                     for task in pending {
                         task.await?;
                     }
-                    histogram.lock().expect("no panics under the lock").clone()
+                    histogram.lock().clone()
                 }
             };
             let us = |q: f64| micros(Duration::from_nanos(h.value_at_quantile(q)));

@@ -5,7 +5,7 @@
 //! refusal here drops the packet whole: nothing of it is applied.
 
 use std::collections::{HashMap, HashSet};
-use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::sync::Arc;
 
 use bytes::{Buf, BufMut};
 use foca::{Codec, Header, Member, PostcardCodec, State};
@@ -13,6 +13,7 @@ use rally_remote::NodeAddress;
 use serde::{Deserialize, Serialize};
 
 use crate::member::MemberId;
+use rally_actor::sync::Mutex;
 
 /// A [`MemberId`] as foca's identity. Private, so foca's trait stays out of Rally's API.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -164,12 +165,6 @@ impl Guard {
     }
 }
 
-/// Locks the guard; a panic elsewhere cannot leave it half-updated (every update is one
-/// assignment or a rebuild), so a poisoned lock is still sound to use.
-pub(crate) fn lock(guard: &Mutex<Guard>) -> MutexGuard<'_, Guard> {
-    guard.lock().unwrap_or_else(PoisonError::into_inner)
-}
-
 /// Foca's postcard codec behind the guard.
 pub(crate) struct GuardedCodec {
     inner: PostcardCodec,
@@ -193,13 +188,15 @@ impl Codec<FocaId> for GuardedCodec {
         header: &Header<FocaId>,
         buf: impl BufMut,
     ) -> Result<(), Self::Error> {
-        lock(&self.guard).sent_about_self(&header.src.0, header.src_incarnation);
+        self.guard
+            .lock()
+            .sent_about_self(&header.src.0, header.src_incarnation);
         Ok(self.inner.encode_header(header, buf)?)
     }
 
     fn decode_header(&mut self, buf: impl Buf) -> Result<Header<FocaId>, Self::Error> {
         let header: Header<FocaId> = self.inner.decode_header(buf)?;
-        let mut guard = lock(&self.guard);
+        let mut guard = self.guard.lock();
         guard.new_in_packet.clear();
         guard.sender = None;
         guard
@@ -215,14 +212,17 @@ impl Codec<FocaId> for GuardedCodec {
         buf: impl BufMut,
     ) -> Result<(), Self::Error> {
         if member.state() != State::Down {
-            lock(&self.guard).sent_about_self(&member.id().0, member.incarnation());
+            self.guard
+                .lock()
+                .sent_about_self(&member.id().0, member.incarnation());
         }
         Ok(self.inner.encode_member(member, buf)?)
     }
 
     fn decode_member(&mut self, buf: impl Buf) -> Result<Member<FocaId>, Self::Error> {
         let member: Member<FocaId> = self.inner.decode_member(buf)?;
-        lock(&self.guard)
+        self.guard
+            .lock()
             .check(&member.id().0, member.incarnation(), member.state(), false)
             .map_err(CodecError::Rejected)?;
         Ok(member)

@@ -175,7 +175,7 @@ impl EtcdConfig {
 ///
 /// # #[tokio::main] async fn main() {
 /// let system = ActorSystem::new("shop");
-/// let node = RemoteNode::start(&system, RemoteConfig::new("10.0.0.2", 2552).with_secret(b"s".to_vec()))
+/// let node = RemoteNode::start(&system, RemoteConfig::builder().listen("10.0.0.2", 2552).secret(b"s".to_vec()).build().unwrap())
 ///     .await
 ///     .unwrap();
 /// let config = ClusterConfig::builder().downing(DowningStrategy::Lease).build().unwrap();

@@ -31,7 +31,7 @@ const INBOUND_PACKETS: usize = 1024;
 ///
 /// # #[tokio::main] async fn main() {
 /// let system = ActorSystem::new("shop");
-/// let remote = RemoteConfig::new("127.0.0.1", 0).with_secret(b"cluster secret".to_vec());
+/// let remote = RemoteConfig::builder().listen("127.0.0.1", 0).secret(b"cluster secret".to_vec()).build().unwrap();
 /// let node = RemoteNode::start(&system, remote).await.unwrap();
 /// let provider = GossipProvider::new(&system, &node);
 /// let cluster = Cluster::join_with(Cluster::member_id(&node), ClusterConfig::default(), provider).unwrap();
@@ -69,7 +69,7 @@ impl GossipProvider {
     ///
     /// # #[tokio::main] async fn main() {
     /// let system = ActorSystem::new("shop");
-    /// let remote = RemoteConfig::new("127.0.0.1", 0).with_secret(b"cluster secret".to_vec());
+    /// let remote = RemoteConfig::builder().listen("127.0.0.1", 0).secret(b"cluster secret".to_vec()).build().unwrap();
     /// let node = RemoteNode::start(&system, remote).await.unwrap();
     /// let provider = GossipProvider::new(&system, &node).with_seed(7);
     /// let cluster = Cluster::join_using(&system, &node, ClusterConfig::default(), provider).unwrap();

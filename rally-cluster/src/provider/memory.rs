@@ -2,13 +2,14 @@
 //! one process (tests of what stands on membership), with no node and no socket.
 
 use std::collections::HashMap;
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::Arc;
 
 use rally_remote::NodeAddress;
 use tokio::sync::mpsc;
 
 use super::{Inbound, Provider, ProviderContext, ProviderStartError, ProviderTask, drive};
 use crate::membership::Membership;
+use rally_actor::sync::Mutex;
 
 /// Packets waiting per member; beyond it they are dropped, as a network would.
 const INBOUND_PACKETS: usize = 1024;
@@ -54,8 +55,7 @@ impl MemoryNetwork {
     }
 
     fn members(&self) -> std::sync::MutexGuard<'_, HashMap<NodeAddress, mpsc::Sender<Inbound>>> {
-        // One insert or remove per update: a poisoned lock is still consistent.
-        self.members.lock().unwrap_or_else(PoisonError::into_inner)
+        self.members.lock()
     }
 }
 

@@ -5,7 +5,7 @@ use std::time::Duration;
 use rally_state::MAX_IDENTITY_BYTES;
 use serde::{Deserialize, Serialize};
 
-use crate::config::{ConfigError, duration};
+use crate::config::{ClusterConfigError, duration};
 
 /// Five minutes: between Pekko's 120 s (which re-activates an actor read every few minutes
 /// over and over, each time reloading its state) and Orleans' 15 min and Dapr's 60 min (which
@@ -119,7 +119,7 @@ impl VirtualActorsConfig {
     ///
     /// ```
     /// use std::time::Duration;
-    /// use rally::cluster::ConfigError;
+    /// use rally::cluster::ClusterConfigError;
     /// use rally::cluster::virtual_actors::VirtualActorsConfig;
     ///
     /// let config = VirtualActorsConfig::from_toml("idle-timeout = \"2m\"\nmax-active = 5000").unwrap();
@@ -128,16 +128,16 @@ impl VirtualActorsConfig {
     /// let refused = VirtualActorsConfig::from_toml("max-active = 0").unwrap_err();
     /// assert_eq!(refused.key(), "max-active");
     /// let refused = VirtualActorsConfig::from_toml("idle-timeout = \"soon\"").unwrap_err();
-    /// assert!(matches!(refused, ConfigError::Syntax { .. }));
+    /// assert!(matches!(refused, ClusterConfigError::Syntax { .. }));
     /// assert_eq!(refused.key(), "idle-timeout");
     /// ```
     ///
     /// # Errors
     ///
-    /// [`ConfigError::Syntax`] for text that is not TOML, an unknown key or a value of the
-    /// wrong type; [`ConfigError::Invalid`] for a value out of range. Both name the key.
+    /// [`ClusterConfigError::Syntax`] for text that is not TOML, an unknown key or a value of the
+    /// wrong type; [`ClusterConfigError::Invalid`] for a value out of range. Both name the key.
     #[cfg(feature = "toml")]
-    pub fn from_toml(text: &str) -> Result<Self, ConfigError> {
+    pub fn from_toml(text: &str) -> Result<Self, ClusterConfigError> {
         let config: Self = crate::config::parse_toml(text)?;
         config.validate()?;
         Ok(config)
@@ -157,9 +157,9 @@ impl VirtualActorsConfig {
     ///
     /// # Errors
     ///
-    /// [`ConfigError::Invalid`] naming the first key out of range.
-    pub fn validate(&self) -> Result<(), ConfigError> {
-        let invalid = |key, reason| Err(ConfigError::Invalid { key, reason });
+    /// [`ClusterConfigError::Invalid`] naming the first key out of range.
+    pub fn validate(&self) -> Result<(), ClusterConfigError> {
+        let invalid = |key, reason| Err(ClusterConfigError::Invalid { key, reason });
         if self.idle_timeout.is_zero() {
             return invalid("idle-timeout", "must be above zero");
         }
@@ -253,8 +253,8 @@ impl VirtualActorsConfigBuilder {
     ///
     /// # Errors
     ///
-    /// [`ConfigError::Invalid`] as [`VirtualActorsConfig::validate`].
-    pub fn build(&self) -> Result<VirtualActorsConfig, ConfigError> {
+    /// [`ClusterConfigError::Invalid`] as [`VirtualActorsConfig::validate`].
+    pub fn build(&self) -> Result<VirtualActorsConfig, ClusterConfigError> {
         self.config.validate()?;
         Ok(self.config.clone())
     }
@@ -267,7 +267,7 @@ const _: () = assert!(MAX_IDENTITY_BYTES == 256);
 mod start_tests {
     use super::*;
     use crate::provider::{MemoryNetwork, MemoryProvider};
-    use crate::virtual_actors::{GrainNetwork, StartError, VirtualActors};
+    use crate::virtual_actors::{GrainNetwork, VirtualActors, VirtualActorsStartError};
     use crate::{Cluster, ClusterConfig, MemberId};
 
     #[tokio::test]
@@ -292,7 +292,9 @@ mod start_tests {
             .config(bad)
             .start_in_memory(&GrainNetwork::new());
         match refused {
-            Err(StartError::Config(error)) => assert_eq!(error.key(), "max-concurrent-moves"),
+            Err(VirtualActorsStartError::Config(error)) => {
+                assert_eq!(error.key(), "max-concurrent-moves")
+            }
             other => panic!("expected a configuration error, got {other:?}"),
         }
         let started = VirtualActors::builder(&cluster, &system)
@@ -370,7 +372,7 @@ mod tests {
             let error = VirtualActorsConfig::from_toml(text).unwrap_err();
             assert_eq!(error.key(), key, "{text}: {error}");
             assert_eq!(
-                matches!(error, ConfigError::Syntax { .. }),
+                matches!(error, ClusterConfigError::Syntax { .. }),
                 syntax,
                 "{text}: {error:?}"
             );

@@ -9,7 +9,7 @@ use std::time::Instant;
 
 use rally_actor::{Actor, ActorRef, ActorResult, Handler, Message, ReplyError, ReplyTo};
 use rally_remote::RemoteMessage;
-use rally_state::{Epoch, StateStore, StoreError};
+use rally_state::{Epoch, Fence, StateStore, StoreError};
 
 use super::error::GrainError;
 
@@ -165,7 +165,17 @@ impl Activation {
     /// outlived its member's ownership): nothing is written.
     pub async fn save(&self, state: &[u8]) -> Result<(), StoreError> {
         self.store
-            .save(self.kind, &self.scope, self.epoch, &self.identity, state)
+            .save(
+                self.kind,
+                &self.scope,
+                // Lives are not numbered yet: every life under one lease shares its fence.
+                Fence {
+                    epoch: self.epoch,
+                    life: 0,
+                },
+                &self.identity,
+                state,
+            )
             .await
     }
 }

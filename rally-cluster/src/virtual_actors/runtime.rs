@@ -25,14 +25,14 @@ use crate::config::ClusterConfig;
 /// # Example
 ///
 /// ```
-/// use rally::cluster::virtual_actors::StartError;
+/// use rally::cluster::virtual_actors::VirtualActorsStartError;
 ///
-/// let error = StartError::KindNotDeclared("cart".into());
+/// let error = VirtualActorsStartError::KindNotDeclared("cart".into());
 /// assert!(error.to_string().contains("cart"));
 /// ```
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
-pub enum StartError {
+pub enum VirtualActorsStartError {
     /// A kind was registered that this member does not declare (`ClusterConfig::kinds`), so
     /// no other member would ever send it a message for that kind.
     #[error("kind {0:?} is registered but this member does not declare it in its kinds")]
@@ -51,7 +51,7 @@ pub enum StartError {
     AlreadyStarted,
     /// The [`VirtualActorsConfig`] is out of range (the error names the key).
     #[error("invalid virtual actors configuration: {0}")]
-    Config(#[from] crate::config::ConfigError),
+    Config(#[from] crate::config::ClusterConfigError),
 }
 
 /// The virtual actors of one member: the kinds it hosts, and refs to any identity of any kind
@@ -87,7 +87,7 @@ pub enum StartError {
 ///
 /// # #[tokio::main] async fn main() {
 /// let system = ActorSystem::new("shop");
-/// let node = RemoteNode::start(&system, RemoteConfig::new("127.0.0.1", 2552).with_secret(b"s".to_vec()))
+/// let node = RemoteNode::start(&system, RemoteConfig::builder().listen("127.0.0.1", 2552).secret(b"s".to_vec()).build().unwrap())
 ///     .await
 ///     .unwrap();
 /// let config = ClusterConfig::builder().kind("cart").build().unwrap();
@@ -216,19 +216,19 @@ impl VirtualActorsBuilder {
     ///
     /// # Errors
     ///
-    /// See [`StartError`].
+    /// See [`VirtualActorsStartError`].
     ///
     /// # Panics
     ///
     /// Outside a tokio runtime.
-    pub fn start(&mut self, node: &RemoteNode) -> Result<VirtualActors, StartError> {
+    pub fn start(&mut self, node: &RemoteNode) -> Result<VirtualActors, VirtualActorsStartError> {
         let grains = self.build(Transport::remote(node))?;
         let endpoint = self
             .system
             .spawn(GrainEndpoint {
                 inner: Arc::downgrade(&grains.inner),
             })
-            .map_err(|e| StartError::Spawn(e.to_string()))?;
+            .map_err(|e| VirtualActorsStartError::Spawn(e.to_string()))?;
         node.expose(ENDPOINT, &endpoint)?;
         Ok(grains)
     }
@@ -237,27 +237,30 @@ impl VirtualActorsBuilder {
     ///
     /// # Errors
     ///
-    /// See [`StartError`].
+    /// See [`VirtualActorsStartError`].
     ///
     /// # Panics
     ///
     /// Outside a tokio runtime.
-    pub fn start_in_memory(&mut self, network: &GrainNetwork) -> Result<VirtualActors, StartError> {
+    pub fn start_in_memory(
+        &mut self,
+        network: &GrainNetwork,
+    ) -> Result<VirtualActors, VirtualActorsStartError> {
         let grains = self.build(Transport::Memory(network.clone()))?;
         grains.inner.attach();
         Ok(grains)
     }
 
-    fn build(&mut self, transport: Transport) -> Result<VirtualActors, StartError> {
+    fn build(&mut self, transport: Transport) -> Result<VirtualActors, VirtualActorsStartError> {
         self.config.validate()?;
         let local = self.cluster.self_member().id;
         let mut kinds = HashMap::new();
         for (kind, host) in self.kinds.drain(..) {
             if !local.hosts_kind(kind) {
-                return Err(StartError::KindNotDeclared(kind.to_owned()));
+                return Err(VirtualActorsStartError::KindNotDeclared(kind.to_owned()));
             }
             if kinds.insert(kind, host).is_some() {
-                return Err(StartError::DuplicateKind(kind.to_owned()));
+                return Err(VirtualActorsStartError::DuplicateKind(kind.to_owned()));
             }
         }
         let ownership = Ownership::new(
@@ -276,7 +279,7 @@ impl VirtualActorsBuilder {
             transport,
         ));
         if !self.cluster.attach_grains(&inner) {
-            return Err(StartError::AlreadyStarted);
+            return Err(VirtualActorsStartError::AlreadyStarted);
         }
         crate::figures::register(&self.system, &inner);
         spawn_event_loop(&self.cluster, &inner);

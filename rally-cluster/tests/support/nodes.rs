@@ -33,7 +33,11 @@ pub(crate) async fn node(port: u16) -> Node {
     let system = ActorSystem::new(CLUSTER);
     let node = RemoteNode::start(
         &system,
-        RemoteConfig::new("127.0.0.1", port).with_secret(SECRET.to_vec()),
+        RemoteConfig::builder()
+            .listen("127.0.0.1", port)
+            .secret(SECRET.to_vec())
+            .build()
+            .unwrap(),
     )
     .await
     .expect("node starts");

@@ -1,8 +1,10 @@
 //! Cluster members as separate OS processes, for the multi-process tests.
 //!
-//! The member process is the test binary itself, re-run with [`MEMBER_ENV`] set: its
-//! `member_process` test then runs [`member_main`] (every other test returns at once in that
-//! mode). A member reports what happens to it on stdout, one line per fact, each stamped with
+//! The member process is the test binary itself, re-run with [`MEMBER_ENV`] set: its `main`
+//! then runs [`member_main`] instead of the tests ([`run_if_member`]; the target has
+//! `harness = false` and runs its tests with `rally_test::harness`). A binary still on the
+//! built-in harness has a `member_process` test that calls [`run_if_member`], which the
+//! arguments below select. A member reports what happens to it on stdout, one line per fact, each stamped with
 //! `CLOCK_MONOTONIC` (one clock for every process on the machine, network namespaces
 //! included), so the test can order facts from several processes:
 //!
@@ -287,7 +289,11 @@ impl Life {
         let node = loop {
             match RemoteNode::start(
                 &system,
-                RemoteConfig::new(&spec.host, spec.port).with_secret(SECRET.to_vec()),
+                RemoteConfig::builder()
+                    .listen(&spec.host, spec.port)
+                    .secret(SECRET.to_vec())
+                    .build()
+                    .unwrap(),
             )
             .await
             {
@@ -770,15 +776,18 @@ impl MemberProcess {
         let at = mono_ns();
         nix::sys::signal::kill(self.pid(), nix::sys::signal::Signal::SIGSTOP).expect("stop");
         let stat = format!("/proc/{}/stat", self.pid());
-        let deadline = tokio::time::Instant::now() + T;
-        loop {
+        rally_test::eventually("the kernel shows it stopped", T, async || {
             let text = std::fs::read_to_string(&stat).expect("stat");
-            if text.rsplit_once(") ").unwrap().1.starts_with('T') {
-                return at;
+            // The state follows the parenthesised command name.
+            let state = text.rsplit_once(") ").expect("a stat line").1;
+            if state.starts_with('T') {
+                Ok(())
+            } else {
+                Err(text)
             }
-            assert!(tokio::time::Instant::now() < deadline, "never stopped");
-            tokio::time::sleep(Duration::from_millis(1)).await;
-        }
+        })
+        .await;
+        at
     }
 
     /// SIGCONT; returns the instant it was sent.

@@ -507,13 +507,26 @@ impl StateStore for Switch {
         &'a self,
         kind: &'a str,
         scope: &'a str,
-        epoch: u64,
+        fence: rally::state::Fence,
         identity: &'a str,
         state: &'a [u8],
     ) -> rally::state::BoxFuture<'a, Result<(), rally::state::StoreError>> {
         Box::pin(async move {
             self.check()?;
-            self.inner.save(kind, scope, epoch, identity, state).await
+            self.inner.save(kind, scope, fence, identity, state).await
+        })
+    }
+
+    fn fence<'a>(
+        &'a self,
+        kind: &'a str,
+        scope: &'a str,
+        fence: rally::state::Fence,
+        identity: &'a str,
+    ) -> rally::state::BoxFuture<'a, Result<(), rally::state::StoreError>> {
+        Box::pin(async move {
+            self.check()?;
+            self.inner.fence(kind, scope, fence, identity).await
         })
     }
 }

@@ -8,7 +8,9 @@
 //! drop releases each linked lane, and the thread that dropped it writes the batch. So the
 //! replies and sends one read caused leave in one write, however many cores ran the actors.
 
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
+
+use rally_actor::sync::Mutex;
 
 use super::OutboundLane;
 
@@ -29,10 +31,7 @@ impl ReadHold {
 
     /// `lane`'s open batch is gated on this read: release it when the read's work has run.
     pub(crate) fn link(&self, lane: &Arc<OutboundLane>) {
-        let mut lanes = self
-            .lanes
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let mut lanes = self.lanes.lock();
         if !lanes.last().is_some_and(|last| Arc::ptr_eq(last, lane)) {
             lanes.push(lane.clone());
         }
@@ -42,11 +41,7 @@ impl ReadHold {
 impl Drop for ReadHold {
     fn drop(&mut self) {
         let id = self.id();
-        let lanes = std::mem::take(
-            self.lanes
-                .get_mut()
-                .unwrap_or_else(std::sync::PoisonError::into_inner),
-        );
+        let lanes = std::mem::take(self.lanes.get_mut());
         for lane in lanes {
             lane.release(id);
         }

@@ -2,12 +2,13 @@
 
 use std::collections::HashMap;
 use std::io;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
 use futures_util::future::BoxFuture;
 use tokio::sync::mpsc;
 
 use super::{BoxStream, Incoming, Listener, Transport};
+use rally_actor::sync::Mutex;
 
 /// Buffer size of each in-memory pipe.
 const PIPE_BYTES: usize = 256 * 1024;
@@ -39,10 +40,7 @@ type Listeners = HashMap<(String, u16), mpsc::UnboundedSender<BoxStream>>;
 impl Transport for MemoryTransport {
     fn connect<'a>(&'a self, host: &'a str, port: u16) -> BoxFuture<'a, io::Result<BoxStream>> {
         Box::pin(async move {
-            let listeners = self
-                .listeners
-                .lock()
-                .expect("memory network lock is never poisoned");
+            let listeners = self.listeners.lock();
             let accept = listeners.get(&(host.to_owned(), port)).ok_or_else(|| {
                 io::Error::new(
                     io::ErrorKind::ConnectionRefused,
@@ -63,10 +61,7 @@ impl Transport for MemoryTransport {
         port: u16,
     ) -> BoxFuture<'a, io::Result<Box<dyn Listener>>> {
         Box::pin(async move {
-            let mut listeners = self
-                .listeners
-                .lock()
-                .expect("memory network lock is never poisoned");
+            let mut listeners = self.listeners.lock();
             let port = if port == 0 {
                 40_000 + listeners.len() as u16
             } else {

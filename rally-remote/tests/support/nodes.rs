@@ -165,7 +165,11 @@ impl RemoteActor for Target {
 
 /// A config for loopback tests with a quick failure detector.
 pub(crate) fn config() -> RemoteConfig {
-    let mut config = RemoteConfig::new("127.0.0.1", 0).with_secret(SECRET.to_vec());
+    let mut config = RemoteConfig::builder()
+        .listen("127.0.0.1", 0)
+        .secret(SECRET.to_vec())
+        .build()
+        .unwrap();
     config.heartbeat_interval = Duration::from_millis(100);
     config.failure_detector.acceptable_heartbeat_pause = Duration::from_millis(600);
     config.failure_detector.first_heartbeat_estimate = Duration::from_millis(100);

@@ -1,8 +1,9 @@
 //! Actors shared by the integration tests.
 #![allow(dead_code)]
 
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
+use rally::sync::Mutex;
 use rally::{Actor, ActorResult, Context, Handler, Message};
 
 /// A shared, ordered log of lifecycle events.
@@ -13,7 +14,7 @@ pub(crate) fn log() -> Log {
 }
 
 pub(crate) fn entries(log: &Log) -> Vec<String> {
-    log.lock().unwrap().clone()
+    log.lock().clone()
 }
 
 /// Records its lifecycle and counts; panics or errors on request.
@@ -35,24 +36,17 @@ impl Recorder {
 
 impl Actor for Recorder {
     async fn started(&mut self, _ctx: &mut Context<Self>) -> ActorResult<()> {
-        self.log
-            .lock()
-            .unwrap()
-            .push(format!("{} started", self.name));
+        self.log.lock().push(format!("{} started", self.name));
         Ok(())
     }
 
     async fn stopped(&mut self, _ctx: &mut Context<Self>) {
-        self.log
-            .lock()
-            .unwrap()
-            .push(format!("{} stopped", self.name));
+        self.log.lock().push(format!("{} stopped", self.name));
     }
 
     async fn pre_restart(&mut self, _ctx: &mut Context<Self>, failure: &str) {
         self.log
             .lock()
-            .unwrap()
             .push(format!("{} pre_restart: {failure}", self.name));
     }
 }

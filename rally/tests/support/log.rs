@@ -2,8 +2,9 @@
 #![allow(dead_code)] // each test uses the part it needs
 
 use std::io::Write;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
+use rally::sync::Mutex;
 use tracing_subscriber::fmt::format::FmtSpan;
 
 /// A `tracing` writer that keeps everything in memory.
@@ -12,7 +13,7 @@ pub(crate) struct Captured(Arc<Mutex<Vec<u8>>>);
 
 impl Write for Captured {
     fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-        self.0.lock().unwrap().extend_from_slice(buf);
+        self.0.lock().extend_from_slice(buf);
         Ok(buf.len())
     }
     fn flush(&mut self) -> std::io::Result<()> {
@@ -23,7 +24,7 @@ impl Write for Captured {
 impl Captured {
     /// Everything logged so far.
     pub(crate) fn text(&self) -> String {
-        String::from_utf8(self.0.lock().unwrap().clone()).unwrap()
+        String::from_utf8(self.0.lock().clone()).unwrap()
     }
 }
 

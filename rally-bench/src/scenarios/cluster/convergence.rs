@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context as _, bail};
 use rally::ActorSystem;
-use rally::cluster::sim::Simulation;
+use rally::cluster::sim::MembershipSimulation;
 use rally::cluster::{Cluster, ClusterConfig, Member, MemberId, MemberStatus};
 use rally::remote::{NodeAddress, RemoteConfig, RemoteNode, RemoteStats};
 use serde_json::Value;
@@ -106,7 +106,10 @@ impl LiveMember {
                 runtime.block_on(async move {
                     let start = async {
                         let system = ActorSystem::new(CLUSTER);
-                        let remote = RemoteConfig::new("127.0.0.1", 0).with_secret(SECRET.to_vec());
+                        let remote = RemoteConfig::builder()
+                            .listen("127.0.0.1", 0)
+                            .secret(SECRET.to_vec())
+                            .build()?;
                         let node = RemoteNode::start(&system, remote).await?;
                         let joined_at = Instant::now();
                         let cluster = Cluster::join(&system, &node, config)?;
@@ -316,23 +319,25 @@ fn measure_rest(members: &[LiveMember], period: Duration) -> anyhow::Result<Rest
 /// Runs the simulation until the views of `live` agree with `expect`, checking every
 /// [`SIM_POLL`] of simulated time; the simulated time it took.
 fn sim_wait(
-    sim: &mut Simulation,
+    sim: &mut MembershipSimulation,
     live: &[MemberId],
     expect: &Expect,
     what: &str,
 ) -> anyhow::Result<Duration> {
     let since = sim.elapsed();
     let mut next_check = since;
-    let done = sim.run_until(SIM_STEP_LIMIT, |sim| {
-        if sim.elapsed() < next_check {
-            return false;
-        }
-        next_check = sim.elapsed() + SIM_POLL;
-        let views = live
-            .iter()
-            .map(|id| sim.core(id).map(|c| c.members()).unwrap_or_default());
-        agreed(views, expect)
-    });
+    let done = sim
+        .run_until(SIM_STEP_LIMIT, |sim| {
+            if sim.elapsed() < next_check {
+                return false;
+            }
+            next_check = sim.elapsed() + SIM_POLL;
+            let views = live
+                .iter()
+                .map(|id| sim.core(id).map(|c| c.members()).unwrap_or_default());
+            agreed(views, expect)
+        })
+        .is_ok();
     if !done {
         bail!(
             "{what}: the simulated members did not agree within {SIM_STEP_LIMIT:?} of simulated time"
@@ -342,7 +347,7 @@ fn sim_wait(
 }
 
 fn sim_rep(n: usize, seed: u64, rest: Option<Duration>) -> anyhow::Result<RealRep> {
-    let mut sim = Simulation::new(seed);
+    let mut sim = MembershipSimulation::new(seed);
     let config = ClusterConfig::default();
     let mut live = sim.add_members(n - 1, &config);
     let mut expect = Expect {
@@ -359,7 +364,7 @@ fn sim_rep(n: usize, seed: u64, rest: Option<Duration>) -> anyhow::Result<RealRe
     let join = sim_wait(&mut sim, &live, &expect, "join")?;
 
     let rest = rest.map(|period| {
-        let total = |sim: &Simulation| {
+        let total = |sim: &MembershipSimulation| {
             live.iter()
                 .filter_map(|id| sim.core(id).map(|c| c.stats()))
                 .fold((0u64, 0u64), |acc, s| {
@@ -378,7 +383,7 @@ fn sim_rep(n: usize, seed: u64, rest: Option<Duration>) -> anyhow::Result<RealRe
     });
 
     let victim = live.remove(1);
-    sim.kill(&victim);
+    sim.crash(&victim);
     expect.up.remove(&victim);
     expect.down.insert(victim);
     let kill = sim_wait(&mut sim, &live, &expect, "kill")?;
@@ -503,7 +508,7 @@ pub(crate) fn convergence(args: &ConvergenceArgs) -> anyhow::Result<()> {
         )
         .param(
             "sim",
-            "rally::cluster::sim::Simulation, seed = repetition number, latency 0.2-5 ms; times are simulated",
+            "rally::cluster::sim::MembershipSimulation, seed = repetition number, latency 0.2-5 ms; times are simulated",
         )
         .param(
             "agree",

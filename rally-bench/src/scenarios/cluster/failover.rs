@@ -3,7 +3,7 @@
 //! two survivors have downed it and the identity answers again from one of them.
 
 use std::ffi::OsStr;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use anyhow::{Context as _, bail};
@@ -25,6 +25,7 @@ use tokio::task::JoinSet;
 use super::{FailoverArgs, FailoverMemberArgs, FailoverSetting};
 use crate::report::{Report, Row};
 use crate::scenarios::common::{MemberProcesses, multi_thread_runtime, on_worker, spawn_members};
+use rally::sync::Mutex;
 
 /// The secret the four processes share.
 const SECRET: &[u8] = b"rally-bench failover";
@@ -113,11 +114,7 @@ impl Actor for MemberStats {}
 
 impl Handler<StatsQuery> for MemberStats {
     async fn handle(&mut self, _: StatsQuery, _ctx: &mut Context<Self>) -> ActorResult<StatsReply> {
-        let seen = self
-            .seen
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .clone();
+        let seen = self.seen.lock().clone();
         Ok(StatsReply {
             view: self.cluster.members(),
             seen,
@@ -144,9 +141,7 @@ fn record_events(cluster: &Cluster) -> Arc<Mutex<Vec<(MemberEvent, u64)>>> {
     let mut events = cluster.events();
     tokio::spawn(async move {
         while let Some(event) = events.next().await {
-            log.lock()
-                .unwrap_or_else(std::sync::PoisonError::into_inner)
-                .push((event, unix_ns()));
+            log.lock().push((event, unix_ns()));
         }
     });
     seen
@@ -204,7 +199,10 @@ pub(crate) fn member_main(args: &FailoverMemberArgs) -> anyhow::Result<()> {
         let system = ActorSystem::new(SYSTEM);
         let node = RemoteNode::start(
             &system,
-            RemoteConfig::new("127.0.0.1", 0).with_secret(SECRET.to_vec()),
+            RemoteConfig::builder()
+                .listen("127.0.0.1", 0)
+                .secret(SECRET.to_vec())
+                .build()?,
         )
         .await?;
         let seed: Option<NodeAddress> = match &args.seed {
@@ -269,7 +267,10 @@ impl Run {
         let system = ActorSystem::new(SYSTEM);
         let node = RemoteNode::start(
             &system,
-            RemoteConfig::new("127.0.0.1", 0).with_secret(SECRET.to_vec()),
+            RemoteConfig::builder()
+                .listen("127.0.0.1", 0)
+                .secret(SECRET.to_vec())
+                .build()?,
         )
         .await?;
         let (config, grains_config) = settings(setting, Some(&processes.addresses[0]), false)?;
@@ -425,11 +426,7 @@ impl Run {
                 })
             })
             .reduce(f64::min);
-        let client_seen = self
-            .client_seen
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .clone();
+        let client_seen = self.client_seen.lock().clone();
         let client_downed_ms = gone_at(&client_seen).map(since_kill);
 
         // No split brain: nobody but the victim was downed or removed, and every survivor

@@ -5,14 +5,15 @@
 
 use std::collections::BTreeMap;
 use std::ffi::OsStr;
+use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context as _, bail};
 use hdrhistogram::Histogram;
 use rally::cluster::MemberEvent;
 use rally::cluster::virtual_actors::{GrainError, GrainRef};
+use rally::sync::Mutex;
 use serde_json::{Map, Value};
 use tokio::io::AsyncWriteExt as _;
 
@@ -141,9 +142,7 @@ async fn run(
         let mut events = gc.cluster.events();
         tokio::spawn(async move {
             while let Some(event) = events.next().await {
-                seen.lock()
-                    .expect("the lock is not poisoned")
-                    .push((Instant::now(), event));
+                seen.lock().push((Instant::now(), event));
             }
         })
     };
@@ -254,7 +253,7 @@ async fn run(
         (victim_address, "B"),
         (joiner_address, "C"),
     ];
-    let seen = seen.lock().expect("the lock is not poisoned").clone();
+    let seen = seen.lock().clone();
     let mut seen_text: Vec<(Duration, String)> = seen
         .iter()
         .filter(|(at, _)| *at >= start)

@@ -178,7 +178,10 @@ pub(crate) fn member_main(args: &MemberArgs) -> anyhow::Result<()> {
         let system = ActorSystem::new(SYSTEM);
         let node = RemoteNode::start(
             &system,
-            RemoteConfig::new("127.0.0.1", 0).with_secret(SECRET.to_vec()),
+            RemoteConfig::builder()
+                .listen("127.0.0.1", 0)
+                .secret(SECRET.to_vec())
+                .build()?,
         )
         .await?;
         let seed: NodeAddress = match &args.seed {
@@ -272,7 +275,10 @@ impl GrainCluster {
         let system = ActorSystem::new(SYSTEM);
         let node = RemoteNode::start(
             &system,
-            RemoteConfig::new("127.0.0.1", 0).with_secret(SECRET.to_vec()),
+            RemoteConfig::builder()
+                .listen("127.0.0.1", 0)
+                .secret(SECRET.to_vec())
+                .build()?,
         )
         .await?;
         let mut builder = ClusterConfig::builder();

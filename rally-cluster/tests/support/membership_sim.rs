@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use rally_cluster::sim::{LoggedEvent, Simulation};
+use rally_cluster::sim::{LoggedEvent, MembershipSimulation};
 use rally_cluster::{ClusterConfig, MemberEvent, MemberId};
 
 /// Settings of the simulated tests: the defaults, so the figures are the ones users get.
@@ -13,7 +13,7 @@ pub(crate) fn config() -> ClusterConfig {
 
 /// Events `observer` saw about `subject`, in order.
 pub(crate) fn seen<'a>(
-    sim: &'a Simulation,
+    sim: &'a MembershipSimulation,
     observer: &MemberId,
     subject: &MemberId,
 ) -> Vec<&'a MemberEvent> {
@@ -26,7 +26,7 @@ pub(crate) fn seen<'a>(
 
 /// When `observer` first saw `event`.
 pub(crate) fn first_seen(
-    sim: &Simulation,
+    sim: &MembershipSimulation,
     observer: &MemberId,
     event: &MemberEvent,
 ) -> Option<Duration> {
@@ -41,11 +41,12 @@ pub(crate) fn converged(
     seed: u64,
     n: usize,
     config: &ClusterConfig,
-) -> (Simulation, Vec<MemberId>) {
-    let mut sim = Simulation::new(seed);
+) -> (MembershipSimulation, Vec<MemberId>) {
+    let mut sim = MembershipSimulation::new(seed);
     let members = sim.add_members(n, config);
     assert!(
-        sim.run_until(Duration::from_secs(30), Simulation::converged),
+        sim.run_until(Duration::from_secs(30), MembershipSimulation::converged)
+            .is_ok(),
         "seed {seed}: {n} members did not converge in 30 s of simulated time"
     );
     (sim, members)

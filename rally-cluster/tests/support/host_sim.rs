@@ -7,7 +7,7 @@ use std::time::Duration;
 use rally::cluster::{ClusterConfig, ClusterSingleton, MemberEvent};
 use rally::prelude::*;
 use rally::remote::{MessageTable, RemoteActor, RemoteMessage};
-use rally::sim::{self, SimLog, Simulation};
+use rally::sim::{self, HostSimulation, SimLog};
 use serde::{Deserialize, Serialize};
 
 /// Every member's system name: the cluster's name.
@@ -82,7 +82,7 @@ pub(crate) fn names(n: usize) -> Vec<String> {
 
 /// Adds a host per name, each a cluster member (seeded with all of them) running the
 /// singleton `worker`, logging to `log`.
-pub(crate) fn members(simulation: &mut Simulation, names: &[String], log: &SimLog<Log>) {
+pub(crate) fn members(simulation: &mut HostSimulation, names: &[String], log: &SimLog<Log>) {
     for name in names {
         let (name, log, all) = (name.clone(), log.clone(), names.to_vec());
         simulation.host(&name.clone(), move || {
@@ -147,10 +147,10 @@ fn event_entry(host: &str, event: &MemberEvent) -> Log {
 
 /// Five members (`n1`…`n5`) up with the singleton running on one of them, then a pause that
 /// puts what comes next at a different phase of probing on each seed.
-pub(crate) fn formed(seed: u64) -> (Simulation, SimLog<Log>, Vec<String>) {
+pub(crate) fn formed(seed: u64) -> (HostSimulation, SimLog<Log>, Vec<String>) {
     let names = names(5);
     let log = SimLog::new();
-    let mut simulation = Simulation::new(seed);
+    let mut simulation = HostSimulation::new(seed);
     members(&mut simulation, &names, &log);
     simulation
         .run_until(Duration::from_secs(60), || {
