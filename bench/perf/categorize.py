@@ -10,6 +10,7 @@ See docs/benchmarks.md, "Where the time goes: the remote path".
 """
 import sys, re, collections
 RULES = [
+ ("holds (gate, scope, run)", ["hold::", "ReadHold", "gate::", "OutboundLane::release", "write_direct", "write_batch"]),
  ("alloc/free", ["mi_", "_mi_", "malloc", "free"]),
  ("encode into lane", ["OutboundEncoder::push", "registry::encode", "write_message_header", "guarded_encode", "codec::encode", "postcard::", "OutboundLane::push"]),
  ("writer task (take batch, write call)", ["OutboundLane::write_to", "next_batch", "OutboundEncoder::take", "outbound::writer", "association::writer", "Wakeup::wait"]),

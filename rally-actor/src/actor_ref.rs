@@ -448,11 +448,9 @@ impl<A: Actor> ActorRef<A> {
             Backend::Local(mailbox, _) => {
                 if let Err(SystemMsg::Watch(watcher)) = mailbox.system(SystemMsg::Watch(watcher)) {
                     // Already dead: the watcher still hears about it, once.
-                    // The reason is set before the mailbox closes.
+                    // The reason is set as the mailbox closes.
                     let reason = mailbox
-                        .reason
-                        .get()
-                        .map(|reason| crate::TerminationReason::clone(reason))
+                        .stop_reason()
                         .unwrap_or(crate::TerminationReason::Unknown);
                     watcher.notify(crate::Terminated::new(
                         mailbox.id,

@@ -594,11 +594,13 @@ impl Dispatcher {
         }
     }
 
-    /// Spawns an actor's task on the dispatcher's threads.
+    /// Spawns an actor's task on the dispatcher's threads. Each poll of it is one run of the
+    /// actor, whose delivery holds end with the poll (see [`crate::hold`]).
     pub(crate) fn spawn_actor<F>(&self, future: F)
     where
         F: Future<Output = ()> + Send + 'static,
     {
+        let future = crate::hold::Runs::new(future);
         match &self.inner.executor {
             Executor::Tokio(handle) => {
                 handle.spawn(future);

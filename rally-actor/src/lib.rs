@@ -53,6 +53,7 @@
 //! - [`monitor`]: per-actor and per-dispatcher counters and their snapshots
 //! - [`config_text`]: the duration and key-naming rules every configuration file shares
 //! - [`sync`]: the poison-tolerant locks every Rally crate uses
+//! - [`hold`]: for transports, how the work a batch of deliveries caused is known to have run
 //!
 //! # Features
 //!
@@ -82,6 +83,7 @@ mod dispatch;
 mod envelope;
 mod error;
 mod event_stream;
+pub mod hold;
 mod mailbox;
 mod message;
 pub mod monitor;

@@ -14,6 +14,7 @@ use loom::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use tokio::sync::Notify;
 
+use crate::hold::Hold;
 use crate::monitor::{ActorSnapshot, Probe, Slot};
 use crate::supervision::{Decision, Failure};
 #[cfg(not(loom))]
@@ -120,9 +121,6 @@ pub(crate) struct Mailbox<A: Actor> {
     /// room; boxed, so that an unbounded mailbox does not carry them.
     bound: Option<Box<Bound>>,
     pub(crate) overflow: Overflow,
-    /// Why the actor stopped, set once just before its mailbox closes.
-    /// (Boxed: 16 bytes less in every mailbox, and read only after the actor stopped.)
-    pub(crate) reason: std::sync::OnceLock<Box<crate::TerminationReason>>,
     /// Counters, when the actor is monitored.
     pub(crate) monitor: Slot,
 }
@@ -145,6 +143,13 @@ struct Queues<A: Actor> {
     /// marks the actor parked, so parking costs no atomic registration, and cloned only when
     /// the task's waker changes; a sender that finds `parked` wakes a clone).
     waker: Option<Waker>,
+    /// A delivery scope's hold for the actor's next run, kept by the delivery that woke it
+    /// (see [`crate::hold`]); the run takes it with the messages.
+    hold: Option<Hold>,
+    /// Why the actor stopped, set with `closed`. (Boxed and here, under the lock, rather than
+    /// in a `OnceLock` beside it: 8 bytes instead of 16, and read only after the actor
+    /// stopped.)
+    reason: Option<Box<crate::TerminationReason>>,
 }
 
 /// The receiving side, owned by the actor's task.
@@ -175,6 +180,8 @@ impl<A: Actor> Mailbox<A> {
                 closed: false,
                 parked: false,
                 waker: None,
+                hold: None,
+                reason: None,
             }),
             system_pending: AtomicBool::new(false),
             user_pending: AtomicBool::new(false),
@@ -187,7 +194,6 @@ impl<A: Actor> Mailbox<A> {
                 })
             }),
             overflow: config.overflow,
-            reason: std::sync::OnceLock::new(),
             monitor,
         });
         (
@@ -231,6 +237,10 @@ impl<A: Actor> Mailbox<A> {
                 queues.user.reserve_exact(1);
             }
             queues.user.push_back(envelope);
+            if queues.parked {
+                // This delivery wakes the actor: a delivery scope's hold waits for its run.
+                crate::hold::attach(&mut queues.hold);
+            }
             self.user_pending.store(true, Ordering::Release);
             if let Some(counters) = self.monitor.counters() {
                 // The in-batch count is read only for sampled messages.
@@ -311,6 +321,11 @@ impl<A: Actor> Mailbox<A> {
     pub(crate) fn is_closed(&self) -> bool {
         self.lock().closed
     }
+
+    /// Why the actor stopped, once its mailbox is closed.
+    pub(crate) fn stop_reason(&self) -> Option<crate::TerminationReason> {
+        self.lock().reason.as_deref().cloned()
+    }
 }
 
 impl<A: Actor> Queues<A> {
@@ -334,7 +349,11 @@ impl<A: Actor> Queues<A> {
     fn wake_if_parked(&mut self) -> bool {
         let parked = std::mem::take(&mut self.parked);
         if let Some(waker) = self.waker.as_ref().filter(|_| parked) {
-            waker.wake_by_ref();
+            // Inside a delivery scope, the wake-up waits for the scope's end (the actor is
+            // not parked any more: later senders leave the waking to that).
+            if !crate::hold::defer_wake(waker) {
+                waker.wake_by_ref();
+            }
         }
         parked
     }
@@ -383,6 +402,9 @@ impl<A: Actor> MailboxReceiver<A> {
             }
             std::mem::swap(&mut queues.user, &mut self.batch);
             mailbox.user_pending.store(false, Ordering::Relaxed);
+            if let Some(hold) = queues.hold.take() {
+                crate::hold::begin(hold);
+            }
             let armed = match park.filter(|_| self.batch.len() <= 1) {
                 Some(waker) => {
                     queues.park(waker);
@@ -491,19 +513,27 @@ impl<A: Actor> MailboxReceiver<A> {
         }
     }
 
-    /// Closes the mailbox (later sends fail with `Stopped`) and hands back everything left.
-    pub(crate) fn close(&mut self) -> (Vec<Envelope<A>>, Vec<SystemMsg<A>>) {
+    /// Closes the mailbox (later sends fail with `Stopped`; a watch that finds it closed reads
+    /// `reason`) and hands back everything left.
+    pub(crate) fn close(
+        &mut self,
+        reason: crate::TerminationReason,
+    ) -> (Vec<Envelope<A>>, Vec<SystemMsg<A>>) {
         let mailbox = &*self.mailbox;
-        let (user, system) = {
+        let (user, system, hold) = {
             let mut queues = mailbox.lock();
             queues.closed = true;
-            // The waker holds the task: a mailbox that outlives it (refs still held) must not.
+            queues.reason = Some(Box::new(reason));
+            // The waker holds the task: a mailbox that outlives it (refs still held) must not,
+            // nor a hold, which waits for a run that will not come.
             queues.waker = None;
             (
                 std::mem::take(&mut queues.user),
                 std::mem::take(&mut queues.system),
+                queues.hold.take(),
             )
         };
+        drop(hold);
         let mut left: Vec<Envelope<A>> = self.batch.drain(..).collect();
         left.extend(user);
         mailbox.in_batch.store(0, Ordering::Relaxed);
@@ -636,6 +666,44 @@ mod loom_tests {
         });
     }
 
+    /// A delivery scope's hold, given with a message that may find the actor about to sleep:
+    /// whether or not the delivery is the one that wakes it, no hold is left in the mailbox
+    /// once the actor has taken the message (left there, it would wait for a run that does
+    /// not come, and hold back a transport's write).
+    #[test]
+    fn a_hold_is_never_left_behind_by_a_racing_delivery() {
+        use std::sync::atomic::AtomicUsize as Count;
+        struct Counted(Arc<Count>);
+        impl Drop for Counted {
+            fn drop(&mut self) {
+                self.0.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            }
+        }
+        loom::model(|| {
+            let (mailbox, mut receiver) = mailbox();
+            let dropped = Arc::new(Count::new(0));
+            let sender = {
+                let dropped = dropped.clone();
+                thread::spawn(move || {
+                    let hold = crate::hold::Hold::new(Counted(dropped));
+                    crate::hold::scope(hold, || ping(&mailbox));
+                })
+            };
+            assert!(matches!(
+                loom::future::block_on(receiver.next()),
+                Next::User(_)
+            ));
+            sender.join().unwrap();
+            // The run that took the message ends.
+            crate::hold::end_run();
+            assert_eq!(
+                dropped.load(std::sync::atomic::Ordering::SeqCst),
+                1,
+                "the hold went with the run (or was never attached), not left in the mailbox"
+            );
+        });
+    }
+
     /// After `close`, a racing sender either got its message into the drained list or was
     /// told `Stopped`: nothing is lost.
     #[test]
@@ -650,7 +718,7 @@ mod loom_tests {
                         .is_ok()
                 })
             };
-            let (left, _) = receiver.close();
+            let (left, _) = receiver.close(crate::TerminationReason::Stopped);
             let accepted = sender.join().unwrap();
             let drained_now = left.len();
             let late = receiver.try_next().is_some();

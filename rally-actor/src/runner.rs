@@ -373,9 +373,8 @@ async fn stop<A: Actor>(
     drop(actor);
 
     let reason = ctx.take_stop_reason().unwrap_or(TerminationReason::Stopped);
-    // Set before the mailbox closes, so a watch arriving after the close can read it.
-    let _ = mailbox.reason.set(Box::new(reason.clone()));
-    let (queued, system) = receiver.close();
+    // Set as the mailbox closes, so a watch arriving after the close can read it.
+    let (queued, system) = receiver.close(reason.clone());
     let dead = ctx.system().dead_letters().clone();
     let path = mailbox.path.clone();
     let bury = |envelope: Envelope<A>| {

@@ -40,9 +40,12 @@ use crate::report::{Machine, Report, Row};
 // The rooms of this command see each other through here (each opens with `use super::*`).
 use chart::*;
 use matching::*;
-use peers::*;
+
 use process::*;
 use table::*;
+
+pub(crate) use peers::{Prepared, Selected, select_peers};
+pub(crate) use process::{Framework, on_path, repo_root};
 
 /// `rally-bench compare` flags.
 #[derive(Debug, clap::Args)]

@@ -3,6 +3,7 @@
 
 mod compare;
 mod report;
+mod scale;
 mod scenarios;
 
 use clap::{Parser, Subcommand};
@@ -60,6 +61,8 @@ enum Scenario {
     Failover(cluster::FailoverArgs),
     /// Runs a scenario on Rally and on peer frameworks, alternately, and prints ratios.
     Compare(compare::CompareArgs),
+    /// Runs the remote scenarios on Rally and peers pinned to 2, 4, 8, 16… cores: one table.
+    Scale(scale::ScaleArgs),
     /// Internal: node B of the remote scenarios, in a child process.
     #[command(hide = true)]
     RemoteEchoNode(remote::EchoNodeArgs),
@@ -94,6 +97,7 @@ fn main() -> anyhow::Result<()> {
         Scenario::ClusterConvergence(args) => cluster::convergence(&args),
         Scenario::Failover(args) => cluster::failover(&args),
         Scenario::Compare(args) => compare::run(&args),
+        Scenario::Scale(args) => scale::run(&args),
         Scenario::RemoteEchoNode(args) => remote::echo_node_main(&args),
         Scenario::RawEchoServer(args) => raw_echo::server_main(&args),
         Scenario::GrainMember(args) => grain::member_main(&args),

@@ -193,6 +193,9 @@ fn value_text(value: &Value) -> String {
             |f| {
                 if f.fract() == 0.0 {
                     format!("{f:.0}")
+                } else if f.abs() < 0.1 {
+                    // A rate per message (wake-ups, writes): three significant digits.
+                    format!("{f:.3e}")
                 } else {
                     format!("{f:.2}")
                 }

@@ -23,12 +23,15 @@ use crate::connection;
 use crate::events::DownReason;
 use crate::grain::{GrainReplyTo, GrainRequest, GrainService};
 use crate::node::{Counters, NodeInner};
-use crate::outbound::ReplyRoute;
+use crate::outbound::{ReadHold, ReplyRoute};
 use crate::registry::{DeliverError, Exposed};
 use crate::transport::{BoxStream, Incoming};
 
-/// Frames decoded from one read after which the reader yields its thread.
-const YIELD_AFTER_FRAMES: usize = 256;
+/// Frames of one read delivered under one hold: a large read is handed to its actors in
+/// slices, so the first slice's actors run (and their sends leave) while the next is decoded,
+/// and a batch the peer wrote large does not stay one batch for ever. A read of at least this
+/// many frames also makes the reader yield its thread before it reads again.
+const SLICE_FRAMES: usize = 256;
 /// Bytes to have free before each read: reads are large so one syscall brings many frames.
 const READ_CHUNK: usize = 64 * 1024;
 
@@ -51,6 +54,9 @@ pub(crate) trait ReadContext: Send + Sync + 'static {
     /// What serves grain requests now (weakly: a connection keeps no service alive), with the
     /// version it was read at.
     fn grain_service(&self) -> (u64, Option<Weak<dyn GrainService>>);
+    /// The peer `node` did not deliver a message this node sent to `recipient` there (its
+    /// manifest `manifest`): nobody is exposed under that name.
+    fn undelivered(&self, node: &NodeAddress, recipient: &str, manifest: &str);
 }
 
 /// Why an inbound connection was closed.
@@ -179,32 +185,44 @@ impl<C: ReadContext> Connection<C> {
             if !self.association.admits(self.incarnation) {
                 return Err(InboundFailure::NotAdmitted);
             }
-            let mut frames = 0usize;
-            let mut failure = None;
-            let consumed = self.decoder.decode(&buf, now, |frame| {
-                frames += 1;
-                if let Err(error) = Self::on_frame(
-                    &self.node,
-                    &self.association,
-                    &mut self.targets,
-                    &mut self.grains,
-                    self.incarnation,
-                    self.generation,
-                    &self.peer,
-                    &self.origin,
-                    frame,
-                    now,
-                ) {
-                    failure.get_or_insert(error);
+            // The read's deliveries, a slice at a time: each slice's deliveries wake their
+            // actors once, when it is delivered, and hold what those actors send until they
+            // have all run; then it leaves in one write (see `outbound::gate`).
+            let mut delivered = 0;
+            while !buf.is_empty() {
+                let mut failure = None;
+                let read = rally_actor::hold::Hold::new(ReadHold::default());
+                let (consumed, frames) = rally_actor::hold::scope(read, || {
+                    self.decoder
+                        .decode_at_most(&buf, now, SLICE_FRAMES, |frame| {
+                            if let Err(error) = Self::on_frame(
+                                &self.node,
+                                &self.association,
+                                &mut self.targets,
+                                &mut self.grains,
+                                self.incarnation,
+                                self.generation,
+                                &self.peer,
+                                &self.origin,
+                                frame,
+                                now,
+                            ) {
+                                failure.get_or_insert(error);
+                            }
+                        })
+                })?;
+                if let Some(failure) = failure {
+                    return Err(failure);
                 }
-            })?;
-            if let Some(failure) = failure {
-                return Err(failure);
+                buf.advance(consumed);
+                delivered += frames;
+                if frames < SLICE_FRAMES {
+                    break; // no whole frame is left
+                }
             }
-            buf.advance(consumed);
             // tokio's cooperative budget counts reads, not the work done per read: after a
             // large batch, give the thread to others (heartbeats, actors) before reading more.
-            if frames >= YIELD_AFTER_FRAMES {
+            if delivered >= SLICE_FRAMES {
                 tokio::task::yield_now().await;
             }
             // Room for the rest of a large frame in one step (its length was checked against
@@ -270,7 +288,17 @@ impl<C: ReadContext> Connection<C> {
                     )
                 });
                 let Some(target) = resolve(&**node, targets, recipient_id, recipient) else {
+                    // Nobody is exposed under that name: the sender hears it at once, as a
+                    // dead letter (and an asker as the reply's error), not at a timeout.
                     counters.unknown_recipient.fetch_add(1, Ordering::Relaxed);
+                    tracing::debug!(peer = %peer.peer.address, %recipient, "a message for a name nobody exposed");
+                    let _ = association.control().push_system(
+                        generation,
+                        &SystemMessage::Undelivered {
+                            recipient: recipient.to_owned(),
+                            manifest: manifest.to_owned(),
+                        },
+                    );
                     if let Some(route) = route {
                         let _ = route.lane().push_reply::<()>(
                             generation,
@@ -435,6 +463,10 @@ fn on_system(
             let remote = association.remote.clone();
             association.terminated(&actor, |name| node.remote_identity(&remote, name));
         }
+        SystemMessage::Undelivered {
+            recipient,
+            manifest,
+        } => node.undelivered(&association.remote, &recipient, &manifest),
     }
 }
 
@@ -520,6 +552,10 @@ mod tests {
 
         fn grain_service(&self) -> (u64, Option<std::sync::Weak<dyn crate::grain::GrainService>>) {
             (0, None)
+        }
+
+        fn undelivered(&self, _node: &NodeAddress, _recipient: &str, _manifest: &str) {
+            unreachable!("the test's peer exposes nothing it could be told of")
         }
     }
 

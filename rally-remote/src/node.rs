@@ -13,7 +13,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Weak};
 use std::time::Duration;
 
-use rally_actor::{ActorId, ActorRef, ActorSystem};
+use rally_actor::{ActorId, ActorRef, ActorSystem, DeadLetterReason};
 use rally_wire::{HandshakeConfig, Incarnation, NodeAddress, Observed, UniqueAddress};
 use tokio::sync::{Semaphore, broadcast, watch};
 
@@ -89,6 +89,9 @@ pub(crate) struct NodeInner {
     /// Peers whose handshake failures were already logged as warnings (once per peer).
     reported: Mutex<HashSet<String>>,
     tables: Mutex<HashMap<TypeId, Arc<dyn Any + Send + Sync>>>,
+    /// The manifests of every message type this node has sent to another: a peer's notice
+    /// of an undelivered message names its manifest, and its dead letter names it with these.
+    sent_manifests: Mutex<HashSet<&'static str>>,
     remote_ids: Mutex<HashMap<String, ActorId>>,
     kinds: Kinds,
     pub(crate) counters: Counters,
@@ -213,6 +216,7 @@ impl RemoteNode {
             unauthenticated,
             reported: Mutex::new(HashSet::new()),
             tables: Mutex::new(HashMap::new()),
+            sent_manifests: Mutex::new(HashSet::new()),
             remote_ids: Mutex::new(HashMap::new()),
             kinds: RwLock::new(HashMap::new()),
             counters: Counters::default(),
@@ -593,15 +597,32 @@ impl NodeInner {
         (id, path)
     }
 
+    /// A peer did not deliver a message this node sent to `recipient` there (nobody is exposed
+    /// under that name): a dead letter here, under the message's manifest.
+    pub(crate) fn undelivered(&self, peer: &NodeAddress, recipient: &str, manifest: &str) {
+        let message_type = self
+            .sent_manifests
+            .lock()
+            .get(manifest)
+            .copied()
+            .unwrap_or("(a manifest this node does not send)");
+        let (_, path) = self.remote_identity(peer, recipient);
+        self.system
+            .dead_letters()
+            .record(&path, message_type, DeadLetterReason::Unreachable);
+    }
+
     pub(crate) fn exposed(&self, name: &str) -> Option<Arc<dyn Exposed>> {
         self.exposed.read().get(name).map(|e| e.exposed.clone())
     }
 
     fn table<A: RemoteActor>(&self) -> Arc<MessageTable<A>> {
         let mut tables = self.tables.lock();
-        let entry = tables
-            .entry(TypeId::of::<A>())
-            .or_insert_with(|| Arc::new(Arc::new(MessageTable::<A>::of())));
+        let entry = tables.entry(TypeId::of::<A>()).or_insert_with(|| {
+            let table = MessageTable::<A>::of();
+            self.sent_manifests.lock().extend(table.manifests());
+            Arc::new(Arc::new(table))
+        });
         entry
             .downcast_ref::<Arc<MessageTable<A>>>()
             .expect("the cache maps A's TypeId to A's table")
@@ -719,6 +740,8 @@ impl NodeInner {
             messages_sent: messages + replies_sent,
             replies_sent,
             writes: lane_sum(|s| &s.writes),
+            sender_writes: lane_sum(|s| &s.sender_writes),
+            writer_wakeups: lane_sum(|s| &s.wakeups),
             bytes_written: lane_sum(|s| &s.bytes),
             outbound_dropped: lane_sum(|s| &s.dropped),
             pending_requests: associations.values().map(|a| a.pending_requests()).sum(),
@@ -767,6 +790,10 @@ impl crate::inbound::ReadContext for NodeInner {
 
     fn grain_service(&self) -> (u64, Option<Weak<dyn crate::grain::GrainService>>) {
         NodeInner::grain_service(self)
+    }
+
+    fn undelivered(&self, node: &NodeAddress, recipient: &str, manifest: &str) {
+        NodeInner::undelivered(self, node, recipient, manifest);
     }
 }
 

@@ -208,6 +208,11 @@ impl<A: Actor> MessageTable<A> {
     pub(crate) fn outgoing(&self, type_id: TypeId) -> Option<&Outgoing> {
         self.outgoing.get(&type_id)
     }
+
+    /// The manifests of the messages this table sends.
+    pub(crate) fn manifests(&self) -> impl Iterator<Item = &'static str> + '_ {
+        self.outgoing.values().map(|outgoing| outgoing.manifest)
+    }
 }
 
 fn encode<M: RemoteMessage>(
@@ -361,6 +366,9 @@ fn reply_result(status: rally_wire::ReplyStatus, payload: &[u8]) -> Result<&[u8]
         ReplyStatus::HandlerFailed => {
             Err(ReplyError::Failed("the remote handler failed".to_owned()))
         }
+        ReplyStatus::UnknownRecipient => Err(ReplyError::Undeliverable(
+            "no actor is exposed under that name on the remote node".to_owned(),
+        )),
         other => Err(ReplyError::Undeliverable(format!(
             "the remote node answered {other:?}"
         ))),

@@ -9,8 +9,16 @@ pub struct RemoteStats {
     pub messages_sent: u64,
     /// Of those, replies to other nodes' requests.
     pub replies_sent: u64,
-    /// Write system calls issued by the lane writers.
+    /// Socket writes that sent bytes (each carries every frame its lane had queued).
     pub writes: u64,
+    /// Of those, made by a sending thread itself rather than by the lane's writer task: the
+    /// batch an inbound read's actors queued, written by the thread on which the last of
+    /// them ran, or a lone frame from a thread outside the runtime.
+    pub sender_writes: u64,
+    /// Times a lane's writer task was woken from waiting. Batches an inbound read's actors
+    /// queue are written by a sender and wake nobody; the rest wake the writer task at most
+    /// once per batch. Per message, this is the cross-thread cost of the write path.
+    pub writer_wakeups: u64,
     /// Bytes written.
     pub bytes_written: u64,
     /// Messages dropped on the way out (full lane, lost connection).
@@ -48,6 +56,26 @@ impl RemoteStats {
             0.0
         } else {
             self.messages_sent as f64 / self.writes as f64
+        }
+    }
+
+    /// Writer wake-ups per message sent.
+    ///
+    /// # Example
+    ///
+    /// ```
+    /// let stats = rally::remote::RemoteStats {
+    ///     messages_sent: 1_000,
+    ///     writer_wakeups: 10,
+    ///     ..Default::default()
+    /// };
+    /// assert_eq!(stats.wakeups_per_message(), 0.01);
+    /// ```
+    pub fn wakeups_per_message(&self) -> f64 {
+        if self.messages_sent == 0 {
+            0.0
+        } else {
+            self.writer_wakeups as f64 / self.messages_sent as f64
         }
     }
 }

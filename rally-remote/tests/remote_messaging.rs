@@ -11,7 +11,7 @@ use nodes::{
     Blob, Check, Echo, Fill, Quit, Record, T, Target, Unregistered, client_node, config,
     target_node, target_node_on,
 };
-use rally_actor::{AskError, SendError, Terminated};
+use rally_actor::{AskError, DeadLetter, DeadLetterReason, SendError, Terminated};
 use rally_remote::transport::MemoryTransport;
 use rally_test::Probe;
 use rally_test::eventually;
@@ -64,7 +64,9 @@ async fn a_burst_after_a_quiet_spell_is_batched() {
 /// Replies to a burst of requests handed to many actors (one reply each, as virtual actors
 /// give) leave in a few writes, not one per reply: each reply's wake-up put the writer ahead of
 /// the actors about to reply too, so it wrote one reply at a time (the members of grain-ping
-/// made about one `sendto` per reply).
+/// made about one `sendto` per reply). Now the read that brought the requests holds the
+/// replies until every actor it woke has run, and the thread the last one ran on writes them:
+/// the writer task is not woken for them.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn replies_of_many_actors_to_one_burst_are_batched() {
     const BURST: u64 = 50;
@@ -100,6 +102,16 @@ async fn replies_of_many_actors_to_one_burst_are_batched() {
     assert!(
         writes < BURST / 2,
         "{writes} writes for {BURST} replies from {BURST} actors"
+    );
+    assert!(
+        after.sender_writes > before.sender_writes,
+        "the replies were written by a sender: {after:?}"
+    );
+    // At most a heartbeat's (the control lane's writer is woken once a second).
+    let wakeups = after.writer_wakeups - before.writer_wakeups;
+    assert!(
+        wakeups <= 2,
+        "{wakeups} writer wake-ups for {BURST} replies"
     );
 }
 
@@ -189,6 +201,36 @@ async fn an_unknown_name_answers_asks_with_an_error() {
     let target = a.lookup::<Target>(b.address(), "target");
     assert_eq!(target.ask(Echo(3), T).await, Ok(3));
     assert!(b.stats().unknown_recipient >= 2);
+}
+
+/// A message to a name nobody exposed on the peer is a dead letter on the sender, at once,
+/// under its manifest; an ask also fails with `Undeliverable`, not at its timeout. (Before, a
+/// tell vanished without a trace on the sender's side, and so did a request whose reply goes
+/// to an actor: `remote-ping-pong --clients 60` waited 120 s per row for echoes that did not
+/// exist.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_message_to_a_name_nobody_exposed_is_a_dead_letter_at_the_sender() {
+    let (_b_system, b) = target_node("b", config()).await;
+    let (a_system, a) = client_node("a", config()).await;
+    let mut dead = Probe::<DeadLetter>::spawn(&a_system);
+    a_system
+        .event_stream()
+        .subscribe(dead.actor().recipient::<DeadLetter>());
+    let nobody = a.lookup::<Target>(b.address(), "nobody");
+    nobody.tell(Record(1)).unwrap();
+    let letter = dead.expect_msg(T).await.expect("the tell's dead letter");
+    assert_eq!(&*letter.recipient, format!("{}/nobody", b.address()));
+    assert_eq!(letter.message_type, "test.Record");
+    assert_eq!(letter.reason, DeadLetterReason::Unreachable);
+    // Far longer than the test waits: the answer is the peer's, not the timeout's.
+    match nobody.ask(Echo(2), Duration::from_secs(600)).await {
+        Err(AskError::Undeliverable(why)) => assert!(why.contains("exposed"), "{why}"),
+        other => panic!("expected Undeliverable, got {other:?}"),
+    }
+    let letter = dead.expect_msg(T).await.expect("the ask's dead letter");
+    assert_eq!(letter.message_type, "test.Echo");
+    assert_eq!(a_system.dead_letters().count(), 2);
+    assert_eq!(b.stats().unknown_recipient, 2);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

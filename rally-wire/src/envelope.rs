@@ -233,6 +233,14 @@ pub enum SystemMessage {
         /// The actor's name on the receiving node.
         actor: String,
     },
+    /// A message the receiver of this notice sent was not delivered: no actor is exposed as
+    /// `recipient` on the node that sends the notice. The receiver counts a dead letter.
+    Undelivered {
+        /// The name the message was sent to.
+        recipient: String,
+        /// The message's manifest.
+        manifest: String,
+    },
 }
 
 /// Appends a whole System frame.
@@ -255,6 +263,14 @@ pub fn encode_system(out: &mut BytesMut, msg: &SystemMessage) {
         SystemMessage::Stop { actor } => {
             out.put_u8(4);
             put_str(out, actor);
+        }
+        SystemMessage::Undelivered {
+            recipient,
+            manifest,
+        } => {
+            out.put_u8(5);
+            put_str(out, recipient);
+            put_str(out, manifest);
         }
     });
 }
@@ -280,6 +296,10 @@ pub fn decode_system(body: &[u8]) -> Result<SystemMessage, DecodeError> {
         },
         4 => SystemMessage::Stop {
             actor: reader.str("actor", MAX_RECIPIENT_LEN)?.to_owned(),
+        },
+        5 => SystemMessage::Undelivered {
+            recipient: reader.str("recipient", MAX_RECIPIENT_LEN)?.to_owned(),
+            manifest: reader.str("manifest", MAX_MANIFEST_LEN)?.to_owned(),
         },
         value => {
             return Err(DecodeError::UnknownValue {
@@ -357,7 +377,7 @@ mod tests {
         }
 
         #[test]
-        fn heartbeats_and_system_messages_round_trip(sequence: u64, a in "[a-z]{0,16}", b in "[a-z]{0,16}", tag in 0u8..4) {
+        fn heartbeats_and_system_messages_round_trip(sequence: u64, a in "[a-z]{0,16}", b in "[a-z]{0,16}", tag in 0u8..5) {
             let mut out = BytesMut::new();
             encode_heartbeat(&mut out, sequence);
             prop_assert_eq!(decode_heartbeat(body(&out)).unwrap(), sequence);
@@ -365,7 +385,8 @@ mod tests {
                 0 => SystemMessage::Watch { watchee: a, watcher: b },
                 1 => SystemMessage::Unwatch { watchee: a, watcher: b },
                 2 => SystemMessage::Terminated { actor: a },
-                _ => SystemMessage::Stop { actor: a },
+                3 => SystemMessage::Stop { actor: a },
+                _ => SystemMessage::Undelivered { recipient: a, manifest: b },
             };
             let mut out = BytesMut::new();
             encode_system(&mut out, &msg);

@@ -11,7 +11,9 @@ use bytes::{BufMut, BytesMut};
 pub const MAGIC: [u8; 4] = *b"RALY";
 /// The protocol version this crate speaks.
 /// Version 2 added the frame maximum to Hello and Challenge; version 3 the cluster name to
-/// Hello (and to the MACs) and `Reject{WrongCluster}`; version 4 the grain request frame.
+/// Hello (and to the MACs) and `Reject{WrongCluster}`; version 4 the `Undelivered` system
+/// message (a version 3 node would take it for a protocol violation) and the grain request
+/// frame.
 pub const VERSION: u16 = 4;
 /// Bytes in the preface.
 pub const PREFACE_LEN: usize = 6;
@@ -311,7 +313,7 @@ mod tests {
             check_preface(b"RALY\x00\x02"),
             Err(PrefaceError::UnsupportedVersion {
                 found: 2,
-                supported: 4
+                supported: VERSION
             })
         );
         assert_eq!(split_frame(&[0, 0, 0, 0], 10), Err(FrameError::Empty));

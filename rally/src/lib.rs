@@ -79,7 +79,7 @@ pub use rally_actor::{
 pub use rally_actor::{
     BalancingPool, CatchPanic, DispatcherConfig, DispatcherError, DispatcherKind, Monitor,
     MonitoringConfig, Pool, PoolStatus, Resizer, Router, Routing, SystemConfigBuilder,
-    SystemConfigError, catch_panic, config_text, monitor, sync,
+    SystemConfigError, catch_panic, config_text, hold, monitor, sync,
 };
 
 /// Actors on other nodes: [`RemoteNode`](remote::RemoteNode), registration of remote message

@@ -4,8 +4,8 @@
 use super::*;
 
 /// A peer harness under `bench/peers/`.
-pub(super) struct Peer {
-    pub(super) name: &'static str,
+pub(crate) struct Peer {
+    pub(crate) name: &'static str,
     /// Folder under `bench/peers/`.
     pub(super) dir: &'static str,
     /// Commands that must be on PATH to build and run it.
@@ -139,7 +139,7 @@ pub(super) const PEERS: &[Peer] = &[
     },
 ];
 
-pub(super) enum Selected {
+pub(crate) enum Selected {
     Run(&'static Peer),
     /// Rally again, with `--cluster`: the same scenario between two cluster members.
     RallyCluster,
@@ -148,7 +148,7 @@ pub(super) enum Selected {
 
 /// The peers to run: the named ones (unknown names are an error; ones without the scenario are
 /// skipped), or by default every peer that has the scenario.
-pub(super) fn select_peers(scenario: &str, names: &[String]) -> anyhow::Result<Vec<Selected>> {
+pub(crate) fn select_peers(scenario: &str, names: &[String]) -> anyhow::Result<Vec<Selected>> {
     if names.is_empty() {
         return Ok(PEERS
             .iter()
@@ -187,14 +187,14 @@ pub(super) fn select_peers(scenario: &str, names: &[String]) -> anyhow::Result<V
     Ok(out)
 }
 
-pub(super) enum Prepared {
+pub(crate) enum Prepared {
     Ready(Framework),
     Skipped(String),
 }
 
 impl Peer {
     /// Checks the toolchain and builds the artifact if it is missing.
-    pub(super) fn prepare(&self, root: &Path) -> anyhow::Result<Prepared> {
+    pub(crate) fn prepare(&self, root: &Path) -> anyhow::Result<Prepared> {
         if let Some(missing) = self.toolchain.iter().find(|tool| !on_path(tool)) {
             return Ok(Prepared::Skipped(format!("no `{missing}` on PATH")));
         }

@@ -7,8 +7,9 @@ use super::*;
 pub(super) const RALLY_CLUSTER: &str = "rally-cluster";
 
 /// Something that can run a scenario and print a report.
-pub(super) struct Framework {
-    pub(super) name: String,
+#[derive(Clone)]
+pub(crate) struct Framework {
+    pub(crate) name: String,
     pub(super) program: PathBuf,
     pub(super) prefix: Vec<String>,
     /// Arguments after `<scenario> --json`.
@@ -18,7 +19,7 @@ pub(super) struct Framework {
 
 impl Framework {
     /// Rally: this very executable.
-    pub(super) fn rally() -> anyhow::Result<Self> {
+    pub(crate) fn rally() -> anyhow::Result<Self> {
         let program = std::env::current_exe().context("locating the rally-bench executable")?;
         Ok(Self {
             name: "rally".to_owned(),
@@ -45,7 +46,26 @@ impl Framework {
         quick: bool,
         extra: &[String],
     ) -> anyhow::Result<Report> {
-        let mut cmd = Command::new(&self.program);
+        self.run_wrapped(&[], scenario, quick, extra)
+    }
+
+    /// [`run`](Self::run) under `wrapper` (a command and its arguments that run the rest, as
+    /// `taskset -c 0-3` does), if not empty.
+    pub(crate) fn run_wrapped(
+        &self,
+        wrapper: &[String],
+        scenario: &str,
+        quick: bool,
+        extra: &[String],
+    ) -> anyhow::Result<Report> {
+        let mut cmd = match wrapper.split_first() {
+            Some((program, args)) => {
+                let mut cmd = Command::new(program);
+                cmd.args(args).arg(&self.program);
+                cmd
+            }
+            None => Command::new(&self.program),
+        };
         cmd.args(&self.prefix)
             .arg(scenario)
             .arg("--json")
@@ -118,7 +138,7 @@ pub(super) fn run_bounded(mut cmd: Command, limit: Duration) -> anyhow::Result<O
     })
 }
 
-pub(super) fn on_path(tool: &str) -> bool {
+pub(crate) fn on_path(tool: &str) -> bool {
     std::env::var_os("PATH")
         .is_some_and(|paths| std::env::split_paths(&paths).any(|dir| dir.join(tool).is_file()))
 }
@@ -130,7 +150,7 @@ pub(super) fn tail(text: &str, lines: usize) -> String {
 
 /// The repository root: the nearest ancestor of the working directory that holds
 /// `bench/peers`, else the one this crate was built from.
-pub(super) fn repo_root() -> anyhow::Result<PathBuf> {
+pub(crate) fn repo_root() -> anyhow::Result<PathBuf> {
     let cwd = std::env::current_dir().context("reading the working directory")?;
     if let Some(found) = cwd.ancestors().find(|dir| dir.join("bench/peers").is_dir()) {
         return Ok(found.to_owned());

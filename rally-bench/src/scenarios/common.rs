@@ -206,6 +206,17 @@ pub(crate) async fn spawn_members(
 pub(crate) async fn spawn_listening_child(
     args: &[&std::ffi::OsStr],
 ) -> anyhow::Result<(tokio::process::Child, String)> {
+    let (child, place, _) = spawn_talking_child(args).await?;
+    Ok((child, place))
+}
+
+/// The rest of a child's standard output, line by line, after its `LISTENING` line.
+pub(crate) type ChildLines = tokio::io::Lines<tokio::io::BufReader<tokio::process::ChildStdout>>;
+
+/// [`spawn_listening_child`], keeping the child's standard output for what it prints next.
+pub(crate) async fn spawn_talking_child(
+    args: &[&std::ffi::OsStr],
+) -> anyhow::Result<(tokio::process::Child, String, ChildLines)> {
     use anyhow::Context as _;
     use tokio::io::AsyncBufReadExt;
 
@@ -226,5 +237,5 @@ pub(crate) async fn spawn_listening_child(
     let place = line
         .strip_prefix("LISTENING ")
         .with_context(|| format!("unexpected line from the child: {line}"))?;
-    Ok((child, place.to_owned()))
+    Ok((child, place.to_owned(), lines))
 }

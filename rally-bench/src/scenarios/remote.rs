@@ -11,7 +11,7 @@ use clap::Args;
 use hdrhistogram::Histogram;
 use rally::remote::transport::{TcpTransport, TlsTransport, Transport};
 use rally::remote::{
-    MessageTable, NodeAddress, RemoteActor, RemoteConfig, RemoteMessage, RemoteNode,
+    MessageTable, NodeAddress, RemoteActor, RemoteConfig, RemoteMessage, RemoteNode, RemoteStats,
 };
 use rally::{Actor, ActorRef, ActorResult, ActorSystem, Context, Handler, Message, Recipient};
 use serde::{Deserialize, Serialize};
@@ -19,12 +19,15 @@ use tokio::io::{AsyncBufReadExt, BufReader};
 use tokio::process::Child;
 use tokio::sync::oneshot;
 
-use super::common::{CommonArgs, Workers, micros, on_worker, pace, spawn_listening_child};
+use super::common::{
+    ChildLines, CommonArgs, Workers, micros, on_worker, pace, spawn_talking_child,
+};
 use crate::report::{Report, Row};
 
 /// The secret both benchmark nodes share.
 const SECRET: &[u8] = b"rally-bench";
-/// Echo actors node B exposes (the largest client count of remote-ping-pong).
+/// Echo actors node B exposes unless a run needs more (the largest default client count of
+/// remote-ping-pong).
 const ECHOES: usize = 30;
 
 /// Where node B runs, and over what.
@@ -56,6 +59,9 @@ pub(crate) struct EchoNodeArgs {
     /// Found a cluster (node A joins it).
     #[arg(long)]
     cluster: bool,
+    /// Echo actors to expose, `echo-0` … `echo-{N-1}`.
+    #[arg(long, default_value_t = ECHOES)]
+    echoes: usize,
     #[command(flatten)]
     workers: Workers,
 }
@@ -265,13 +271,14 @@ impl RemoteActor for Echo {
     }
 }
 
-/// Node B: an actor system exposing `echo-0` … `echo-29`; with `cluster`, the founder of a
-/// cluster.
+/// Node B: an actor system exposing `echo-0` … `echo-{echoes - 1}`; with `cluster`, the
+/// founder of a cluster.
 pub(crate) async fn start_echo_node(
     host: &str,
     port: u16,
     tls_dir: Option<&Path>,
     cluster: bool,
+    echoes: usize,
 ) -> anyhow::Result<(ActorSystem, RemoteNode, Option<Membership>)> {
     let system = ActorSystem::new(if cluster { CLUSTER_SYSTEM } else { "echo" });
     let config = RemoteConfig::builder()
@@ -279,7 +286,7 @@ pub(crate) async fn start_echo_node(
         .secret(SECRET.to_vec())
         .build()?;
     let node = RemoteNode::start_with(&system, config, transport(tls_dir)?).await?;
-    for i in 0..ECHOES {
+    for i in 0..echoes {
         let echo = system.spawn(Echo::default())?;
         node.expose(&format!("echo-{i}"), &echo)?;
     }
@@ -291,18 +298,123 @@ pub(crate) async fn start_echo_node(
     Ok((system, node, membership))
 }
 
-/// `remote-echo-node`: runs node B until stdin closes; prints `LISTENING <address>` first.
+/// `remote-echo-node`: runs node B until stdin closes; prints `LISTENING <address>` first,
+/// then a `STATS …` line (its write path's counters) for each `stats` line it reads.
 pub(crate) fn echo_node_main(args: &EchoNodeArgs) -> anyhow::Result<()> {
     let runtime = args.workers.runtime();
     runtime.block_on(async {
-        let (_system, node, _membership) =
-            start_echo_node("127.0.0.1", 0, args.tls_dir.as_deref(), args.cluster).await?;
+        let (_system, node, _membership) = start_echo_node(
+            "127.0.0.1",
+            0,
+            args.tls_dir.as_deref(),
+            args.cluster,
+            args.echoes,
+        )
+        .await?;
         println!("LISTENING {}", node.address());
         // Run until the parent closes our stdin (or dies).
         let mut lines = BufReader::new(tokio::io::stdin()).lines();
-        while lines.next_line().await?.is_some() {}
+        while let Some(line) = lines.next_line().await? {
+            if line == "stats" {
+                println!("STATS {}", WritePath::of(&node.stats()).line());
+            }
+        }
         Ok(())
     })
+}
+
+/// A node's write-path counters (totals since it started).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub(crate) struct WritePath {
+    messages: u64,
+    writes: u64,
+    sender_writes: u64,
+    wakeups: u64,
+    bytes: u64,
+}
+
+impl WritePath {
+    fn of(stats: &RemoteStats) -> Self {
+        Self {
+            messages: stats.messages_sent,
+            writes: stats.writes,
+            sender_writes: stats.sender_writes,
+            wakeups: stats.writer_wakeups,
+            bytes: stats.bytes_written,
+        }
+    }
+
+    /// The counts from `before` to `self`.
+    fn since(self, before: Self) -> Self {
+        Self {
+            messages: self.messages - before.messages,
+            writes: self.writes - before.writes,
+            sender_writes: self.sender_writes - before.sender_writes,
+            wakeups: self.wakeups - before.wakeups,
+            bytes: self.bytes - before.bytes,
+        }
+    }
+
+    /// The counts as the echo node prints them.
+    fn line(&self) -> String {
+        format!(
+            "{} {} {} {} {}",
+            self.messages, self.writes, self.sender_writes, self.wakeups, self.bytes
+        )
+    }
+
+    fn parse(line: &str) -> Option<Self> {
+        let mut fields = line
+            .strip_prefix("STATS ")?
+            .split(' ')
+            .map(|field| field.parse::<u64>().ok());
+        let mut next = || fields.next().flatten();
+        Some(Self {
+            messages: next()?,
+            writes: next()?,
+            sender_writes: next()?,
+            wakeups: next()?,
+            bytes: next()?,
+        })
+    }
+
+    fn per_message(count: u64, messages: u64) -> f64 {
+        count as f64 / messages.max(1) as f64
+    }
+
+    /// Adds the figures of node A (`client`) and node B (`echo`, when known) to `row`:
+    /// messages per socket write and bytes per message (node A, as the table has always
+    /// printed them), node B's messages per write, and writer wake-ups and sender writes per
+    /// message over both nodes.
+    fn add_to(row: Row, client: Self, echo: Option<Self>) -> Row {
+        let both = echo.map_or(client, |echo| Self {
+            messages: client.messages + echo.messages,
+            writes: client.writes + echo.writes,
+            sender_writes: client.sender_writes + echo.sender_writes,
+            wakeups: client.wakeups + echo.wakeups,
+            bytes: client.bytes + echo.bytes,
+        });
+        row.with(
+            "msgs_per_write",
+            client.messages as f64 / client.writes.max(1) as f64,
+        )
+        .with(
+            "bytes_per_msg",
+            Self::per_message(client.bytes, client.messages),
+        )
+        .with(
+            "echo_msgs_per_write",
+            echo.map(|echo| echo.messages as f64 / echo.writes.max(1) as f64),
+        )
+        .with(
+            "wakeups_per_msg",
+            Self::per_message(both.wakeups, both.messages),
+        )
+        .with(
+            "sender_writes_per_msg",
+            Self::per_message(both.sender_writes, both.messages),
+        )
+    }
 }
 
 /// Node B, in a child process or in this one; dropping it stops it.
@@ -310,15 +422,38 @@ pub(crate) struct EchoSide {
     pub address: NodeAddress,
     /// Node A's TLS material, when the run uses TLS.
     pub client_tls: Option<PathBuf>,
-    _child: Option<Child>,
-    _local: Option<(ActorSystem, RemoteNode, Option<Membership>)>,
+    child: Option<EchoChild>,
+    local: Option<(ActorSystem, RemoteNode, Option<Membership>)>,
     /// Whether node B founded a cluster that node A joins.
     cluster: bool,
 }
 
+/// Node B's process: asked for its counters on its stdin, answering on its stdout.
+struct EchoChild {
+    _child: Child,
+    stdin: tokio::process::ChildStdin,
+    lines: ChildLines,
+}
+
 impl EchoSide {
-    /// Starts node B as `args` says.
-    pub(crate) async fn start(args: &NodeArgs) -> anyhow::Result<Self> {
+    /// Node B's write-path counters (totals since it started), if it answers.
+    async fn write_path(&mut self) -> Option<WritePath> {
+        use tokio::io::AsyncWriteExt;
+        if let Some((_, node, _)) = &self.local {
+            return Some(WritePath::of(&node.stats()));
+        }
+        let child = self.child.as_mut()?;
+        child.stdin.write_all(b"stats\n").await.ok()?;
+        child.stdin.flush().await.ok()?;
+        let line = tokio::time::timeout(Duration::from_secs(5), child.lines.next_line())
+            .await
+            .ok()?
+            .ok()??;
+        WritePath::parse(&line)
+    }
+
+    /// Starts node B as `args` says, exposing `echoes` echo actors.
+    pub(crate) async fn start(args: &NodeArgs, echoes: usize) -> anyhow::Result<Self> {
         let pki = if args.tls {
             Some(throwaway_pki()?)
         } else {
@@ -329,12 +464,13 @@ impl EchoSide {
         match args.processes {
             1 => {
                 let local =
-                    start_echo_node("127.0.0.1", 0, server_tls.as_deref(), args.cluster).await?;
+                    start_echo_node("127.0.0.1", 0, server_tls.as_deref(), args.cluster, echoes)
+                        .await?;
                 Ok(Self {
                     address: local.1.address().clone(),
                     client_tls,
-                    _child: None,
-                    _local: Some(local),
+                    child: None,
+                    local: Some(local),
                     cluster: args.cluster,
                 })
             }
@@ -349,12 +485,22 @@ impl EchoSide {
                     args.push("--cluster".as_ref());
                 }
                 args.extend(workers.iter().map(|arg| arg.as_os_str()));
-                let (child, address) = spawn_listening_child(&args).await?;
+                let echoes = echoes.to_string();
+                args.extend([
+                    std::ffi::OsStr::new("--echoes"),
+                    std::ffi::OsStr::new(&echoes),
+                ]);
+                let (mut child, address, lines) = spawn_talking_child(&args).await?;
+                let stdin = child.stdin.take().context("node B's stdin")?;
                 Ok(Self {
                     address: address.parse().map_err(|e| anyhow::anyhow!("{e:?}"))?,
                     client_tls,
-                    _child: Some(child),
-                    _local: None,
+                    child: Some(EchoChild {
+                        _child: child,
+                        stdin,
+                        lines,
+                    }),
+                    local: None,
                     cluster,
                 })
             }
@@ -631,9 +777,11 @@ pub(crate) fn ping_pong(args: &PingPongArgs) -> anyhow::Result<()> {
     }
     let node_args = args.node.clone();
     let runtime = args.node.workers.runtime();
+    // One echo per client: a client without one would send to a name nobody exposed.
+    let echoes = clients.iter().copied().max().unwrap_or(0).max(ECHOES);
     let rows = on_worker(&runtime, async move {
         eprintln!("remote-ping-pong: starting node B and connecting...");
-        let echo_side = EchoSide::start(&node_args).await?;
+        let mut echo_side = EchoSide::start(&node_args, echoes).await?;
         let (system, node, _membership) = start_client_node(&echo_side).await?;
         // Warm up: connections, handshakes, tables, allocator.
         let warm_up = round_trips.min(20_000);
@@ -657,7 +805,8 @@ pub(crate) fn ping_pong(args: &PingPongArgs) -> anyhow::Result<()> {
                 clients.len(),
                 if n == 1 { "" } else { "s" },
             );
-            let before = node.stats();
+            let before = WritePath::of(&node.stats());
+            let echo_before = echo_side.write_path().await;
             let elapsed = ping_pong_round(
                 &system,
                 &node,
@@ -668,15 +817,23 @@ pub(crate) fn ping_pong(args: &PingPongArgs) -> anyhow::Result<()> {
                 &payload,
             )
             .await?;
-            let after = node.stats();
-            let sent = after.messages_sent - before.messages_sent;
-            let writes = (after.writes - before.writes).max(1);
-            let bytes = after.bytes_written - before.bytes_written;
-            let row = Row::new(format!("{n} clients"))
+            let client = WritePath::of(&node.stats()).since(before);
+            let echo = echo_side
+                .write_path()
+                .await
+                .zip(echo_before)
+                .map(|(after, before)| after.since(before));
+            let row = WritePath::add_to(
+                Row::new(if n == 1 {
+                    "1 client".to_owned()
+                } else {
+                    format!("{n} clients")
+                })
                 .clients(n as u64)
-                .throughput(total, elapsed)
-                .with("msgs_per_write", sent as f64 / writes as f64)
-                .with("bytes_per_msg", bytes as f64 / sent.max(1) as f64);
+                .throughput(total, elapsed),
+                client,
+                echo,
+            );
             if !json {
                 print!("{}", ping_pong_row(&row));
             }
@@ -693,7 +850,8 @@ pub(crate) fn ping_pong(args: &PingPongArgs) -> anyhow::Result<()> {
 }
 
 /// The table's first lines: what ran where, then the column names (the Akka.NET original's
-/// four, then two of Rally's transport figures).
+/// four, then Rally's write-path figures: messages per socket write on each node, bytes per
+/// message, and writer wake-ups and sender writes per message over both nodes).
 fn ping_pong_heading(report: &Report, payload: &Payload) -> String {
     let message = match payload {
         Payload::Tiny => "tiny message".to_owned(),
@@ -701,7 +859,8 @@ fn ping_pong_heading(report: &Report, payload: &Payload) -> String {
     };
     format!(
         "# remote-ping-pong (rally), {message}, {}{}, {}; {} cores, {}\n\
-         Num clients, Total [msg], Msgs/sec, Total [ms], Msgs/write, Bytes/msg\n",
+         Num clients, Total [msg], Msgs/sec, Total [ms], Msgs/write, Bytes/msg, \
+         Msgs/write (B), Wake-ups/msg, Sender writes/msg\n",
         match report.params["processes"].as_u64() {
             Some(1) => "both nodes in one process",
             _ => "nodes in 2 processes",
@@ -718,15 +877,18 @@ fn ping_pong_heading(report: &Report, payload: &Payload) -> String {
 
 /// One row of the table.
 fn ping_pong_row(row: &Row) -> String {
-    let extra = |key: &str| row.extra.get(key).and_then(|v| v.as_f64()).unwrap_or(0.0);
+    let extra = |key: &str| row.extra.get(key).and_then(|v| v.as_f64());
+    let echo = extra("echo_msgs_per_write").map_or_else(|| "-".to_owned(), |m| format!("{m:.1}"));
     format!(
-        "{}, {}, {:.0}, {:.0}, {:.1}, {:.1}\n",
+        "{}, {}, {:.0}, {:.0}, {:.1}, {:.1}, {echo}, {:.4}, {:.4}\n",
         row.clients.unwrap_or(0),
         row.total_msgs.unwrap_or(0),
         row.msgs_per_sec.unwrap_or(0.0),
         row.elapsed_ms.unwrap_or(0.0),
-        extra("msgs_per_write"),
-        extra("bytes_per_msg"),
+        extra("msgs_per_write").unwrap_or(0.0),
+        extra("bytes_per_msg").unwrap_or(0.0),
+        extra("wakeups_per_msg").unwrap_or(0.0),
+        extra("sender_writes_per_msg").unwrap_or(0.0),
     )
 }
 
@@ -781,10 +943,12 @@ pub(crate) fn max_throughput(args: &MaxThroughputArgs) -> anyhow::Result<()> {
     };
     let runtime = args.node.workers.runtime();
     let rows = on_worker(&runtime, async move {
-        let echo_side = EchoSide::start(&node_args).await?;
+        let mut echo_side = EchoSide::start(&node_args, ECHOES).await?;
         let (_system, node, _membership) = start_client_node(&echo_side).await?;
         let mut rows = Vec::new();
         for (i, size) in sizes.into_iter().enumerate() {
+            let before = WritePath::of(&node.stats());
+            let echo_before = echo_side.write_path().await;
             let sink = node.lookup::<Echo>(&echo_side.address, &format!("echo-{i}"));
             // Large payloads take fewer messages so each row runs for similar time, and smaller
             // bursts so that the window (bursts × burst bytes) stays within a few MB.
@@ -829,13 +993,21 @@ pub(crate) fn max_throughput(args: &MaxThroughputArgs) -> anyhow::Result<()> {
             let elapsed = start.elapsed();
             let cpu = cpu_seconds() - cpu_before;
             let mb = (received as f64 * size as f64) / elapsed.as_secs_f64() / 1e6;
-            rows.push(
+            let client = WritePath::of(&node.stats()).since(before);
+            let echo = echo_side
+                .write_path()
+                .await
+                .zip(echo_before)
+                .map(|(after, before)| after.since(before));
+            rows.push(WritePath::add_to(
                 Row::new(format!("{size} B"))
                     .throughput(received, elapsed)
                     .with("payload_bytes", size as u64)
                     .with("mb_per_sec", mb)
                     .with("sender_cpu_s", cpu),
-            );
+                client,
+                echo,
+            ));
         }
         node.leave(Duration::from_secs(1)).await;
         anyhow::Ok(rows)
@@ -921,12 +1093,14 @@ pub(crate) fn latency(args: &LatencyArgs) -> anyhow::Result<()> {
     };
     let runtime = args.node.workers.runtime();
     let rows = on_worker(&runtime, async move {
-        let echo_side = EchoSide::start(&node_args).await?;
+        let mut echo_side = EchoSide::start(&node_args, ECHOES).await?;
         let (system, node, _membership) = start_client_node(&echo_side).await?;
         let echo = node.lookup::<Echo>(&echo_side.address, "echo-0");
         echo.ask(Ping(0), Duration::from_secs(10)).await?;
         let mut rows = Vec::new();
         for rate in rates {
+            let before = WritePath::of(&node.stats());
+            let echo_before = echo_side.write_path().await;
             let total = rate * seconds;
             let interval = Duration::from_secs_f64(1.0 / rate as f64);
             let start = Instant::now() + Duration::from_millis(5);
@@ -988,13 +1162,23 @@ pub(crate) fn latency(args: &LatencyArgs) -> anyhow::Result<()> {
                 }
             };
             let us = |q: f64| micros(Duration::from_nanos(h.value_at_quantile(q)));
-            let mut row = Row::new(format!("{rate} msg/s"))
-                // Both directions count, as in ping-pong.
-                .throughput(2 * total, start.elapsed())
-                .with("rate", rate)
-                .with("p90_us", us(0.9))
-                .with("p999_us", us(0.999))
-                .with("max_us", micros(Duration::from_nanos(h.max())));
+            let client = WritePath::of(&node.stats()).since(before);
+            let echo_path = echo_side
+                .write_path()
+                .await
+                .zip(echo_before)
+                .map(|(after, before)| after.since(before));
+            let mut row = WritePath::add_to(
+                Row::new(format!("{rate} msg/s"))
+                    // Both directions count, as in ping-pong.
+                    .throughput(2 * total, start.elapsed())
+                    .with("rate", rate)
+                    .with("p90_us", us(0.9))
+                    .with("p999_us", us(0.999))
+                    .with("max_us", micros(Duration::from_nanos(h.max()))),
+                client,
+                echo_path,
+            );
             row.p50_us = Some(us(0.5));
             row.p99_us = Some(us(0.99));
             rows.push(row);

@@ -151,21 +151,69 @@ impl InboundDecoder {
         &mut self,
         buf: &[u8],
         now: Instant,
-        mut on: impl FnMut(InboundFrame<'_>),
+        on: impl FnMut(InboundFrame<'_>),
     ) -> Result<usize, InboundError> {
+        self.decode_at_most(buf, now, usize::MAX, on)
+            .map(|(consumed, _)| consumed)
+    }
+
+    /// [`decode`](Self::decode), stopping after `max_frames` frames (definitions count):
+    /// returns the bytes consumed and the frames decoded. A caller that got `max_frames` back
+    /// calls again for the rest of `buf` (a reader that hands its actors a bounded slice of a
+    /// large read at a time).
+    ///
+    /// # Errors
+    ///
+    /// As [`decode`](Self::decode).
+    ///
+    /// # Example
+    ///
+    /// ```
+    /// use std::time::{Duration, Instant};
+    /// use bytes::BytesMut;
+    /// use rally_wire::{InboundDecoder, OutboundEncoder};
+    ///
+    /// let mut encoder = OutboundEncoder::new(1 << 16);
+    /// for n in 1..=3 {
+    ///     encoder.push_heartbeat(n);
+    /// }
+    /// let mut wire = BytesMut::new();
+    /// encoder.take(&mut wire);
+    /// let mut decoder = InboundDecoder::new(1 << 16, Duration::from_secs(10));
+    /// let now = Instant::now();
+    /// let (used, frames) = decoder.decode_at_most(&wire, now, 2, |_| {}).unwrap();
+    /// assert_eq!(frames, 2);
+    /// let (rest, frames) = decoder.decode_at_most(&wire[used..], now, 2, |_| {}).unwrap();
+    /// assert_eq!((used + rest, frames), (wire.len(), 1));
+    /// ```
+    pub fn decode_at_most(
+        &mut self,
+        buf: &[u8],
+        now: Instant,
+        max_frames: usize,
+        mut on: impl FnMut(InboundFrame<'_>),
+    ) -> Result<(usize, usize), InboundError> {
         let mut consumed = 0;
-        while let Some((kind, body, used)) = split_frame(&buf[consumed..], self.max_frame)? {
+        let mut frames = 0;
+        while frames < max_frames {
+            let Some((kind, body, used)) = split_frame(&buf[consumed..], self.max_frame)? else {
+                break;
+            };
             self.on_frame(kind, body, &mut on)?;
             consumed += used;
+            frames += 1;
         }
-        let partial = consumed < buf.len();
+        // Whether a frame is under way: bytes are left that do not make a whole frame (when
+        // the count stopped the loop, the rest is decoded by the next call, not timed).
+        let partial = consumed < buf.len()
+            && (frames < max_frames || split_frame(&buf[consumed..], self.max_frame)?.is_none());
         self.partial_since = match (partial, consumed > 0) {
             (false, _) => None,
             // A frame completed and the next one has begun in the same read.
             (true, true) => Some(now),
             (true, false) => Some(self.partial_since.unwrap_or(now)),
         };
-        Ok(consumed)
+        Ok((consumed, frames))
     }
 
     /// When the frame under way must be complete, if one is under way.
