@@ -1385,13 +1385,19 @@ impl History {
     /// 2. every answer true: `NotHandled` never applied, `Ok` applied and in the final state;
     /// 3. every acknowledged deposit in the final state of its identity, once;
     /// 4. every save accepted for an identity comes from the life that loaded it last (a save
-    ///    from an earlier life, after a later one loaded, would be lost to it, or overwrite it).
+    ///    from an earlier life, after a later one loaded, would be lost to it, or overwrite it),
+    ///    but for a life that loads under a fence below the newest one loaded: that is a member
+    ///    that was paused acting on its old lease (the documented exception), and every save it
+    ///    attempts must be refused.
     pub(super) fn check(&self, finals: &HashMap<Arc<str>, Vec<u64>>) -> Result<(), String> {
         let mut applied: HashMap<u64, usize> = HashMap::new();
         let mut identity_of: HashMap<u64, Arc<str>> = HashMap::new();
         let mut heard: HashMap<u64, Heard> = HashMap::new();
-        // identity -> the life (member, fence) that loaded it last
+        // identity -> the life (member, fence) that loaded it last, of the newest fence
         let mut current: HashMap<Arc<str>, (usize, Fence)> = HashMap::new();
+        // lives that loaded under a fence below the newest one: fenced, none of their saves
+        // may be accepted
+        let mut stale: HashSet<(Arc<str>, usize, Fence)> = HashSet::new();
         for (at, entry) in &self.log {
             match entry {
                 Logged::Sent { id, identity, .. } => {
@@ -1405,9 +1411,14 @@ impl History {
                     identity,
                     member,
                     fence,
-                } => {
-                    current.insert(Arc::clone(identity), (*member, *fence));
-                }
+                } => match current.get(identity) {
+                    Some(&(_, newest)) if *fence < newest => {
+                        stale.insert((Arc::clone(identity), *member, *fence));
+                    }
+                    _ => {
+                        current.insert(Arc::clone(identity), (*member, *fence));
+                    }
+                },
                 Logged::Saved {
                     identity,
                     fence,
@@ -1415,6 +1426,13 @@ impl History {
                     member,
                     ..
                 } => {
+                    if stale.contains(&(Arc::clone(identity), *member, *fence)) {
+                        return Err(format!(
+                            "at {at:?}: {identity}: a save of the life {fence:?} on member \
+                             {member} was accepted, though a life under a later fence had \
+                             loaded before it"
+                        ));
+                    }
                     if let Some(last) = current.get(identity)
                         && *last != (*member, *fence)
                     {
