@@ -1,6 +1,8 @@
 //! How to make an actor: its instance or factory, name, mailbox and dispatcher.
 
-use crate::{Actor, MailboxConfig};
+use std::sync::Arc;
+
+use crate::{Actor, MailboxConfig, TerminationSink};
 
 /// Spawn options for an actor of type `A`.
 ///
@@ -28,6 +30,7 @@ pub struct Props<A: Actor> {
     pub(crate) mailbox: Option<MailboxConfig>,
     pub(crate) dispatcher: Option<String>,
     pub(crate) monitored: Option<bool>,
+    pub(crate) watcher: Option<Arc<dyn TerminationSink>>,
 }
 
 pub(crate) enum Source<A> {
@@ -63,6 +66,7 @@ impl<A: Actor> Props<A> {
             mailbox: None,
             dispatcher: None,
             monitored: None,
+            watcher: None,
         }
     }
 
@@ -74,6 +78,7 @@ impl<A: Actor> Props<A> {
             mailbox: None,
             dispatcher: None,
             monitored: None,
+            watcher: None,
         }
     }
 
@@ -98,6 +103,48 @@ impl<A: Actor> Props<A> {
     /// Monitors this actor (or not), whatever its dispatcher and the system say.
     pub fn monitored(mut self, on: bool) -> Self {
         self.monitored = Some(on);
+        self
+    }
+
+    /// Tells `watcher` once the actor has terminated, like
+    /// [`ActorRef::watch_with`](crate::ActorRef::watch_with) called before it can run, but
+    /// kept by the system until the actor stops: it costs the actor no message, no wake-up and
+    /// no watcher table of its own (what an actor spawned by the hundred thousand, a virtual
+    /// actor say, notices). It cannot be removed.
+    ///
+    /// # Example
+    ///
+    /// ```
+    /// use std::sync::Arc;
+    /// use std::sync::atomic::{AtomicBool, Ordering};
+    /// use rally::{Actor, ActorId, ActorSystem, Props, Terminated, TerminationSink};
+    ///
+    /// struct Flag(ActorId, AtomicBool);
+    /// impl TerminationSink for Flag {
+    ///     fn watcher(&self) -> ActorId {
+    ///         self.0
+    ///     }
+    ///     fn notify(&self, _: Terminated) {
+    ///         self.1.store(true, Ordering::SeqCst);
+    ///     }
+    /// }
+    ///
+    /// struct Worker;
+    /// impl Actor for Worker {}
+    ///
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// let system = ActorSystem::new("doc");
+    /// let flag = Arc::new(Flag(system.next_id(), AtomicBool::new(false)));
+    /// let worker = system.spawn(Props::new(Worker).watched_by(flag.clone()))?;
+    /// worker.stop();
+    /// system.shutdown().await?;
+    /// assert!(flag.1.load(Ordering::SeqCst));
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn watched_by(mut self, watcher: Arc<dyn TerminationSink>) -> Self {
+        self.watcher = Some(watcher);
         self
     }
 

@@ -400,7 +400,8 @@ async fn stop<A: Actor>(
         }
     }
     let terminated = Terminated::new(mailbox.id, path.clone(), reason);
-    for watcher in ctx.take_watchers().values() {
+    let fixed = ctx.system().take_spawn_watcher(mailbox.id);
+    for watcher in ctx.take_watchers().values().chain(&fixed) {
         watcher.notify(terminated.clone());
     }
     if registered {

@@ -16,6 +16,7 @@ use crate::monitor::{ActorCounters, Monitor, Probe, Slot, Timed};
 use crate::runner::{self, Cell};
 use crate::supervision::{Decision, Failure, RestartRecord};
 use crate::sync::Mutex;
+use crate::watch::TerminationSink;
 use crate::{
     Actor, ActorId, ActorRef, Context, DeadLetters, Dispatcher, EventStream, LookupError, Props,
     ShutdownError, SpawnError, SystemConfig,
@@ -56,6 +57,11 @@ struct Inner {
     dead_letters: DeadLetters,
     guardian: Arc<Guardian>,
     monitor: Monitor,
+    /// Watchers fixed at spawn ([`Props::watched_by`]), by the actor they watch: kept here,
+    /// not in the actor's task, which would grow every actor's task for the few that have one.
+    spawn_watchers: Mutex<HashMap<ActorId, Arc<dyn TerminationSink>>>,
+    /// How many are kept: an actor that stops looks in the table only when there are some.
+    spawn_watched: AtomicUsize,
 }
 
 struct Registered {
@@ -178,6 +184,8 @@ impl ActorSystem {
                 dead_letters,
                 guardian,
                 monitor,
+                spawn_watchers: Mutex::new(HashMap::new()),
+                spawn_watched: AtomicUsize::new(0),
             }),
         }
     }
@@ -332,6 +340,7 @@ impl ActorSystem {
             mailbox,
             dispatcher,
             monitored,
+            watcher,
         } = props;
         let dispatcher = match dispatcher {
             Some(name) => self
@@ -389,6 +398,10 @@ impl ActorSystem {
             mailbox: mailbox.clone(),
             registered: name.is_some(),
         };
+        if let Some(watcher) = watcher {
+            self.inner.spawn_watchers.lock().insert(id, watcher);
+            self.inner.spawn_watched.fetch_add(1, Ordering::SeqCst);
+        }
         if counters.is_some() {
             self.inner
                 .monitor
@@ -401,6 +414,16 @@ impl ActorSystem {
             None => dispatcher.spawn_actor(runner::run(cell)),
         }
         Ok(actor)
+    }
+
+    /// The watcher fixed at `actor`'s spawn, taken as it stops.
+    pub(crate) fn take_spawn_watcher(&self, actor: ActorId) -> Option<Arc<dyn TerminationSink>> {
+        if self.inner.spawn_watched.load(Ordering::SeqCst) == 0 {
+            return None;
+        }
+        let watcher = self.inner.spawn_watchers.lock().remove(&actor)?;
+        self.inner.spawn_watched.fetch_sub(1, Ordering::SeqCst);
+        Some(watcher)
     }
 
     pub(crate) fn unregister(&self, path: &Arc<str>) {

@@ -74,10 +74,12 @@ pub(crate) struct Done {
     to: Option<(Weak<dyn Completion>, Arc<str>, LifeId)>,
 }
 
-/// What a [`Done`] tells.
+/// What a [`Done`] tells, and a life's state when the life is over.
 pub(crate) trait Completion: Send + Sync {
     /// `life` of `identity` is free again.
     fn completed(&self, identity: &Arc<str>, life: LifeId);
+    /// `life` of `identity` is over: its actor stopped and no save of it is under way.
+    fn ended(&self, identity: &Arc<str>, life: LifeId);
 }
 
 impl Done {

@@ -11,7 +11,7 @@ use rally_actor::sync::{Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 use bytes::BytesMut;
-use rally_actor::{ActorId, ActorRef, Handler, Terminated, TerminationSink};
+use rally_actor::{ActorRef, Handler, Props};
 use rally_remote::{
     GrainAnswer, GrainAsk, GrainFlags, GrainOutcome, GrainRequest, GrainSend, Handled,
     RemoteMessage, UniqueAddress,
@@ -500,16 +500,12 @@ impl<K: VirtualActor> KindDriver<K> {
     /// Runs the activation hook of `life` and spawns its actor, then tells the core; the life
     /// is watched from then on, and over once its actor stopped and its saves are done.
     fn activate(&self, identity: Arc<str>, life: LifeId, scope: Arc<str>, fence: Fence) {
-        let over = {
-            let driver = self.me.clone();
-            let identity = Arc::clone(&identity);
-            Box::new(move || {
-                if let Some(driver) = driver.upgrade() {
-                    driver.input(|core, now| core.ended(&identity, life, now));
-                }
-            })
-        };
-        let state = Arc::new(LifeState::new(over));
+        let state = Arc::new(LifeState::new(
+            self.shared.system.next_id(),
+            self.completion(),
+            Arc::clone(&identity),
+            life,
+        ));
         let activation = Activation::new(
             K::KIND,
             Arc::clone(&self.shared.owner_key),
@@ -525,8 +521,15 @@ impl<K: VirtualActor> KindDriver<K> {
             // Polled here (a task of its own cost a spawn and a wake-up per activation); a
             // panicking hook is caught, not a dead runtime.
             let built = rally_actor::CatchPanic::new(K::activate(activation)).await;
+            // Whatever stops the actor (a deactivation, a failure past the restart limit, its
+            // own stop), the core hears once it stopped and its saves are done: the watcher is
+            // fixed at spawn (a watch afterwards cost each life a message, a wake-up and a
+            // watcher table), and the hold keeps that after the core hears it started.
+            let started = state.hold();
             let result = match built {
-                Ok(Ok(actor)) => system.spawn(actor).map_err(|e| e.to_string()),
+                Ok(Ok(actor)) => system
+                    .spawn(Props::new(actor).watched_by(Arc::clone(&state) as _))
+                    .map_err(|e| e.to_string()),
                 Ok(Err(e)) => Err(e.to_string()),
                 Err(panic) => Err(format!("the activation hook panicked: {panic}")),
             };
@@ -538,18 +541,13 @@ impl<K: VirtualActor> KindDriver<K> {
             };
             match result {
                 Ok(actor) => {
-                    let watched = actor.clone();
                     driver.input(|core, now| core.activated(&identity, life, Ok(actor), now));
-                    // Whatever stops it (a deactivation, a failure past the restart limit, its
-                    // own stop): the core hears once it stopped and its saves are done.
-                    watched.watch_with(Arc::new(LifeWatch {
-                        id: driver.shared.system.next_id(),
-                        state,
-                    }));
+                    drop(started);
                 }
                 Err(why) => {
                     // A handle the hook leaked can never save.
                     state.refuse_saves();
+                    drop(started);
                     driver.input(|core, now| core.activated(&identity, life, Err(why), now));
                 }
             }
@@ -560,6 +558,10 @@ impl<K: VirtualActor> KindDriver<K> {
 impl<K: VirtualActor> Completion for KindDriver<K> {
     fn completed(&self, identity: &Arc<str>, life: LifeId) {
         self.input(|core, now| core.completed(identity, life, now));
+    }
+
+    fn ended(&self, identity: &Arc<str>, life: LifeId) {
+        self.input(|core, now| core.ended(identity, life, now));
     }
 }
 
@@ -589,22 +591,6 @@ fn spawn_timer<K: VirtualActor>(driver: Weak<KindDriver<K>>) {
             strong.input(|core, now| core.handle_timeout(now));
         }
     });
-}
-
-/// Tells a life's state that its actor stopped.
-struct LifeWatch {
-    id: ActorId,
-    state: Arc<LifeState>,
-}
-
-impl TerminationSink for LifeWatch {
-    fn watcher(&self) -> ActorId {
-        self.id
-    }
-
-    fn notify(&self, _: Terminated) {
-        self.state.stopped();
-    }
 }
 
 /// One ask passed on for another member, counted until its answer has come back through this

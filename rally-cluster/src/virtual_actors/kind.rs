@@ -4,17 +4,18 @@
 use std::collections::HashMap;
 use std::fmt;
 use std::future::Future;
-use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Arc, Weak};
 
 use rally_actor::sync::Mutex;
 use std::time::Instant;
 
-use rally_actor::{Actor, ActorResult, Handler};
+use rally_actor::{Actor, ActorId, ActorResult, Handler, Terminated, TerminationSink};
 use rally_remote::RemoteMessage;
 use rally_state::{Epoch, Fence, StateStore, StoreError};
 
-use super::call::{BoxCall, Reply, TypedCall};
+use super::call::{BoxCall, Completion, Reply, TypedCall};
+use super::core::LifeId;
 use super::outcome::Refusal;
 use super::transport::InboundReply;
 
@@ -221,20 +222,34 @@ impl fmt::Debug for Activation {
 /// A life as its handles and its driver share it: whether its actor has stopped, and the saves
 /// under way. The life is over (the driver is told, once) when its actor has stopped and no
 /// save of it is under way.
-#[derive(Default)]
+///
+/// It is also the actor's watcher (fixed at spawn): one allocation per life for all of it.
 pub(crate) struct LifeState {
+    /// Its id as a watcher.
+    watcher: ActorId,
     saves: AtomicUsize,
     stopped: AtomicBool,
-    over: Mutex<Option<Box<dyn FnOnce() + Send>>>,
+    /// Who is told that the life is over, and which life it is.
+    over: Mutex<Option<Over>>,
 }
 
+/// Who hears that a life is over, and which life of which identity it is.
+type Over = (Weak<dyn Completion>, Arc<str>, LifeId);
+
 impl LifeState {
-    /// A life that runs `over` once it is over.
-    pub(crate) fn new(over: Box<dyn FnOnce() + Send>) -> Self {
+    /// `life` of `identity`, whose end `to` hears of ([`Completion::ended`]); `watcher` is its
+    /// id as the actor's watcher.
+    pub(crate) fn new(
+        watcher: ActorId,
+        to: Weak<dyn Completion>,
+        identity: Arc<str>,
+        life: LifeId,
+    ) -> Self {
         Self {
+            watcher,
             saves: AtomicUsize::new(0),
             stopped: AtomicBool::new(false),
-            over: Mutex::new(Some(over)),
+            over: Mutex::new(Some((to, identity, life))),
         }
     }
 
@@ -246,6 +261,14 @@ impl LifeState {
             return None; // `saving` drops, and the life may be over now
         }
         Some(saving)
+    }
+
+    /// Holds the life's end back, as a save under way does, until the hold is dropped: the
+    /// core hears of the life's start before it hears of its end, even when the actor stops
+    /// before the start is passed on.
+    pub(crate) fn hold(self: &Arc<Self>) -> Saving {
+        self.saves.fetch_add(1, Ordering::SeqCst);
+        Saving(Arc::clone(self))
     }
 
     /// The life never ran (its hook failed): a handle the hook leaked refuses to save.
@@ -264,14 +287,26 @@ impl LifeState {
 
     fn over(&self) {
         let over = self.over.lock().take();
-        if let Some(over) = over {
-            over();
+        if let Some((to, identity, life)) = over
+            && let Some(to) = to.upgrade()
+        {
+            to.ended(&identity, life);
         }
     }
 }
 
-/// A save under way.
-struct Saving(Arc<LifeState>);
+impl TerminationSink for LifeState {
+    fn watcher(&self) -> ActorId {
+        self.watcher
+    }
+
+    fn notify(&self, _: Terminated) {
+        self.stopped();
+    }
+}
+
+/// A save under way (or a [`LifeState::hold`]).
+pub(crate) struct Saving(Arc<LifeState>);
 
 impl Drop for Saving {
     fn drop(&mut self) {

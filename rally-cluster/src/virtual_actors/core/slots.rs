@@ -64,7 +64,8 @@ pub(super) enum Slot<T: Types> {
     /// The calls that waited went to the next owner `to`; this member keeps the identity's
     /// lease until `to` confirms it has them (`round`), and queues what comes meanwhile.
     HandingOver {
-        to: MemberId,
+        /// Boxed: the variant is rare, and every slot is as large as its largest variant.
+        to: Box<MemberId>,
         round: u64,
         queue: Queue<T>,
     },
@@ -138,6 +139,25 @@ impl<T: Types> KindCore<T> {
         let Some(slot) = self.slots.get_mut(identity) else {
             return Err(call);
         };
+        if let Slot::Active(active) = slot
+            && active.busy == Busy::Free
+            && active.queue.is_empty()
+        {
+            // Its life is free and nothing waits: straight to it, with no buffer for one call.
+            if call.deadline().is_some_and(|deadline| deadline <= now) {
+                self.refuse(call, Refusal::Expired);
+                return Ok(());
+            }
+            active.busy = call.deadline().map_or(Busy::Tell, Busy::Ask);
+            let (life, actor) = (active.life, active.actor.clone());
+            self.emit(Effect::Deliver {
+                identity: Arc::clone(identity),
+                life,
+                actor,
+                call,
+            });
+            return Ok(());
+        }
         if let Err(call) = enqueue::<T>(slot.queue_mut(), call) {
             self.refuse(call, Refusal::Overloaded);
             return Ok(());
@@ -334,6 +354,11 @@ impl<T: Types> KindCore<T> {
             });
         } else {
             active.idle_since = now;
+            // A life at rest keeps no buffer (its first call waited in one while it activated):
+            // a million idle lives would carry 64 bytes each.
+            if active.queue.capacity() > 0 {
+                active.queue = Queue::<T>::new();
+            }
         }
         for call in expired {
             self.refuse(call, Refusal::Expired);
@@ -504,7 +529,7 @@ impl<T: Types> KindCore<T> {
         self.slots.insert(
             Arc::clone(identity),
             Slot::HandingOver {
-                to: to.clone(),
+                to: Box::new(to.clone()),
                 round,
                 queue: VecDeque::new(),
             },
@@ -535,7 +560,7 @@ impl<T: Types> KindCore<T> {
             unreachable!("checked above")
         };
         for call in queue {
-            self.forward(Arc::clone(identity), to.clone(), call, true);
+            self.forward(Arc::clone(identity), (*to).clone(), call, true);
         }
         let key = self.lease_key(identity);
         self.leave_lease(&key, now);
