@@ -93,12 +93,14 @@ mod config;
 mod core;
 mod driver;
 mod error;
+mod idempotent;
 mod kind;
 mod outcome;
 mod ownership;
 mod placement;
 mod runtime;
 mod slot_table;
+mod state;
 mod transport;
 
 /// Now, on the runtime's clock: tokio's, which is simulated time in a simulation
@@ -110,6 +112,7 @@ pub(crate) fn now() -> std::time::Instant {
 
 pub use config::{VirtualActorsConfig, VirtualActorsConfigBuilder};
 pub use error::{AskError, GetError, Handled, TellError};
+pub use idempotent::{IdempotencyKey, Idempotent};
 pub use kind::{Activation, GrainMessages, VirtualActor};
 pub use ownership::{Holder, Ownership, Route};
 pub use placement::{Hashed, Placement, PreferLocal, SHARDS, Scope, fingerprint, shard_of};
@@ -117,6 +120,7 @@ pub use rally_state::Fence;
 pub use runtime::{
     GrainRef, KindStats, VirtualActors, VirtualActorsBuilder, VirtualActorsStartError,
 };
+pub use state::{DEFAULT_KEY_WINDOW, MAX_KEY_BYTES, State, StateError};
 pub use transport::GrainNetwork;
 
 pub(crate) use runtime::Runtime;

@@ -38,7 +38,7 @@ impl<K: VirtualActor> Types for Live<K> {
 }
 
 /// An instant so far ahead that it stands for "never" (an ask with an unbounded timeout).
-const FAR: Duration = Duration::from_secs(100 * 365 * 24 * 3600);
+pub(crate) const FAR: Duration = Duration::from_secs(100 * 365 * 24 * 3600);
 
 /// One kind on this member: its core, and how its effects are done.
 pub(crate) struct KindDriver<K: VirtualActor> {
