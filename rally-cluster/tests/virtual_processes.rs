@@ -38,6 +38,10 @@ fn main() -> std::process::ExitCode {
             keyed_deposits_sent_until_definite_are_applied_exactly_once_across_a_kill_and_a_restart,
         ),
         trial(
+            "sigterm_with_shutdown_on_sigterm_leaves_gracefully_and_the_identities_move_with_their_state",
+            sigterm_with_shutdown_on_sigterm_leaves_gracefully_and_the_identities_move_with_their_state,
+        ),
+        trial(
             "a_graceful_leave_under_load_hands_over_the_singleton_and_fails_no_ask",
             a_graceful_leave_under_load_hands_over_the_singleton_and_fails_no_ask,
         ),
@@ -715,4 +719,73 @@ async fn keyed_deposits_sent_until_definite_are_applied_exactly_once_across_a_ki
          acknowledged and applied exactly once",
         ACCOUNTS * DEPOSITS
     );
+}
+
+/// Issue 32, item 4: a graceful stop took four calls in the right order. With
+/// `shutdown_on_sigterm`, SIGTERM runs `Cluster::shutdown`: the member leaves (the others see
+/// it leaving and removed, never down), its identities answer from the other host with the
+/// state they wrote, and the process exits with code 0.
+async fn sigterm_with_shutdown_on_sigterm_leaves_gracefully_and_the_identities_move_with_their_state()
+ {
+    let (_dir, db) = shared_store("sigterm");
+    let ports = free_ports(3);
+    let specs: Vec<(String, Spec, Option<String>)> = ["a", "b", "client"]
+        .iter()
+        .zip(&ports)
+        .map(|(name, port)| {
+            let mut spec = Spec::new(*port, &ports[..1]);
+            spec.hosts_grains = *name != "client";
+            spec.sigterm = *name == "b";
+            spec.db = Some(db.clone());
+            ((*name).to_owned(), spec, None)
+        })
+        .collect();
+    let (mut members, _) = start_cluster(&specs).await;
+    let hosts: Vec<_> = members[..2]
+        .iter()
+        .map(|m| m.ready.as_ref().unwrap().id(true))
+        .collect();
+    let (a_key, b_key) = (
+        members[0].member().to_owned(),
+        members[1].member().to_owned(),
+    );
+    let on_b: Vec<String> = (0..200)
+        .map(|i| format!("term-{i}"))
+        .filter(|id| Hashed.place(KIND, id, &hosts, &hosts[0]) == Some(&hosts[1]))
+        .take(5)
+        .collect();
+    for identity in &on_b {
+        let ((count, owner, _), _) = ask_until_answered(&mut members[2], identity, 1).await;
+        assert_eq!((count, owner.as_str()), (1, b_key.as_str()), "{identity}");
+    }
+    members[1].terminate();
+    let status = members[1].exited().await;
+    assert_eq!(status.code(), Some(0), "a graceful exit: {status:?}");
+    let b = b_key.clone();
+    members[0]
+        .find("b removed", move |o| o.is("EVENT", &["Removed", &b]))
+        .await;
+    members[0].drain();
+    assert!(
+        members[0]
+            .seen
+            .iter()
+            .any(|o| o.is("EVENT", &["Leaving", &b_key])),
+        "a saw b leaving"
+    );
+    assert!(
+        !members[0]
+            .seen
+            .iter()
+            .any(|o| o.is("EVENT", &["Down", &b_key])),
+        "a leave, not a down"
+    );
+    for identity in &on_b {
+        let ((count, owner, _), errors) = ask_until_answered(&mut members[2], identity, 1).await;
+        assert_eq!(owner, a_key, "{identity} moved to a");
+        assert_eq!(
+            count, 2,
+            "{identity}: the state b wrote, and one more ({errors:?})"
+        );
+    }
 }

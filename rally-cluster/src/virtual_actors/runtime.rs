@@ -341,10 +341,13 @@ impl Inbound for Runtime {
 ///     .store(Arc::new(SqliteStore::open("/var/lib/shop/grains.db").unwrap()))
 ///     .start(&node)
 ///     .unwrap();
+/// cluster.wait_until_up(Duration::from_secs(30)).await.unwrap();
 /// // From the runtime or from the cluster: the same ref.
 /// let cart = grains.get::<Cart>("user-42").unwrap();
 /// let _same = cluster.get::<Cart>("user-42").unwrap();
 /// let items = cart.ask(Count, Duration::from_secs(5)).await.unwrap();
+/// // Leave, stop hosting, close the node, stop the system: one call, bounded.
+/// cluster.shutdown(Duration::from_secs(20)).await.unwrap();
 /// # }
 /// ```
 #[derive(Clone)]

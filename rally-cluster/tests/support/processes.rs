@@ -122,6 +122,8 @@ pub struct Spec {
     pub rejoin: bool,
     /// Runs with the default `when-downed = exit` (the others stop when downed).
     pub exit_when_downed: bool,
+    /// SIGTERM runs `Cluster::shutdown` and ends the process (`shutdown_on_sigterm`).
+    pub sigterm: bool,
 }
 
 impl Spec {
@@ -151,6 +153,7 @@ impl Spec {
             ),
             ("RCM_REJOIN", u8::from(self.rejoin).to_string()),
             ("RCM_EXIT", u8::from(self.exit_when_downed).to_string()),
+            ("RCM_SIGTERM", u8::from(self.sigterm).to_string()),
         ]
     }
 
@@ -171,6 +174,7 @@ impl Spec {
                 .map(PathBuf::from),
             rejoin: var("RCM_REJOIN") == "1",
             exit_when_downed: var("RCM_EXIT") == "1",
+            sigterm: var("RCM_SIGTERM") == "1",
         }
     }
 }
@@ -442,6 +446,9 @@ impl Life {
             config.roles.push(SINGLETON_ROLE.into());
         }
         let cluster = Cluster::join(&system, &node, config.clone()).expect("joins");
+        if spec.sigterm {
+            cluster.shutdown_on_sigterm(Duration::from_secs(20));
+        }
         let me = cluster.self_member().id;
         let member = me.to_string();
         // The documented hook: said as soon as this member learns it was downed.
@@ -631,13 +638,11 @@ impl Life {
             .as_ref()
             .is_some_and(ClusterSingleton::is_hosting);
         drop(self.singleton);
-        if let Some(grains) = &self.grains {
-            grains.shutdown().await;
+        // One call: leave (if not left or downed yet), virtual actors, node, system.
+        if let Err(e) = self.cluster.shutdown(T).await {
+            eprintln!("member: {e}");
         }
-        drop(self.cluster);
-        self.node.leave(Duration::from_millis(100)).await;
-        drop(self.node);
-        let _ = self.system.shutdown().await;
+        drop((self.grains, self.node, self.system));
         say(&format!("STOPPED {} hosting={hosting}", self.me));
     }
 }
@@ -999,6 +1004,13 @@ impl MemberProcess {
             }
         })
         .await;
+        at
+    }
+
+    /// SIGTERM; returns the instant it was sent.
+    pub fn terminate(&mut self) -> u64 {
+        let at = mono_ns();
+        nix::sys::signal::kill(self.pid(), nix::sys::signal::Signal::SIGTERM).expect("term");
         at
     }
 
