@@ -107,6 +107,21 @@ async fn ask_until_answered(
     panic!("{identity}: never answered: {errors:?}");
 }
 
+/// Hosts `a` and `b` and a client-only member, `a` the seed, on the SQLite file `db`.
+fn two_hosts_and_a_client(db: &std::path::Path) -> Vec<(String, Spec, Option<String>)> {
+    let ports = free_ports(3);
+    ["a", "b", "client"]
+        .iter()
+        .zip(&ports)
+        .map(|(name, port)| {
+            let mut spec = Spec::new(*port, &ports[..1]);
+            spec.hosts_grains = *name != "client";
+            spec.db = Some(db.to_owned());
+            ((*name).to_owned(), spec, None)
+        })
+        .collect()
+}
+
 fn stats(facts: &Out) -> (u64, u64, u64) {
     let n = |i: usize| facts.args[i].parse().unwrap();
     (n(0), n(1), n(2))
@@ -115,17 +130,7 @@ fn stats(facts: &Out) -> (u64, u64, u64) {
 async fn across_processes_one_hop_then_a_kill_reactivates_elsewhere_after_the_bound_with_the_state()
 {
     let (_dir, db) = shared_store("processes");
-    let ports = free_ports(3);
-    let specs: Vec<(String, Spec, Option<String>)> = ["a", "b", "client"]
-        .iter()
-        .zip(&ports)
-        .map(|(name, port)| {
-            let mut spec = Spec::new(*port, &ports[..1]);
-            spec.hosts_grains = *name != "client";
-            spec.db = Some(db.clone());
-            ((*name).to_owned(), spec, None)
-        })
-        .collect();
+    let specs = two_hosts_and_a_client(&db);
     let (mut members, _) = start_cluster(&specs).await;
     let ids: Vec<_> = members[..2]
         .iter()
@@ -558,17 +563,7 @@ async fn bank_across_a_kill(
     (usize, usize),
 ) {
     let (_dir, db) = shared_store(test);
-    let ports = free_ports(3);
-    let specs: Vec<(String, Spec, Option<String>)> = ["a", "b", "client"]
-        .iter()
-        .zip(&ports)
-        .map(|(name, port)| {
-            let mut spec = Spec::new(*port, &ports[..1]);
-            spec.hosts_grains = *name != "client";
-            spec.db = Some(db.clone());
-            ((*name).to_owned(), spec, None)
-        })
-        .collect();
+    let specs = two_hosts_and_a_client(&db);
     let (mut members, _) = start_cluster(&specs).await;
     let victim = members[0].member().to_owned();
     members[2].send(&format!("bank acct {ACCOUNTS} {DEPOSITS} {mode}"));
@@ -728,18 +723,8 @@ async fn keyed_deposits_sent_until_definite_are_applied_exactly_once_across_a_ki
 async fn sigterm_with_shutdown_on_sigterm_leaves_gracefully_and_the_identities_move_with_their_state()
  {
     let (_dir, db) = shared_store("sigterm");
-    let ports = free_ports(3);
-    let specs: Vec<(String, Spec, Option<String>)> = ["a", "b", "client"]
-        .iter()
-        .zip(&ports)
-        .map(|(name, port)| {
-            let mut spec = Spec::new(*port, &ports[..1]);
-            spec.hosts_grains = *name != "client";
-            spec.sigterm = *name == "b";
-            spec.db = Some(db.clone());
-            ((*name).to_owned(), spec, None)
-        })
-        .collect();
+    let mut specs = two_hosts_and_a_client(&db);
+    specs[1].1.sigterm = true;
     let (mut members, _) = start_cluster(&specs).await;
     let hosts: Vec<_> = members[..2]
         .iter()

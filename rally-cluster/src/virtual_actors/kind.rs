@@ -84,7 +84,9 @@ pub trait VirtualActor: Actor {
 }
 
 /// One activation of a virtual actor (one *life* of its identity on a member): its identity, the
-/// lease it acts under, its [`Fence`], and its state in the store.
+/// lease it acts under, its [`Fence`], and its state in the store. [`State<T>`](super::State)
+/// keeps a typed state through it (the usual way); [`load`](Self::load) and
+/// [`save`](Self::save) are the raw bytes underneath.
 ///
 /// Every life has a fence of its own, `(epoch, life)`: the epoch of the lease it acts under
 /// and its number under that lease. The store applies a save only while the epoch is held and
