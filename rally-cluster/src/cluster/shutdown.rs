@@ -23,7 +23,8 @@ pub enum ShutdownPhase {
     /// Stop hosting virtual actors: every activation finishes its message, writes nothing
     /// more, runs its `stopped` hook; answers passed on through this member get back.
     VirtualActors,
-    /// Close this node's connections, after what is queued on them is written.
+    /// Close this node's connections, after what is queued on them is written (at most
+    /// 2 s: a connection to a member that has gone never drains).
     Node,
     /// Stop every actor of the actor system.
     System,
@@ -66,6 +67,11 @@ pub enum ShutdownError {
         after: Duration,
     },
 }
+
+/// The longest the node phase waits for its connections' queues to be written: a member's
+/// last answers and leave messages take milliseconds on a live connection, and one to a peer
+/// that is gone never drains.
+pub(crate) const NODE_FLUSH: Duration = Duration::from_secs(2);
 
 /// The least time a phase that runs after the deadline gets: closing connections and stopping
 /// actors that are idle takes milliseconds, and doing it is better than leaving them open.
