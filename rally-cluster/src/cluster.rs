@@ -18,8 +18,8 @@ use crate::membership::MembershipStats;
 use crate::provider::{
     Command, GossipProvider, Provider, ProviderContext, ProviderStartError, Shared,
 };
-use crate::virtual_actors::host::Inner as GrainsInner;
-use crate::virtual_actors::{GrainError, GrainRef, VirtualActor, VirtualActors};
+use crate::virtual_actors::Runtime as GrainsInner;
+use crate::virtual_actors::{GetError, GrainRef, VirtualActor, VirtualActors};
 use rally_actor::sync::Mutex;
 
 /// Why a member could not join.
@@ -186,7 +186,7 @@ impl Cluster {
         config: ClusterConfig,
         provider: impl Provider,
     ) -> Result<Self, JoinError> {
-        let local = Self::member_id(node).declared_by(&config);
+        let local = Self::member_id(node).declaring(&config);
         Self::join_as(system, local, config, provider)
     }
 
@@ -263,6 +263,7 @@ impl Cluster {
         let shared = Shared::new(
             Member::new(local.clone(), MemberStatus::Joining, true),
             system,
+            config.when_downed,
         );
         if let Some(system) = &observer {
             crate::figures::register(system, &shared);
@@ -322,9 +323,9 @@ impl Cluster {
     ///
     /// # Errors
     ///
-    /// [`GrainError::NotStarted`] before this member's runtime is started
+    /// [`GetError::NotStarted`] before this member's runtime is started
     /// ([`VirtualActors::builder`]);
-    /// [`GrainError::InvalidIdentity`] for an empty or too long identity.
+    /// [`GetError::InvalidIdentity`] for an empty or too long identity.
     ///
     /// # Example
     ///
@@ -332,7 +333,7 @@ impl Cluster {
     /// use rally::cluster::{Cluster, ClusterConfig, MemberId};
     /// use rally::cluster::provider::{MemoryNetwork, MemoryProvider};
     /// use rally::cluster::virtual_actors::{
-    ///     Activation, GrainError, GrainMessages, GrainNetwork, VirtualActor, VirtualActors,
+    ///     Activation, GetError, GrainMessages, GrainNetwork, VirtualActor, VirtualActors,
     /// };
     /// use rally::remote::Incarnation;
     /// use rally::{Actor, ActorResult, ActorSystem};
@@ -348,7 +349,7 @@ impl Cluster {
     /// # #[tokio::main] async fn main() {
     /// let me = MemberId::new("rally://doc@mem:1".parse().unwrap(), Incarnation(1), 1);
     /// let cluster = Cluster::join_with(me, ClusterConfig::default(), MemoryProvider::new(&MemoryNetwork::new())).unwrap();
-    /// assert!(matches!(cluster.get::<Cart>("user-42"), Err(GrainError::NotStarted)));
+    /// assert!(matches!(cluster.get::<Cart>("user-42"), Err(GetError::NotStarted)));
     /// let system = ActorSystem::new("doc");
     /// let grains = VirtualActors::builder(&cluster, &system).start_in_memory(&GrainNetwork::new()).unwrap();
     /// let cart = cluster.get::<Cart>("user-42").unwrap();
@@ -356,11 +357,11 @@ impl Cluster {
     /// # drop(grains);
     /// # }
     /// ```
-    pub fn get<K: VirtualActor>(&self, identity: &str) -> Result<GrainRef<K>, GrainError> {
+    pub fn get<K: VirtualActor>(&self, identity: &str) -> Result<GrainRef<K>, GetError> {
         let inner = self.grains.lock().upgrade();
         inner
-            .map(VirtualActors::from_inner)
-            .ok_or(GrainError::NotStarted)?
+            .map(VirtualActors::from_runtime)
+            .ok_or(GetError::NotStarted)?
             .get(identity)
     }
 
@@ -372,6 +373,28 @@ impl Cluster {
         }
         *grains = Arc::downgrade(inner);
         true
+    }
+
+    /// Resolves once this member was downed by the cluster (at once if it was already): it
+    /// hosts nothing any more and is never admitted again; only a new process joins. What
+    /// happens next is `when-downed` ([`WhenDowned`](crate::WhenDowned)): by default the
+    /// process exits a moment later; with `stop` it goes on, and this is where it decides.
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel-safe: waiting changes nothing.
+    ///
+    /// # Example
+    ///
+    /// ```no_run
+    /// # async fn run(cluster: rally::cluster::Cluster) {
+    /// cluster.downed().await;
+    /// eprintln!("downed: restarting as a new member");
+    /// # }
+    /// ```
+    pub async fn downed(&self) {
+        let mut downed = self.shared.downed.subscribe();
+        let _ = downed.wait_for(|downed| *downed).await;
     }
 
     /// This member as it sees itself.

@@ -1,5 +1,6 @@
 //! Cluster settings, each defaulted, with the reason for the default.
 
+use std::collections::BTreeMap;
 use std::time::Duration;
 
 use rally_remote::NodeAddress;
@@ -81,6 +82,10 @@ pub struct ClusterConfig {
     /// nothing is placed). Gossiped with its identity ([`MemberId::kinds`](crate::MemberId)),
     /// fixed for the member's incarnation.
     pub kinds: Vec<String>,
+    /// How each hosted kind is placed, by the placement strategy's name (default `"hashed"`
+    /// for every kind; `"prefer-local"` is the other built-in one). Every member that hosts a
+    /// kind must declare the same; a member that declares another is refused for the kind.
+    pub placements: BTreeMap<String, String>,
     /// How a partition is resolved (default keep-majority).
     pub downing: DowningStrategy,
     /// How long the view must be unchanged before a downing decision (default 2 s).
@@ -119,7 +124,41 @@ pub struct ClusterConfig {
     pub max_members: usize,
     /// Largest membership packet, in bytes (default 16 KiB).
     pub max_packet_bytes: usize,
+    /// What this member does when it learns the cluster downed it (default `exit`): it can
+    /// never serve again, only a new process (a new incarnation) is admitted.
+    pub when_downed: WhenDowned,
 }
+
+/// What a member does when it learns the cluster downed it. Either way it says so in the log
+/// (WARN), sets `rally_cluster_downed` to 1, and resolves [`Cluster::downed`](crate::Cluster::downed).
+///
+/// # Example
+///
+/// ```
+/// use rally::cluster::{ClusterConfig, WhenDowned};
+///
+/// assert_eq!(ClusterConfig::default().when_downed, WhenDowned::Exit);
+/// let config = ClusterConfig::builder().when_downed(WhenDowned::Stop).build().unwrap();
+/// assert_eq!(config.when_downed, WhenDowned::Stop);
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+#[non_exhaustive]
+pub enum WhenDowned {
+    /// The process exits with code [`DOWNED_EXIT_CODE`] (75, `EX_TEMPFAIL`) a moment after
+    /// saying so, so that its supervisor (systemd, Kubernetes, a shell loop) starts it again
+    /// as a new member: what Akka's `run-coordinated-shutdown-when-down` with `exit-jvm` does.
+    #[default]
+    Exit,
+    /// The member stops (it hosts nothing, its event streams end) and the process goes on:
+    /// for a process that decides itself, awaiting [`Cluster::downed`](crate::Cluster::downed),
+    /// and for several members in one process (tests, simulations).
+    Stop,
+}
+
+/// The exit code of a process whose member was downed, with [`WhenDowned::Exit`]: 75,
+/// `EX_TEMPFAIL` ("try again"), so a supervisor that restarts on failure starts it again.
+pub const DOWNED_EXIT_CODE: i32 = 75;
 
 impl Default for ClusterConfig {
     fn default() -> Self {
@@ -127,6 +166,7 @@ impl Default for ClusterConfig {
             seeds: Vec::new(),
             roles: Vec::new(),
             kinds: Vec::new(),
+            placements: BTreeMap::new(),
             downing: DowningStrategy::default(),
             stable_after: DEFAULT_STABLE_AFTER,
             down_all_when_unstable: DEFAULT_STABLE_AFTER,
@@ -140,6 +180,7 @@ impl Default for ClusterConfig {
             remove_down_after: DEFAULT_REMOVE_DOWN_AFTER,
             max_members: DEFAULT_MAX_MEMBERS,
             max_packet_bytes: DEFAULT_MAX_PACKET_BYTES,
+            when_downed: WhenDowned::Exit,
         }
     }
 }
@@ -304,6 +345,16 @@ impl ClusterConfig {
         if self.gossip_period.is_zero() || self.join_retry.is_zero() {
             return invalid("gossip-period", "periods must be above zero");
         }
+        if self
+            .placements
+            .iter()
+            .any(|(kind, placement)| placement.is_empty() || !self.kinds.contains(kind))
+        {
+            return invalid(
+                "placements",
+                "every entry names a declared kind (in kinds) and a placement strategy",
+            );
+        }
         if self.remove_down_after.is_zero() {
             return invalid("remove-down-after", "must be above zero");
         }
@@ -351,9 +402,30 @@ impl ClusterConfigBuilder {
         self
     }
 
-    /// Adds a hosted virtual-actor kind.
+    /// Adds a hosted virtual-actor kind, placed by the default strategy (hashed).
     pub fn kind(&mut self, kind: impl Into<String>) -> &mut Self {
         self.config.kinds.push(kind.into());
+        self
+    }
+
+    /// Adds a hosted virtual-actor kind placed by `placement` (every member hosting the kind
+    /// must declare the same strategy).
+    pub fn kind_placed(
+        &mut self,
+        kind: impl Into<String>,
+        placement: &impl crate::virtual_actors::Placement,
+    ) -> &mut Self {
+        let kind = kind.into();
+        self.config
+            .placements
+            .insert(kind.clone(), placement.name().to_owned());
+        self.config.kinds.push(kind);
+        self
+    }
+
+    /// Sets what this member does when it is downed (`when-downed`).
+    pub fn when_downed(&mut self, when: WhenDowned) -> &mut Self {
+        self.config.when_downed = when;
         self
     }
 

@@ -10,7 +10,7 @@ use rally_actor::monitor::{Figure, FigureSource};
 
 use crate::member::MemberStatus;
 use crate::provider::Shared;
-use crate::virtual_actors::Inner;
+use crate::virtual_actors::Runtime;
 
 /// The statuses counted in `rally_cluster_members`, each reported even when no member has it,
 /// so a dashboard sees a zero rather than a missing series. `Removed` members are no longer in
@@ -54,6 +54,14 @@ impl FigureSource for Shared {
                 .label("status", name),
             );
         }
+        out.push(
+            Figure::gauge(
+                "rally_cluster_downed",
+                "1 once the cluster downed this member (it serves no more), else 0.",
+                f64::from(u8::from(*self.downed.borrow())),
+            )
+            .label("member", member.clone()),
+        );
         let unreachable = members
             .iter()
             .filter(|(s, reachable)| !reachable && *s != MemberStatus::Down)
@@ -115,9 +123,9 @@ impl FigureSource for Shared {
     }
 }
 
-impl FigureSource for Inner {
+impl FigureSource for Runtime {
     fn figures(&self, out: &mut Vec<Figure>) {
-        let member = self.local.address.to_string();
+        let member = self.local().address.to_string();
         for kind in self.stats() {
             let labelled = |figure: Figure| {
                 figure

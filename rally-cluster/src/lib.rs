@@ -60,8 +60,10 @@ mod singleton;
 pub mod virtual_actors;
 
 pub use cluster::{Cluster, DownError, JoinError, LeaveError, MemberEvents};
-pub use config::{ClusterConfig, ClusterConfigBuilder, ClusterConfigError};
+pub use config::{
+    ClusterConfig, ClusterConfigBuilder, ClusterConfigError, DOWNED_EXIT_CODE, WhenDowned,
+};
 pub use downing::{Decision, DowningStrategy, ViewMember, decide};
-pub use member::{Member, MemberEvent, MemberId, MemberStatus};
+pub use member::{KindDeclaration, Member, MemberEvent, MemberId, MemberStatus};
 pub use membership::{Membership, MembershipStats, PacketError, Transmit};
 pub use singleton::{ClusterSingleton, ProxyError, SingletonChange, SingletonGate, SingletonProxy};

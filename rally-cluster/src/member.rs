@@ -1,7 +1,7 @@
 //! Who a member is, what state it is in, and the events that report its changes.
 
 use std::cmp::Ordering;
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
 use std::hash::{Hash, Hasher};
 
@@ -51,10 +51,48 @@ pub struct MemberId {
     /// What this member is for (for example `"frontend"`, `"worker"`), fixed for its
     /// incarnation. Attributes, not identity: equality and order ignore them.
     pub roles: BTreeSet<String>,
-    /// The virtual-actor kinds this member hosts (for example `"cart"`), fixed for its
-    /// incarnation; none makes it a client-only member. Attributes, not identity.
-    pub kinds: BTreeSet<String>,
+    /// The virtual-actor kinds this member hosts (for example `"cart"`), each with how it
+    /// places them, fixed for its incarnation; none makes it a client-only member. Attributes,
+    /// not identity.
+    pub kinds: BTreeMap<String, KindDeclaration>,
 }
+
+/// What a member declares about a virtual-actor kind it hosts: the placement strategy, and the
+/// fingerprint of everything placement depends on ([`fingerprint`](crate::virtual_actors::fingerprint)).
+/// Members whose declarations of a kind differ never host it beside each other.
+///
+/// # Example
+///
+/// ```
+/// use rally::cluster::KindDeclaration;
+/// use rally::cluster::virtual_actors::fingerprint;
+///
+/// let hashed = KindDeclaration::new("hashed");
+/// assert_eq!(hashed.fingerprint, fingerprint("hashed"));
+/// assert_ne!(hashed, KindDeclaration::new("prefer-local"));
+/// ```
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[non_exhaustive]
+pub struct KindDeclaration {
+    /// The placement strategy's name.
+    pub placement: String,
+    /// The fingerprint of the placement settings.
+    pub fingerprint: u64,
+}
+
+impl KindDeclaration {
+    /// The declaration of a kind placed by the strategy named `placement`, with this build's
+    /// fingerprint of it.
+    pub fn new(placement: &str) -> Self {
+        Self {
+            placement: placement.to_owned(),
+            fingerprint: crate::virtual_actors::fingerprint(placement),
+        }
+    }
+}
+
+/// The placement a kind is declared with when none is named.
+pub(crate) const DEFAULT_PLACEMENT: &str = "hashed";
 
 impl MemberId {
     /// A member identity, with no roles and no hosted kinds (client-only).
@@ -64,26 +102,66 @@ impl MemberId {
             incarnation,
             generation,
             roles: BTreeSet::new(),
-            kinds: BTreeSet::new(),
+            kinds: BTreeMap::new(),
         }
     }
 
-    /// The same identity, hosting the virtual-actor `kinds`.
+    /// The same identity, hosting the virtual-actor `kinds`, each placed by the default
+    /// strategy (hashed).
     pub fn with_kinds(mut self, kinds: impl IntoIterator<Item = impl Into<String>>) -> Self {
-        self.kinds = kinds.into_iter().map(Into::into).collect();
+        self.kinds = kinds
+            .into_iter()
+            .map(|kind| (kind.into(), KindDeclaration::new(DEFAULT_PLACEMENT)))
+            .collect();
         self
     }
 
-    /// The same identity, with the roles and kinds `config` declares (what a member started
-    /// with that configuration announces).
-    pub(crate) fn declared_by(self, config: &crate::ClusterConfig) -> Self {
-        self.with_roles(config.roles.iter().cloned())
-            .with_kinds(config.kinds.iter().cloned())
+    /// The same identity, also hosting `kind`, placed by the strategy named `placement`.
+    pub fn with_kind(mut self, kind: impl Into<String>, placement: &str) -> Self {
+        self.kinds
+            .insert(kind.into(), KindDeclaration::new(placement));
+        self
+    }
+
+    /// The same identity, with the roles and kinds (and the kinds' placements) `config`
+    /// declares: what a member started with that configuration announces.
+    ///
+    /// # Example
+    ///
+    /// ```
+    /// use rally::cluster::{ClusterConfig, MemberId};
+    /// use rally::cluster::virtual_actors::PreferLocal;
+    /// use rally::remote::Incarnation;
+    ///
+    /// let config = ClusterConfig::builder().kind("cart").kind_placed("session", &PreferLocal).build().unwrap();
+    /// let id = MemberId::new("rally://shop@127.0.0.1:1".parse().unwrap(), Incarnation(1), 1).declaring(&config);
+    /// assert_eq!(id.declaration("session").unwrap().placement, "prefer-local");
+    /// assert_eq!(id.declaration("cart").unwrap().placement, "hashed");
+    /// ```
+    pub fn declaring(self, config: &crate::ClusterConfig) -> Self {
+        let mut id = self.with_roles(config.roles.iter().cloned());
+        id.kinds = config
+            .kinds
+            .iter()
+            .map(|kind| {
+                let placement = config
+                    .placements
+                    .get(kind)
+                    .map_or(DEFAULT_PLACEMENT, String::as_str);
+                (kind.clone(), KindDeclaration::new(placement))
+            })
+            .collect();
+        id
     }
 
     /// Whether the member hosts virtual actors of `kind`.
     pub fn hosts_kind(&self, kind: &str) -> bool {
-        self.kinds.contains(kind)
+        self.kinds.contains_key(kind)
+    }
+
+    /// How the member declared `kind`, if it hosts it.
+    pub fn declaration(&self, kind: &str) -> Option<&KindDeclaration> {
+        self.kinds.get(kind)
     }
 
     /// Whether the member hosts no kind at all: nothing is placed on it.
@@ -170,7 +248,7 @@ struct WireMemberId {
     incarnation: u64,
     generation: u64,
     roles: BTreeSet<String>,
-    kinds: BTreeSet<String>,
+    kinds: BTreeMap<String, KindDeclaration>,
 }
 
 impl From<WireMemberId> for MemberId {
@@ -385,6 +463,12 @@ mod tests {
         let client = id(1, 1, 1);
         let host = client.clone().with_kinds(["cart"]);
         assert_eq!(client, host);
+        assert_eq!(
+            host.declaration("cart"),
+            Some(&KindDeclaration::new("hashed"))
+        );
+        let other = client.clone().with_kind("cart", "prefer-local");
+        assert_ne!(other.declaration("cart"), host.declaration("cart"));
         assert!(client.is_client_only() && !client.hosts_kind("cart"));
         assert!(!host.is_client_only() && host.hosts_kind("cart") && !host.hosts_kind("order"));
     }

@@ -160,6 +160,10 @@ pub(crate) struct Shared {
     system: Option<rally_actor::ActorSystem>,
     /// `None` once the provider has finished: subscribers' streams then end.
     events: Mutex<Option<broadcast::Sender<MemberEvent>>>,
+    /// Whether this member was downed (see [`crate::Cluster::downed`]).
+    pub(crate) downed: tokio::sync::watch::Sender<bool>,
+    /// What this member does then.
+    when_downed: crate::config::WhenDowned,
 }
 
 #[derive(Clone)]
@@ -173,9 +177,15 @@ pub(crate) struct ViewState {
 const EVENT_BUFFER: usize = 4096;
 
 impl Shared {
-    pub(crate) fn new(local: Member, system: Option<rally_actor::ActorSystem>) -> Arc<Self> {
+    pub(crate) fn new(
+        local: Member,
+        system: Option<rally_actor::ActorSystem>,
+        when_downed: crate::config::WhenDowned,
+    ) -> Arc<Self> {
         Arc::new(Self {
             system,
+            downed: tokio::sync::watch::Sender::new(false),
+            when_downed,
             // No members until the provider's first report (which comes at once): a
             // subscriber before it gets every event live, one after it the view as events.
             state: Mutex::new(ViewState {
@@ -207,6 +217,38 @@ impl Shared {
         self.events.lock()
     }
 
+    /// This member learnt that it was downed: says so, once, and does what `when-downed` says.
+    fn downed_now(&self, local: &MemberId) {
+        if self.downed.send_replace(true) {
+            return;
+        }
+        match self.when_downed {
+            crate::config::WhenDowned::Exit => {
+                tracing::warn!(
+                    member = %local,
+                    code = crate::config::DOWNED_EXIT_CODE,
+                    "this member was downed by the cluster: it hosts nothing and is never admitted \
+                     again; the process exits now (when-downed = exit) so that its supervisor \
+                     starts it again as a new member"
+                );
+                // A moment for what runs now (the stop of what it hosted, the log) before the
+                // process ends.
+                std::thread::spawn(|| {
+                    std::thread::sleep(std::time::Duration::from_millis(200));
+                    use std::io::Write as _;
+                    let _ = std::io::stdout().flush();
+                    let _ = std::io::stderr().flush();
+                    std::process::exit(crate::config::DOWNED_EXIT_CODE);
+                });
+            }
+            crate::config::WhenDowned::Stop => tracing::warn!(
+                member = %local,
+                "this member was downed by the cluster: it hosts nothing and is never admitted \
+                 again (when-downed = stop: the process goes on; start it again to rejoin)"
+            ),
+        }
+    }
+
     pub(crate) fn publisher(self: &Arc<Self>) -> ViewPublisher {
         ViewPublisher {
             shared: self.clone(),
@@ -225,6 +267,12 @@ impl ViewPublisher {
         stats: Option<MembershipStats>,
     ) {
         let events: Vec<MemberEvent> = events.into_iter().collect();
+        if events
+            .iter()
+            .any(|event| matches!(event, MemberEvent::Down(member) if *member == local.id))
+        {
+            self.shared.downed_now(&local.id);
+        }
         {
             let mut state = self.shared.state();
             state.local = local.clone();

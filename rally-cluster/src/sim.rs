@@ -163,7 +163,7 @@ impl MembershipSimulation {
         let generation = u64::try_from(self.elapsed().as_millis()).unwrap_or(u64::MAX) + 1;
         // Roles and kinds travel with the member, as `Cluster::join` gives them.
         let id = MemberId::new(address.clone(), Incarnation(self.rng.random()), generation)
-            .declared_by(&config);
+            .declaring(&config);
         let mut core = Membership::new(id.clone(), config, self.rng.random(), self.now)
             .expect("simulation configurations are valid");
         core.join(self.now);

@@ -88,11 +88,13 @@
 //! # }
 //! ```
 
+mod call;
 mod config;
+mod core;
+mod driver;
 mod error;
-pub(crate) mod host;
 mod kind;
-mod leases;
+mod outcome;
 mod ownership;
 mod placement;
 mod runtime;
@@ -107,12 +109,14 @@ pub(crate) fn now() -> std::time::Instant {
 }
 
 pub use config::{VirtualActorsConfig, VirtualActorsConfigBuilder};
-pub use error::GrainError;
-pub use host::KindStats;
+pub use error::{AskError, GetError, Handled, TellError};
 pub use kind::{Activation, GrainMessages, VirtualActor};
 pub use ownership::{Holder, Ownership, Route};
-pub use placement::{Hashed, Placement, PreferLocal, SHARDS, Scope, shard_of};
-pub use runtime::{GrainRef, VirtualActors, VirtualActorsBuilder, VirtualActorsStartError};
+pub use placement::{Hashed, Placement, PreferLocal, SHARDS, Scope, fingerprint, shard_of};
+pub use rally_state::Fence;
+pub use runtime::{
+    GrainRef, KindStats, VirtualActors, VirtualActorsBuilder, VirtualActorsStartError,
+};
 pub use transport::GrainNetwork;
 
-pub(crate) use host::Inner;
+pub(crate) use runtime::Runtime;

@@ -36,6 +36,8 @@ async fn ten_members_join_and_an_operator_down_is_seen_everywhere() {
     let network = MemoryNetwork::new();
     let mut config = ClusterConfig::default();
     config.seeds = vec![id(1).address];
+    // Members in this process: a downed one stops, the test goes on.
+    config.when_downed = rally::cluster::WhenDowned::Stop;
     // Even ports declare the role "worker" and host the kind "cart"; odd ports are
     // client-only. Every member learns the others' roles and kinds.
     let with_roles = |port: u16| {

@@ -107,7 +107,7 @@ async fn member_events_reach_actors_subscribed_to_the_event_stream() {
             if let rally_cluster::MemberEvent::Up(member) = event
                 && member == b_id
             {
-                return member.kinds.into_iter().collect::<Vec<_>>();
+                return member.kinds.into_keys().collect::<Vec<_>>();
             }
         }
         Vec::new()

@@ -10,7 +10,7 @@ use std::time::Duration;
 use rally_cluster::provider::{EtcdConfig, EtcdProvider};
 use rally_cluster::{
     Cluster, ClusterConfig, DowningStrategy, JoinError, MemberEvent, MemberEvents, MemberId,
-    MemberStatus,
+    MemberStatus, WhenDowned,
 };
 use rally_remote::Incarnation;
 use rally_test::eventually;
@@ -121,8 +121,10 @@ fn id(port: u16) -> MemberId {
 }
 
 fn lease_config() -> ClusterConfig {
+    // Several members in this process: a downed one stops, the test goes on.
     ClusterConfig::builder()
         .downing(DowningStrategy::Lease)
+        .when_downed(WhenDowned::Stop)
         .build()
         .expect("valid")
 }

@@ -7,11 +7,15 @@ mod virtual_support;
 use std::sync::Arc;
 
 use rally::ActorSystem;
+use rally::cluster::virtual_actors::{AskError, Handled};
 use rally::cluster::virtual_actors::{Hashed, Placement, VirtualActors};
 use rally::cluster::{Cluster, ClusterConfig, MemberStatus};
 use rally::remote::{RemoteConfig, RemoteNode};
 use rally::state::SqliteStore;
-use virtual_support::{Add, Pause, Probe, T, Where, hooks_started, lives, poll};
+use virtual_support::{Add, Bulk, Pause, Probe, T, Where, eventually, hooks_started, lives};
+
+/// The members' frame limit: small, so that a reply can be made too large to travel.
+const MAX_FRAME: u32 = 64 * 1024;
 
 struct Member {
     cluster: Cluster,
@@ -35,13 +39,16 @@ async fn member(port: u16, seed: u16, hosts: bool, db: &std::path::Path) -> Memb
         RemoteConfig::builder()
             .listen("127.0.0.1", port)
             .secret(b"virtual tcp secret".to_vec())
+            .max_frame_bytes(MAX_FRAME)
             .build()
             .unwrap(),
     )
     .await
     .expect("node starts");
     let mut builder = ClusterConfig::builder();
-    builder.seed(format!("rally://vtcp@127.0.0.1:{seed}").parse().unwrap());
+    builder
+        .seed(format!("rally://vtcp@127.0.0.1:{seed}").parse().unwrap())
+        .when_downed(rally::cluster::WhenDowned::Stop);
     if hosts {
         builder.kind("probe");
     }
@@ -76,7 +83,7 @@ async fn two_hosts_and_a_client(name: &str) -> (std::path::PathBuf, Member, Memb
     let b = member(ports[1], ports[0], true, &db).await;
     let client = member(ports[2], ports[0], false, &db).await;
     for m in [&a, &b, &client] {
-        poll(|| {
+        eventually("three members up", T, async || {
             let seen = m.cluster.members();
             seen.len() == 3 && seen.iter().all(|x| x.status == MemberStatus::Up)
         })
@@ -110,6 +117,42 @@ async fn a_client_only_member_reaches_each_identity_on_its_hashed_owner_over_tcp
     let _ = std::fs::remove_dir_all(&dir);
 }
 
+/// Defect 1: a handled ask whose reply is larger than the connection's frame limit was taken
+/// by its sender for "the member did not take it" and sent again every 20 ms until its
+/// deadline (a deposit applied 125–136 times with a 64 KiB frame), and the caller was told
+/// `Unreachable`. Now the reply's failure travels as its own outcome: applied once, and the
+/// caller is told `ReplyLost` (handled) at once — from a client-only member (the direct path)
+/// and from a hosting member that does not own the identity (the forwarded path).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reply_too_large_for_a_frame_is_applied_once_and_reported_handled_reply_lost() {
+    let (dir, a, b, client) = two_hosts_and_a_client("bulk").await;
+    let hosts = [a.cluster.self_member().id, b.cluster.self_member().id];
+    let owned_by = |owner: &rally::cluster::MemberId| {
+        (0..)
+            .map(|i| format!("bulk-{i}"))
+            .find(|id| Hashed.place("probe", id, &hosts, &hosts[0]).unwrap() == owner)
+            .unwrap()
+    };
+    // From the client to an identity on A, then from A to an identity on B.
+    for (sender, identity) in [(&client, owned_by(&hosts[0])), (&a, owned_by(&hosts[1]))] {
+        let grain = sender.grains.get::<Probe>(&identity).unwrap();
+        let error = grain
+            .ask(Bulk(2 * MAX_FRAME as usize), T)
+            .await
+            .unwrap_err();
+        assert!(matches!(error, AskError::ReplyLost(_)), "{error:?}");
+        assert_eq!(error.handled(), Handled::Yes);
+        // A reply that fits still comes back, and the message was applied once.
+        assert_eq!(grain.ask(Bulk(16), T).await, Ok(vec![7; 16]));
+        let (_, _, count) = grain.ask(Where, T).await.unwrap();
+        assert_eq!(
+            count, 2,
+            "{identity}: the large one applied once, then the small one"
+        );
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
 /// A member that left and was restarted on the same port (a new incarnation) gets the
 /// messages of a member that had sent to its previous life: the sender's way to it is per
 /// life, not per address. (Before: the sender kept the reference bound to the previous life,
@@ -131,7 +174,10 @@ async fn a_member_restarted_on_the_same_port_gets_messages_from_those_that_knew_
             seen.len() == n && seen.iter().all(|x| x.status == MemberStatus::Up)
         })
     };
-    poll(|| all_up(&[&a, &b, &client], 3)).await;
+    eventually("all_up(&[&a, &b, &client], 3)", T, async || {
+        all_up(&[&a, &b, &client], 3)
+    })
+    .await;
     let owned_by = |hosts: &[rally::cluster::MemberId], owner: &rally::cluster::MemberId| {
         (0..)
             .map(|i| format!("restart-{i}"))
@@ -188,7 +234,10 @@ async fn an_ask_passed_on_by_a_leaving_member_is_answered_through_it() {
     let grain = client.grains.get::<Probe>(&identity).unwrap();
     // A takes 500 ms over the ask, so its answer comes long after B's activation has ended.
     let ask = tokio::spawn(async move { grain.ask(Pause(500), T).await });
-    poll(|| !hooks_started(&identity).is_empty()).await;
+    eventually("!hooks_started(&identity).is_empty()", T, async || {
+        !hooks_started(&identity).is_empty()
+    })
+    .await;
 
     // B leaves as an application does: the cluster first, then (once its membership has
     // stopped) the virtual actors, then the node.

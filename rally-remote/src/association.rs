@@ -65,6 +65,12 @@ pub(crate) struct Association {
     inbound_data: std::sync::atomic::AtomicUsize,
     /// Woken whenever one of those connections ends.
     inbound_ended: tokio::sync::Notify,
+    /// Wakes this peer's outbound lanes from their reconnection backoff: the peer just
+    /// connected to this node, so it is up and listening now (a process restarted at its
+    /// address, say). Without it, a lane still backing off from the previous life's failures
+    /// would stay silent for seconds, and the membership would take the new life for
+    /// unreachable.
+    pub(crate) connect_now: tokio::sync::Notify,
 }
 
 /// Counts a connection from the peer on a data lane while it is open (see
@@ -124,6 +130,7 @@ impl Association {
             ended_below: std::sync::atomic::AtomicU64::new(0),
             requests: Mutex::new(RequestTable::default()),
             next_request: std::sync::atomic::AtomicU64::new(1),
+            connect_now: tokio::sync::Notify::new(),
             watches: Mutex::new(HashMap::new()),
             remote_watchers: Mutex::new(HashMap::new()),
             events,
@@ -386,7 +393,7 @@ impl Association {
             failed
         };
         for (pending, outcome) in failed {
-            pending.complete(Err(failure(reason, outcome)));
+            pending.failed(failure(reason, outcome));
         }
     }
 
@@ -419,7 +426,7 @@ impl Association {
             early
         };
         if let Some((pending, status, payload)) = early {
-            pending.complete(reply_result(status, &payload));
+            pending.replied(status, &payload);
             return;
         }
         let reason = if let Some(refused) = self.refused_fast() {
@@ -444,7 +451,7 @@ impl Association {
         } else {
             Outcome::NeverSent
         };
-        pending.complete(Err(failure(&reason, outcome)));
+        pending.failed(failure(&reason, outcome));
     }
 
     /// A reply frame arrived.
@@ -460,7 +467,7 @@ impl Association {
             waiting
         };
         match waiting {
-            Some((pending, _)) => pending.complete(reply_result(status, payload)),
+            Some((pending, _)) => pending.replied(status, payload),
             None => tracing::trace!(request = id, "a reply for an unknown or abandoned request"),
         }
     }
@@ -532,22 +539,6 @@ impl Association {
     }
 }
 
-fn reply_result(status: ReplyStatus, payload: &[u8]) -> Result<&[u8], ReplyError> {
-    match status {
-        ReplyStatus::Ok => Ok(payload),
-        ReplyStatus::RecipientGone => Err(ReplyError::Stopped),
-        ReplyStatus::HandlerFailed => {
-            Err(ReplyError::Failed("the remote handler failed".to_owned()))
-        }
-        ReplyStatus::UnknownRecipient => Err(ReplyError::Undeliverable(
-            "no actor is exposed under that name on the remote node".to_owned(),
-        )),
-        other => Err(ReplyError::Undeliverable(format!(
-            "the remote node answered {other:?}"
-        ))),
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use std::sync::mpsc;
@@ -578,7 +569,7 @@ mod tests {
         let envelope: Envelope<Nobody> =
             Envelope::new(Ask, ReplyTo::callback(move |r| tx.send(r).unwrap()));
         (
-            PendingReply {
+            PendingReply::Actor {
                 complete,
                 reply: envelope.into_reply(),
             },

@@ -1,5 +1,6 @@
 //! The default payload codec: postcard (compact, varint-based, serde), written straight into
-//! the lane's buffer so that encoding allocates nothing.
+//! the lane's buffer so that encoding allocates nothing. The virtual-actor runtime encodes and
+//! decodes with the same two functions.
 
 use bytes::{BufMut, BytesMut};
 use serde::Serialize;
@@ -25,12 +26,41 @@ impl postcard::ser_flavors::Flavor for ToBytesMut<'_> {
     }
 }
 
-/// Appends the postcard encoding of `value` to `out`.
-pub(crate) fn encode_into<T: Serialize + ?Sized>(
+/// Appends the encoding of `value` (postcard) to `out`.
+///
+/// # Errors
+///
+/// The value's `Serialize` failed.
+///
+/// # Example
+///
+/// ```
+/// use bytes::BytesMut;
+/// use rally::remote::codec::{decode, encode_into};
+///
+/// let mut out = BytesMut::new();
+/// encode_into(&("hit", 7u32), &mut out).unwrap();
+/// let back: (String, u32) = decode(&out).unwrap();
+/// assert_eq!(back, ("hit".to_owned(), 7));
+/// ```
+pub fn encode_into<T: Serialize + ?Sized>(
     value: &T,
     out: &mut BytesMut,
 ) -> Result<(), postcard::Error> {
     postcard::serialize_with_flavor(value, ToBytesMut(out))
+}
+
+/// Reads a value encoded by [`encode_into`].
+///
+/// # Errors
+///
+/// The bytes are not a valid encoding of `T`.
+///
+/// # Example
+///
+/// See [`encode_into`].
+pub fn decode<'a, T: serde::Deserialize<'a>>(bytes: &'a [u8]) -> Result<T, postcard::Error> {
+    postcard::from_bytes(bytes)
 }
 
 #[cfg(test)]

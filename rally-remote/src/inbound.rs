@@ -5,8 +5,8 @@
 //! it reaches the node only through [`ReadContext`], the few things reading needs, so it can
 //! be driven in a test without a node.
 
-use std::sync::Arc;
 use std::sync::atomic::Ordering;
+use std::sync::{Arc, Weak};
 use std::time::Instant;
 
 use bytes::{Buf, BytesMut};
@@ -21,6 +21,7 @@ use tokio::sync::OwnedSemaphorePermit;
 use crate::association::Association;
 use crate::connection;
 use crate::events::DownReason;
+use crate::grain::{GrainReplyTo, GrainRequest, GrainService};
 use crate::node::{Counters, NodeInner};
 use crate::outbound::{ReadHold, ReplyRoute};
 use crate::registry::{DeliverError, Exposed};
@@ -48,6 +49,11 @@ pub(crate) trait ReadContext: Send + Sync + 'static {
     fn remote_identity(&self, node: &NodeAddress, name: &str) -> (ActorId, Arc<str>);
     /// The peer sent its leave notice on this association.
     fn peer_left(self: &Arc<Self>, association: &Arc<Association>);
+    /// The version of what serves grain requests: it changes when another is installed.
+    fn grains_version(&self) -> u64;
+    /// What serves grain requests now (weakly: a connection keeps no service alive), with the
+    /// version it was read at.
+    fn grain_service(&self) -> (u64, Option<Weak<dyn GrainService>>);
     /// The peer `node` did not deliver a message this node sent to `recipient` there (its
     /// manifest `manifest`): nobody is exposed under that name.
     fn undelivered(&self, node: &NodeAddress, recipient: &str, manifest: &str);
@@ -114,6 +120,8 @@ pub(crate) async fn serve(
         tracing::debug!(%remote, peer = %peer.peer.address, "a quarantined incarnation connected; closed");
         return;
     }
+    // It listens now: lanes backing off from a previous failure connect again at once.
+    association.connect_now.notify_waiters();
     // Counted while open, so a leave notice on the control lane waits for what this
     // connection still carries (see `NodeInner::peer_left`).
     let _open = association.inbound_opened(peer.lane);
@@ -127,6 +135,7 @@ pub(crate) async fn serve(
         incarnation: peer.peer.incarnation,
         generation,
         targets: Vec::new(),
+        grains: None,
         origin: Arc::new(peer.peer.clone()),
         peer: peer.clone(),
     };
@@ -155,6 +164,8 @@ struct Connection<C> {
     incarnation: Incarnation,
     generation: u64,
     targets: Vec<CachedTarget>,
+    /// What serves grain requests, as resolved under a version of the node's grain service.
+    grains: Option<(u64, Option<Weak<dyn GrainService>>)>,
     /// The authenticated sender, handed to every message delivered from this connection
     /// (`RemoteContext::remote_origin`).
     origin: rally_actor::Origin,
@@ -188,6 +199,7 @@ impl<C: ReadContext> Connection<C> {
                                 &self.node,
                                 &self.association,
                                 &mut self.targets,
+                                &mut self.grains,
                                 self.incarnation,
                                 self.generation,
                                 &self.peer,
@@ -250,6 +262,7 @@ impl<C: ReadContext> Connection<C> {
         node: &Arc<C>,
         association: &Arc<Association>,
         targets: &mut Vec<CachedTarget>,
+        grains: &mut Option<(u64, Option<Weak<dyn GrainService>>)>,
         incarnation: Incarnation,
         generation: u64,
         peer: &PeerInfo,
@@ -316,6 +329,57 @@ impl<C: ReadContext> Connection<C> {
                     if request_id != 0 {
                         let lane = association.reply_lane(peer.lane);
                         let _ = lane.push_reply::<()>(generation, request_id, Err(status));
+                    }
+                }
+            }
+            InboundFrame::GrainRequest {
+                request_id,
+                kind,
+                manifest,
+                identity,
+                hops,
+                wait_ms,
+                flags,
+                payload,
+            } => {
+                let version = node.grains_version();
+                if !matches!(grains, Some((seen, _)) if *seen == version) {
+                    *grains = Some(node.grain_service());
+                }
+                let service = grains
+                    .as_ref()
+                    .and_then(|(_, service)| service.as_ref())
+                    .and_then(Weak::upgrade);
+                match service {
+                    Some(service) => service.request(
+                        &peer.peer,
+                        GrainRequest {
+                            kind,
+                            manifest,
+                            identity,
+                            hops,
+                            wait: (wait_ms > 0).then(|| std::time::Duration::from_millis(wait_ms)),
+                            flags,
+                            payload,
+                        },
+                        (request_id != 0).then(|| {
+                            GrainReplyTo::new(ReplyRoute::new(
+                                association.reply_lane(peer.lane).clone(),
+                                generation,
+                                request_id,
+                            ))
+                        }),
+                    ),
+                    None => {
+                        counters.unknown_recipient.fetch_add(1, Ordering::Relaxed);
+                        if request_id != 0 {
+                            let lane = association.reply_lane(peer.lane);
+                            let _ = lane.push_reply::<()>(
+                                generation,
+                                request_id,
+                                Err(ReplyStatus::UnknownRecipient),
+                            );
+                        }
                     }
                 }
             }
@@ -482,6 +546,14 @@ mod tests {
             self.left.fetch_add(1, Ordering::Relaxed);
         }
 
+        fn grains_version(&self) -> u64 {
+            0
+        }
+
+        fn grain_service(&self) -> (u64, Option<std::sync::Weak<dyn crate::grain::GrainService>>) {
+            (0, None)
+        }
+
         fn undelivered(&self, _node: &NodeAddress, _recipient: &str, _manifest: &str) {
             unreachable!("the test's peer exposes nothing it could be told of")
         }
@@ -510,6 +582,7 @@ mod tests {
             incarnation: peer.incarnation,
             generation,
             targets: Vec::new(),
+            grains: None,
             origin: Arc::new(peer.clone()),
             peer: PeerInfo {
                 peer,

@@ -23,11 +23,12 @@
 #![doc(test(attr(deny(warnings), allow(dead_code, unused_variables))))]
 
 mod association;
-mod codec;
+pub mod codec;
 mod config;
 mod connection;
 mod deploy;
 mod events;
+mod grain;
 mod inbound;
 mod node;
 mod outbound;
@@ -46,8 +47,11 @@ pub use config::{RemoteConfig, RemoteConfigBuilder, RemoteConfigError};
 pub use connection::ConnectError;
 pub use deploy::{RemoteSpawnError, SPAWNER};
 pub use events::{DownReason, PeerEvent, RemoteContext};
+pub use grain::{
+    GrainAnswer, GrainAsk, GrainPeer, GrainReplyTo, GrainRequest, GrainSend, GrainService,
+};
 pub use node::{ExposeError, NodeStartError, RemoteNode};
 pub use outbound::PushError;
-pub use rally_wire::{Incarnation, NodeAddress, UniqueAddress};
+pub use rally_wire::{GrainFlags, GrainOutcome, Handled, Incarnation, NodeAddress, UniqueAddress};
 pub use registry::{DeliverError, MessageTable, RemoteActor, RemoteMessage};
 pub use stats::RemoteStats;

@@ -71,7 +71,7 @@ use rally_actor::sync::{Mutex, RwLock};
 /// ```
 #[derive(Clone)]
 pub struct RemoteNode {
-    inner: Arc<NodeInner>,
+    pub(crate) inner: Arc<NodeInner>,
     _alive: Arc<watch::Sender<bool>>,
 }
 
@@ -98,6 +98,10 @@ pub(crate) struct NodeInner {
     shutdown: watch::Receiver<bool>,
     /// Where peer events go ([`RemoteNode::peer_events`]).
     events: broadcast::Sender<PeerEvent>,
+    /// What serves grain requests ([`RemoteNode::serve_grains`]), and a count of its changes
+    /// (connections keep the one they found while the count holds).
+    grains: RwLock<Option<Weak<dyn crate::grain::GrainService>>>,
+    grains_version: AtomicU64,
 }
 
 struct ExposedEntry {
@@ -218,6 +222,8 @@ impl RemoteNode {
             counters: Counters::default(),
             shutdown,
             events: broadcast::channel(PEER_EVENTS_CAPACITY).0,
+            grains: RwLock::new(None),
+            grains_version: AtomicU64::new(0),
         });
         tracing::info!(address = %inner.local.address, "remote node listening");
         accept::spawn(listener, &inner);
@@ -527,6 +533,25 @@ impl NodeInner {
     }
 
     /// The version of the exposed names (changes on every expose and unexpose).
+    /// Installs what serves grain requests (see [`RemoteNode::serve_grains`]).
+    pub(crate) fn set_grain_service(&self, service: Weak<dyn crate::grain::GrainService>) {
+        *self.grains.write() = Some(service);
+        self.grains_version.fetch_add(1, Ordering::Release);
+    }
+
+    /// What serves grain requests now (held weakly: a dropped service serves no more), and the
+    /// count of its changes it was read at.
+    pub(crate) fn grain_service(&self) -> (u64, Option<Weak<dyn crate::grain::GrainService>>) {
+        let version = self.grains_version.load(Ordering::Acquire);
+        let service = self.grains.read().clone();
+        (version, service)
+    }
+
+    /// The count of grain service changes.
+    pub(crate) fn grains_version(&self) -> u64 {
+        self.grains_version.load(Ordering::Acquire)
+    }
+
     pub(crate) fn exposed_version(&self) -> u64 {
         self.exposed_version.load(Ordering::Acquire)
     }
@@ -757,6 +782,14 @@ impl crate::inbound::ReadContext for NodeInner {
 
     fn peer_left(self: &Arc<Self>, association: &Arc<Association>) {
         NodeInner::peer_left(self, association);
+    }
+
+    fn grains_version(&self) -> u64 {
+        NodeInner::grains_version(self)
+    }
+
+    fn grain_service(&self) -> (u64, Option<Weak<dyn crate::grain::GrainService>>) {
+        NodeInner::grain_service(self)
     }
 
     fn undelivered(&self, node: &NodeAddress, recipient: &str, manifest: &str) {

@@ -102,8 +102,8 @@ impl From<EncodeError> for PushError {
 
 /// Runs a user's `Serialize` so that an error or a panic becomes a refusal: nothing unwinds
 /// through the lane, and no lock is poisoned.
-pub(crate) fn guarded_encode(
-    encode: impl FnOnce(&mut BytesMut) -> Result<(), postcard::Error>,
+pub(crate) fn guarded_encode<E: std::fmt::Display>(
+    encode: impl FnOnce(&mut BytesMut) -> Result<(), E>,
     buf: &mut BytesMut,
 ) -> Result<(), String> {
     match rally_actor::catch_panic(|| encode(buf)) {
@@ -463,6 +463,56 @@ impl OutboundLane {
             Ok::<_, EncodeError>(sequence)
         })??;
         Ok(sequence)
+    }
+
+    /// Queues a grain request frame for the peer's life `generation` (see
+    /// [`OutboundEncoder::push_grain_request`]); returns its sequence number on this lane.
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn push_grain_request(
+        self: &Arc<Self>,
+        generation: u64,
+        kind: &'static str,
+        manifest: Option<&'static str>,
+        identity: &str,
+        request_id: u64,
+        hops: u8,
+        wait_ms: u64,
+        flags: rally_wire::GrainFlags,
+        encode: impl FnOnce(&mut BytesMut) -> Result<(), String>,
+    ) -> Result<u64, PushError> {
+        let key = |name: &'static str| ManifestKey {
+            id: name.as_ptr() as usize,
+            name,
+        };
+        let sequence = self.push(Some(generation), |state| {
+            let sequence = state.encoder.push_grain_request(
+                key(kind),
+                manifest.map(key),
+                identity,
+                request_id,
+                hops,
+                wait_ms,
+                flags,
+                encode,
+            )?;
+            state.messages += 1;
+            Ok::<_, EncodeError>(sequence)
+        })??;
+        Ok(sequence)
+    }
+
+    /// Queues a reply frame whose payload `encode` writes; one that cannot be encoded, or is
+    /// too large, goes as an `EncodeFailed` status (the asker hears).
+    pub(crate) fn push_encoded_reply(
+        self: &Arc<Self>,
+        generation: u64,
+        request_id: u64,
+        encode: rally_wire::EncodeReply<'_>,
+    ) -> Result<ReplyQueued, PushError> {
+        self.push(Some(generation), |state| {
+            state.replies += 1;
+            state.encoder.push_reply(request_id, Ok(encode))
+        })
     }
 
     /// Queues a reply frame for the peer's life `generation`. A reply that cannot be encoded
@@ -969,7 +1019,8 @@ mod tests {
     #[test]
     fn a_panicking_serialize_is_a_refusal_with_its_text_and_place() {
         let mut buf = BytesMut::new();
-        let refused = guarded_encode(|_| panic!("boom"), &mut buf).unwrap_err();
+        let refused =
+            guarded_encode(|_| -> Result<(), String> { panic!("boom") }, &mut buf).unwrap_err();
         assert!(
             refused.starts_with("its Serialize panicked: boom (at "),
             "{refused}"
@@ -979,7 +1030,7 @@ mod tests {
             failed,
             Err(postcard::Error::SerializeBufferFull.to_string())
         );
-        assert_eq!(guarded_encode(|_| Ok(()), &mut buf), Ok(()));
+        assert_eq!(guarded_encode(|_| Ok::<(), String>(()), &mut buf), Ok(()));
     }
 
     fn heartbeat_len() -> usize {

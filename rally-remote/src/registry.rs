@@ -228,7 +228,7 @@ fn encode<M: RemoteMessage>(
 /// Decodes the reply to an `M` and hands it to the asker, typed (no box on the way).
 fn complete<M: RemoteMessage>(reply: ErasedReply, payload: Result<&[u8], ReplyError>) {
     let value = payload.and_then(|bytes| {
-        postcard::from_bytes::<M::Reply>(bytes)
+        codec::decode::<M::Reply>(bytes)
             .map_err(|e| ReplyError::Undeliverable(format!("reply failed to decode: {e}")))
     });
     match reply.downcast::<M::Reply>() {
@@ -248,7 +248,7 @@ where
     A: Handler<M>,
     M: RemoteMessage,
 {
-    let msg: M = postcard::from_bytes(payload).map_err(|e| DeliverError::Decode {
+    let msg: M = codec::decode(payload).map_err(|e| DeliverError::Decode {
         manifest: M::MANIFEST.to_owned(),
         reason: e.to_string(),
     })?;
@@ -317,20 +317,61 @@ impl<A: Actor> Exposed for ExposedActor<A> {
 }
 
 /// The reply of a remote ask, decoded without naming its type.
-pub(crate) struct PendingReply {
-    pub(crate) complete: CompleteFn,
-    pub(crate) reply: ErasedReply,
+pub(crate) enum PendingReply {
+    /// An actor's ask: the reply is decoded as its message's reply type.
+    Actor {
+        complete: CompleteFn,
+        reply: ErasedReply,
+    },
+    /// A grain ask (see `grain`), waited for until `deadline`.
+    Grain {
+        ask: Box<dyn crate::grain::GrainAsk>,
+        deadline: Option<std::time::Instant>,
+    },
 }
 
 impl rally_wire::Waiting for PendingReply {
     fn is_abandoned(&self) -> bool {
-        self.reply.is_abandoned()
+        match self {
+            Self::Actor { reply, .. } => reply.is_abandoned(),
+            Self::Grain { ask, deadline } => crate::grain::abandoned(ask.as_ref(), *deadline),
+        }
     }
 }
 
 impl PendingReply {
-    pub(crate) fn complete(self, payload: Result<&[u8], ReplyError>) {
-        (self.complete)(self.reply, payload);
+    /// A reply frame answered it.
+    pub(crate) fn replied(self, status: rally_wire::ReplyStatus, payload: &[u8]) {
+        match self {
+            Self::Actor { complete, reply } => complete(reply, reply_result(status, payload)),
+            Self::Grain { ask, .. } => crate::grain::replied(ask, status, payload),
+        }
+    }
+
+    /// No reply will come.
+    pub(crate) fn failed(self, error: ReplyError) {
+        match self {
+            Self::Actor { complete, reply } => complete(reply, Err(error)),
+            Self::Grain { ask, .. } => crate::grain::failed(ask, &error),
+        }
+    }
+}
+
+/// An actor's reply, from a reply frame's status and payload.
+fn reply_result(status: rally_wire::ReplyStatus, payload: &[u8]) -> Result<&[u8], ReplyError> {
+    use rally_wire::ReplyStatus;
+    match status {
+        ReplyStatus::Ok => Ok(payload),
+        ReplyStatus::RecipientGone => Err(ReplyError::Stopped),
+        ReplyStatus::HandlerFailed => {
+            Err(ReplyError::Failed("the remote handler failed".to_owned()))
+        }
+        ReplyStatus::UnknownRecipient => Err(ReplyError::Undeliverable(
+            "no actor is exposed under that name on the remote node".to_owned(),
+        )),
+        other => Err(ReplyError::Undeliverable(format!(
+            "the remote node answered {other:?}"
+        ))),
     }
 }
 

@@ -85,7 +85,7 @@ impl<A: Actor> ExternalTarget<A> for RemoteRef<A> {
                 if wants_reply {
                     self.association.register_request(
                         request_id,
-                        PendingReply {
+                        PendingReply::Actor {
                             complete: outgoing.complete,
                             reply: envelope.into_reply(),
                         },

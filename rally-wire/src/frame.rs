@@ -12,7 +12,8 @@ pub const MAGIC: [u8; 4] = *b"RALY";
 /// The protocol version this crate speaks.
 /// Version 2 added the frame maximum to Hello and Challenge; version 3 the cluster name to
 /// Hello (and to the MACs) and `Reject{WrongCluster}`; version 4 the `Undelivered` system
-/// message (a version 3 node would take it for a protocol violation).
+/// message (a version 3 node would take it for a protocol violation) and the grain request
+/// frame.
 pub const VERSION: u16 = 4;
 /// Bytes in the preface.
 pub const PREFACE_LEN: usize = 6;
@@ -125,6 +126,8 @@ pub enum FrameKind {
     DefineRecipient = 0x12,
     /// Binds a manifest id to a manifest on this connection.
     DefineManifest = 0x13,
+    /// A request for a virtual actor (see [`GrainHeader`](crate::GrainHeader)).
+    GrainRequest = 0x14,
     /// Liveness for the failure detector.
     Heartbeat = 0x20,
     /// Watch, unwatch, terminated.
@@ -146,6 +149,7 @@ impl FrameKind {
             0x11 => Self::Reply,
             0x12 => Self::DefineRecipient,
             0x13 => Self::DefineManifest,
+            0x14 => Self::GrainRequest,
             0x20 => Self::Heartbeat,
             0x21 => Self::System,
             0x22 => Self::Leave,

@@ -23,6 +23,8 @@
 //! - ids: [`NodeAddress`], [`Incarnation`], [`UniqueAddress`], [`Lane`]
 //! - framing: [`split_frame`], [`begin_frame`]/[`finish_frame`], the preface
 //! - envelope frames: messages, replies, definitions, heartbeats, system messages
+//! - grain frames: requests for virtual actors ([`GrainHeader`]) and their outcomes
+//!   ([`GrainOutcome`])
 //! - tables: [`OutboundTable`], [`InboundTable`]
 //! - handshake: [`ClientHandshake`], [`ServerHandshake`]
 //! - failure detection: [`PhiAccrualDetector`]
@@ -35,6 +37,7 @@ mod codec;
 mod envelope;
 mod failure_detector;
 mod frame;
+mod grain;
 mod handshake;
 mod ids;
 mod session;
@@ -52,6 +55,10 @@ pub use frame::{
     FRAME_HEADER_LEN, FrameError, FrameKind, FrameMark, FrameTooLargeError, MAGIC, PREFACE_LEN,
     PrefaceError, SplitFrame, VERSION, begin_frame, check_preface, encode_preface, finish_frame,
     is_tls_record, split_frame,
+};
+pub use grain::{
+    GrainFlags, GrainHeader, GrainOutcome, Handled, MAX_IDENTITY_LEN, decode_grain_outcome,
+    decode_grain_request, write_grain_outcome, write_grain_request,
 };
 pub use handshake::{
     ClientHandshake, HANDSHAKE_MAX_FRAME, HandshakeConfig, HandshakeError, HandshakeEvent,

@@ -5,13 +5,18 @@ use std::collections::HashMap;
 use std::fmt;
 use std::future::Future;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+
+use rally_actor::sync::Mutex;
 use std::time::Instant;
 
-use rally_actor::{Actor, ActorRef, ActorResult, Handler, Message, ReplyError, ReplyTo};
+use rally_actor::{Actor, ActorResult, Handler};
 use rally_remote::RemoteMessage;
 use rally_state::{Epoch, Fence, StateStore, StoreError};
 
-use super::error::GrainError;
+use super::call::{BoxCall, Reply, TypedCall};
+use super::outcome::Refusal;
+use super::transport::InboundReply;
 
 /// A kind of virtual actor: an ordinary Rally actor, built by [`activate`](Self::activate)
 /// from its identity when the first message for that identity reaches the member that owns
@@ -67,7 +72,8 @@ pub trait VirtualActor: Actor {
 
     /// The activation hook: builds the actor for `activation.identity()` (loading its state,
     /// say). An error or a panic fails the messages waiting for this activation with
-    /// [`GrainError::ActivationFailed`]; the next message tries again.
+    /// [`AskError::ActivationFailed`](super::AskError::ActivationFailed) (not handled); the
+    /// next message tries again.
     ///
     /// What the hook does before its first wait runs on the path of the message that
     /// activates it, where the member receives its grain messages (no task of its own, no
@@ -79,8 +85,15 @@ pub trait VirtualActor: Actor {
     fn messages(table: &mut GrainMessages<Self>);
 }
 
-/// One activation of a virtual actor: its identity, the lease it acts under (its scope and
-/// epoch, see [`Scope`](super::Scope)), and its state in the store, fenced by that lease.
+/// One activation of a virtual actor (one *life* of its identity on a member): its identity, the
+/// lease it acts under, its [`Fence`], and its state in the store.
+///
+/// Every life has a fence of its own, `(epoch, life)`: the epoch of the lease it acts under
+/// and its number under that lease. The store applies a save only while the epoch is held and
+/// no later life of the identity has been fenced past it, so the saves of a life that outlived
+/// its turn (its `stopped` hook ran past `deactivation-timeout`, its member was paused or cut
+/// off) are refused with [`StoreError::StaleEpoch`]. Once its actor has stopped, a life's
+/// handle refuses saves by itself.
 ///
 /// # Example
 ///
@@ -88,7 +101,8 @@ pub trait VirtualActor: Actor {
 /// use rally::cluster::virtual_actors::Activation;
 ///
 /// fn describe(activation: &Activation) -> String {
-///     format!("{}/{} at epoch {}", activation.kind(), activation.identity(), activation.epoch())
+///     let fence = activation.fence();
+///     format!("{}/{} at epoch {}, life {}", activation.kind(), activation.identity(), fence.epoch, fence.life)
 /// }
 /// ```
 #[derive(Clone)]
@@ -97,8 +111,9 @@ pub struct Activation {
     owner: Arc<str>,
     identity: Arc<str>,
     scope: Arc<str>,
-    epoch: Epoch,
+    fence: Fence,
     store: Arc<dyn StateStore>,
+    life: Arc<LifeState>,
 }
 
 impl Activation {
@@ -106,16 +121,19 @@ impl Activation {
         kind: &'static str,
         owner: Arc<str>,
         identity: Arc<str>,
-        (scope, epoch): (Arc<str>, Epoch),
+        scope: Arc<str>,
+        fence: Fence,
         store: Arc<dyn StateStore>,
+        life: Arc<LifeState>,
     ) -> Self {
         Self {
             kind,
             owner,
             identity,
             scope,
-            epoch,
+            fence,
             store,
+            life,
         }
     }
 
@@ -142,10 +160,15 @@ impl Activation {
     }
 
     /// The epoch of the lease this activation acts under. Every activation of the identity on
-    /// another member, or after a lease was released, acts under a higher one; activations of
-    /// the identity one after another on this member, under one lease, share it.
+    /// another member, or after a lease was released, acts under a higher one.
     pub fn epoch(&self) -> Epoch {
-        self.epoch
+        self.fence.epoch
+    }
+
+    /// This life's fence: the epoch and the life's number under it. It grows from one life of
+    /// the identity to the next, on this member or any other.
+    pub fn fence(&self) -> Fence {
+        self.fence
     }
 
     /// The state last saved for this identity, by any activation on any member.
@@ -153,29 +176,33 @@ impl Activation {
     /// # Errors
     ///
     /// The store's error.
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe: a load changes nothing.
     pub async fn load(&self) -> Result<Option<Vec<u8>>, StoreError> {
         self.store.load(self.kind, &self.identity).await
     }
 
-    /// Saves the state, only while this activation's lease is held under its epoch.
+    /// Saves the state, only while this life is the identity's current one: its lease is held
+    /// under its epoch and no later life has been fenced past it. Returns once the store has it.
     ///
     /// # Errors
     ///
-    /// [`StoreError::StaleEpoch`] if the lease was taken over or released (this activation
-    /// outlived its member's ownership): nothing is written.
+    /// [`StoreError::StaleEpoch`] if this life is no longer current (its lease was taken over
+    /// or released, or a later life was fenced, or its actor has stopped): nothing is written.
+    /// The store's error otherwise.
+    ///
+    /// # Cancel safety
+    ///
+    /// Dropping the future may leave the save applied or not; this life counts as stopped only
+    /// once no save of it is under way.
     pub async fn save(&self, state: &[u8]) -> Result<(), StoreError> {
+        let Some(_saving) = self.life.begin_save() else {
+            return Err(StoreError::StaleEpoch { fence: self.fence });
+        };
         self.store
-            .save(
-                self.kind,
-                &self.scope,
-                // Lives are not numbered yet: every life under one lease shares its fence.
-                Fence {
-                    epoch: self.epoch,
-                    life: 0,
-                },
-                &self.identity,
-                state,
-            )
+            .save(self.kind, &self.scope, self.fence, &self.identity, state)
             .await
     }
 }
@@ -186,8 +213,72 @@ impl fmt::Debug for Activation {
             .field("kind", &self.kind)
             .field("identity", &self.identity)
             .field("scope", &self.scope)
-            .field("epoch", &self.epoch)
+            .field("fence", &self.fence)
             .finish_non_exhaustive()
+    }
+}
+
+/// A life as its handles and its driver share it: whether its actor has stopped, and the saves
+/// under way. The life is over (the driver is told, once) when its actor has stopped and no
+/// save of it is under way.
+#[derive(Default)]
+pub(crate) struct LifeState {
+    saves: AtomicUsize,
+    stopped: AtomicBool,
+    over: Mutex<Option<Box<dyn FnOnce() + Send>>>,
+}
+
+impl LifeState {
+    /// A life that runs `over` once it is over.
+    pub(crate) fn new(over: Box<dyn FnOnce() + Send>) -> Self {
+        Self {
+            saves: AtomicUsize::new(0),
+            stopped: AtomicBool::new(false),
+            over: Mutex::new(Some(over)),
+        }
+    }
+
+    /// A save starts; `None` once the actor has stopped.
+    fn begin_save(self: &Arc<Self>) -> Option<Saving> {
+        self.saves.fetch_add(1, Ordering::SeqCst);
+        let saving = Saving(Arc::clone(self));
+        if self.stopped.load(Ordering::SeqCst) {
+            return None; // `saving` drops, and the life may be over now
+        }
+        Some(saving)
+    }
+
+    /// The life never ran (its hook failed): a handle the hook leaked refuses to save.
+    pub(crate) fn refuse_saves(&self) {
+        self.stopped.store(true, Ordering::SeqCst);
+        self.over.lock().take();
+    }
+
+    /// The actor has stopped.
+    pub(crate) fn stopped(&self) {
+        self.stopped.store(true, Ordering::SeqCst);
+        if self.saves.load(Ordering::SeqCst) == 0 {
+            self.over();
+        }
+    }
+
+    fn over(&self) {
+        let over = self.over.lock().take();
+        if let Some(over) = over {
+            over();
+        }
+    }
+}
+
+/// A save under way.
+struct Saving(Arc<LifeState>);
+
+impl Drop for Saving {
+    fn drop(&mut self) {
+        if self.0.saves.fetch_sub(1, Ordering::SeqCst) == 1 && self.0.stopped.load(Ordering::SeqCst)
+        {
+            self.0.over();
+        }
     }
 }
 
@@ -200,19 +291,14 @@ pub struct GrainMessages<K: VirtualActor> {
     decoders: HashMap<&'static str, DecodeFn<K>>,
 }
 
-/// Turns a payload into a call whose reply is encoded for the wire.
-pub(crate) type DecodeFn<K> =
-    fn(&[u8], Envelope) -> Result<Box<dyn Call<K>>, (GrainError, Envelope)>;
+/// Turns a payload from another member into a call.
+type DecodeFn<K> = fn(&[u8], Incoming) -> Result<BoxCall<K>, (Refusal, Incoming)>;
 
-/// Where a reply encoded for the wire goes.
-pub(crate) type WireReply = Box<dyn FnOnce(Result<Vec<u8>, GrainError>) + Send>;
-
-/// What travels with a call besides the message.
-pub(crate) struct Envelope {
-    pub(crate) reply: WireReply,
+/// What travels with a call from another member besides the message.
+pub(crate) struct Incoming {
+    pub(crate) reply: Option<InboundReply>,
     pub(crate) hops: u8,
     pub(crate) deadline: Option<Instant>,
-    /// Handed over by the identity's previous owner (see [`Call::handed_over`]).
     pub(crate) handed_over: bool,
 }
 
@@ -245,15 +331,16 @@ impl<K: VirtualActor> GrainMessages<K> {
         self
     }
 
+    /// The call a payload from another member stands for, or why there is none.
     pub(crate) fn decode(
         &self,
         manifest: &str,
         payload: &[u8],
-        envelope: Envelope,
-    ) -> Result<Box<dyn Call<K>>, (GrainError, Envelope)> {
+        incoming: Incoming,
+    ) -> Result<BoxCall<K>, (Refusal, Incoming)> {
         match self.decoders.get(manifest) {
-            None => Err((GrainError::UnknownMessage(manifest.to_owned()), envelope)),
-            Some(decode) => decode(payload, envelope),
+            None => Err((Refusal::UnknownMessage(manifest.to_owned()), incoming)),
+            Some(decode) => decode(payload, incoming),
         }
     }
 }
@@ -267,166 +354,24 @@ impl<K: VirtualActor> fmt::Debug for GrainMessages<K> {
     }
 }
 
-fn decode<K, M>(
-    payload: &[u8],
-    envelope: Envelope,
-) -> Result<Box<dyn Call<K>>, (GrainError, Envelope)>
+fn decode<K, M>(payload: &[u8], incoming: Incoming) -> Result<BoxCall<K>, (Refusal, Incoming)>
 where
     K: VirtualActor + Handler<M>,
     M: RemoteMessage,
 {
-    let msg: M = match postcard::from_bytes(payload) {
+    let msg: M = match rally_remote::codec::decode(payload) {
         Ok(msg) => msg,
         Err(e) => {
-            let error = GrainError::Undeliverable(format!("decoding {}: {e}", M::MANIFEST));
-            return Err((error, envelope));
+            let refusal = Refusal::Undecodable(format!("decoding {}: {e}", M::MANIFEST));
+            return Err((refusal, incoming));
         }
     };
-    let wire = envelope.reply;
     Ok(Box::new(TypedCall::<M> {
         msg,
-        reply: Box::new(move |result: Result<M::Reply, GrainError>| {
-            wire(result.and_then(|reply| {
-                postcard::to_allocvec(&reply)
-                    .map_err(|e| GrainError::Undeliverable(format!("encoding the reply: {e}")))
-            }));
-        }),
-        hops: envelope.hops,
-        deadline: envelope.deadline,
-        handed_over: envelope.handed_over,
+        reply: incoming.reply.map_or(Reply::Tell, Reply::Remote),
+        deadline: incoming.deadline,
+        hops: incoming.hops,
+        handed_over: incoming.handed_over,
+        kind: K::KIND,
     }))
-}
-
-/// A message on its way to an activation, with its reply destination, erased over its type.
-pub(crate) trait Call<K: Actor>: Send {
-    /// Hands the message to the activation (its mailbox counts it until it is handled).
-    fn deliver(self: Box<Self>, actor: &ActorRef<K>);
-    /// Fails the call.
-    fn fail(self: Box<Self>, error: GrainError);
-    /// The message part of a request to another member, one more hop (the call stays, to
-    /// take the reply with [`answer`](Self::answer), or to be routed again).
-    fn request(&mut self) -> Result<Outgoing, GrainError>;
-    /// Takes another member's reply bytes (or why there are none) to this call.
-    fn answer(self: Box<Self>, result: Result<Vec<u8>, GrainError>);
-    /// Forwards taken so far.
-    fn hops(&self) -> u8;
-    /// Takes back the last hop: the member it went to did not take the call.
-    fn unhop(&mut self);
-    /// When the caller stops waiting for the reply (`None` for a `tell`).
-    fn deadline(&self) -> Option<Instant>;
-    /// Whether the identity's previous owner handed this call over at the end of a move: it
-    /// reached the previous owner before anything that reached this member directly, so it
-    /// goes first.
-    fn handed_over(&self) -> bool;
-}
-
-/// The message part of a request to another member.
-#[derive(Debug)]
-pub(crate) struct Outgoing {
-    pub(crate) manifest: &'static str,
-    pub(crate) payload: Vec<u8>,
-    pub(crate) hops: u8,
-    pub(crate) deadline: Option<Instant>,
-}
-
-pub(crate) type TypedReply<R> = Box<dyn FnOnce(Result<R, GrainError>) + Send>;
-
-/// A call of one message type.
-pub(crate) struct TypedCall<M: Message> {
-    pub(crate) msg: M,
-    pub(crate) reply: TypedReply<M::Reply>,
-    pub(crate) hops: u8,
-    pub(crate) deadline: Option<Instant>,
-    pub(crate) handed_over: bool,
-}
-
-impl<K, M> Call<K> for TypedCall<M>
-where
-    K: Handler<M>,
-    M: RemoteMessage,
-{
-    fn deliver(self: Box<Self>, actor: &ActorRef<K>) {
-        let TypedCall { msg, reply, .. } = *self;
-        let slot = Arc::new(std::sync::Mutex::new(Some(reply)));
-        let on_reply = Arc::clone(&slot);
-        let sent = actor.send_with(
-            msg,
-            ReplyTo::callback(move |result: Result<M::Reply, ReplyError>| {
-                if let Some(reply) = take(&on_reply) {
-                    reply(result.map_err(reply_error));
-                }
-            }),
-        );
-        if sent.is_err() {
-            if let Some(reply) = take(&slot) {
-                reply(Err(GrainError::Failed(
-                    "the activation stopped before taking the message".into(),
-                )));
-            }
-        }
-    }
-
-    fn fail(self: Box<Self>, error: GrainError) {
-        (self.reply)(Err(error));
-    }
-
-    fn request(&mut self) -> Result<Outgoing, GrainError> {
-        let payload = postcard::to_allocvec(&self.msg)
-            .map_err(|e| GrainError::Undeliverable(format!("encoding {}: {e}", M::MANIFEST)))?;
-        self.hops = self.hops.saturating_add(1);
-        Ok(Outgoing {
-            manifest: M::MANIFEST,
-            payload,
-            hops: self.hops,
-            deadline: self.deadline,
-        })
-    }
-
-    fn answer(self: Box<Self>, result: Result<Vec<u8>, GrainError>) {
-        (self.reply)(result.and_then(|bytes| decode_reply::<M>(&bytes)));
-    }
-
-    fn hops(&self) -> u8 {
-        self.hops
-    }
-
-    fn unhop(&mut self) {
-        self.hops = self.hops.saturating_sub(1);
-    }
-
-    fn deadline(&self) -> Option<Instant> {
-        self.deadline
-    }
-
-    fn handed_over(&self) -> bool {
-        self.handed_over
-    }
-}
-
-/// The reply to an `M`, from the bytes the member that handled it sent.
-pub(super) fn decode_reply<M: Message>(bytes: &[u8]) -> Result<M::Reply, GrainError>
-where
-    M::Reply: serde::de::DeserializeOwned,
-{
-    postcard::from_bytes(bytes)
-        .map_err(|e| GrainError::Undeliverable(format!("decoding the reply: {e}")))
-}
-
-/// Takes the reply destination once: the runtime calls the callback at most once, but a
-/// refused send hands the message back instead, and either path may come first.
-fn take<R>(slot: &std::sync::Mutex<Option<TypedReply<R>>>) -> Option<TypedReply<R>> {
-    slot.lock()
-        .unwrap_or_else(std::sync::PoisonError::into_inner)
-        .take()
-}
-
-fn reply_error(error: ReplyError) -> GrainError {
-    match error {
-        ReplyError::Failed(why) => GrainError::Failed(why),
-        ReplyError::Stopped => GrainError::Failed("the activation stopped".into()),
-        ReplyError::MailboxFull => GrainError::Failed("the activation's mailbox is full".into()),
-        ReplyError::Undeliverable(why) => GrainError::Undeliverable(why),
-        ReplyError::OutcomeUnknown(why) => GrainError::OutcomeUnknown(why),
-        other => GrainError::Failed(other.to_string()),
-    }
 }

@@ -6,7 +6,7 @@ use std::time::{Duration, Instant};
 
 use super::placement::Placement;
 use crate::config::ClusterConfig;
-use crate::member::{MemberEvent, MemberId, MemberStatus};
+use crate::member::{KindDeclaration, MemberEvent, MemberId, MemberStatus};
 
 /// Where a message for an identity should go, as this member sees the cluster.
 ///
@@ -88,9 +88,22 @@ pub struct Ownership {
     /// Holders met that are in no record, with when first met.
     unknown: BTreeMap<String, Instant>,
     stopped: bool,
-    /// [`hosts`](Self::hosts) of every kind some member hosts, rebuilt on each event, so a
+    /// Every kind some serving member hosts, as this view sees it, rebuilt on each event, so a
     /// route (once per message from a member that does not host the kind) copies nothing.
-    hosts_by_kind: HashMap<String, Vec<MemberId>>,
+    kinds: HashMap<String, KindView>,
+    /// The instant `kinds` was computed for.
+    as_of: Instant,
+}
+
+/// A kind as one view sees it.
+#[derive(Debug, Clone)]
+struct KindView {
+    /// What the cluster agrees on: the declaration of the oldest serving member hosting it.
+    agreed: KindDeclaration,
+    /// The serving members hosting it with that declaration.
+    hosts: Vec<MemberId>,
+    /// Those hosting it with another: never placed on.
+    dissenting: Vec<MemberId>,
 }
 
 /// Unknown holders remembered at most (a bound on memory whatever the store holds); past it the
@@ -120,10 +133,16 @@ impl Ownership {
             members: BTreeMap::new(),
             unknown: BTreeMap::new(),
             stopped: false,
-            hosts_by_kind: HashMap::new(),
+            kinds: HashMap::new(),
+            as_of: Instant::now(),
         };
-        view.rebuild_hosts();
+        view.rebuild_hosts(Instant::now());
         view
+    }
+
+    /// The member this view belongs to.
+    pub fn local(&self) -> &MemberId {
+        &self.local
     }
 
     /// The string an owner is recorded under in the state store: address and incarnation.
@@ -134,7 +153,7 @@ impl Ownership {
     /// Takes in an event seen at `now`.
     pub fn apply(&mut self, event: &MemberEvent, now: Instant) {
         self.record(event, now);
-        self.rebuild_hosts();
+        self.rebuild_hosts(now);
     }
 
     fn record(&mut self, event: &MemberEvent, now: Instant) {
@@ -183,50 +202,170 @@ impl Ownership {
         self.stopped
     }
 
-    /// The members that are up and host `kind` (reachable or not). This member counts
-    /// from the start, up or not yet (others send to it only once they see it up), until it
-    /// leaves or is downed: a member that has just joined and sees nobody yet still places
+    /// The members that are up and host `kind` (reachable or not) with the declaration the
+    /// cluster agrees on (the oldest such member's: see [`agreed`](Self::agreed)). This member
+    /// counts from the start, up or not yet (others send to it only once they see it up), until
+    /// it leaves or is downed: a member that has just joined and sees nobody yet still places
     /// on itself, never bouncing a message back to a sender whose view is ahead of its own.
     pub fn hosts(&self, kind: &str) -> Vec<MemberId> {
         self.hosts_of(kind).to_vec()
     }
 
     fn hosts_of(&self, kind: &str) -> &[MemberId] {
-        self.hosts_by_kind.get(kind).map_or(&[], Vec::as_slice)
+        self.kinds
+            .get(kind)
+            .map_or(&[], |view| view.hosts.as_slice())
     }
 
-    fn rebuild_hosts(&mut self) {
+    /// The declaration of `kind` the cluster agrees on: that of the oldest serving member that
+    /// hosts it. Members that declare another are refused for the kind.
+    ///
+    /// # Example
+    ///
+    /// ```
+    /// use std::time::{Duration, Instant};
+    /// use rally::cluster::{ClusterConfig, KindDeclaration, MemberEvent, MemberId};
+    /// use rally::cluster::virtual_actors::Ownership;
+    /// use rally::remote::Incarnation;
+    ///
+    /// let member = |port: u16, placement: &str| {
+    ///     let address = format!("rally://shop@127.0.0.1:{port}").parse().unwrap();
+    ///     MemberId::new(address, Incarnation(1), u64::from(port)).with_kind("cart", placement)
+    /// };
+    /// let (old, young) = (member(1, "hashed"), member(2, "prefer-local"));
+    /// let mut view = Ownership::new(young.clone(), &ClusterConfig::default(), Duration::ZERO);
+    /// view.apply(&MemberEvent::Up(old.clone()), Instant::now());
+    /// view.apply(&MemberEvent::Up(young.clone()), Instant::now());
+    /// assert_eq!(view.agreed("cart"), Some(&KindDeclaration::new("hashed")));
+    /// assert_eq!(view.hosts("cart"), [old]);
+    /// assert_eq!(view.dissenting("cart"), [young]);
+    /// ```
+    pub fn agreed(&self, kind: &str) -> Option<&KindDeclaration> {
+        self.kinds.get(kind).map(|view| &view.agreed)
+    }
+
+    /// The serving members that host `kind` with a declaration other than the agreed one.
+    pub fn dissenting(&self, kind: &str) -> &[MemberId] {
+        self.kinds
+            .get(kind)
+            .map_or(&[], |view| view.dissenting.as_slice())
+    }
+
+    /// How the member at `address` with `incarnation` declared `kind`: `None` if this view
+    /// does not know it, `Some(None)` if it does not host the kind.
+    pub fn declaration_of(
+        &self,
+        address: &rally_remote::NodeAddress,
+        incarnation: rally_remote::Incarnation,
+        kind: &str,
+    ) -> Option<Option<&KindDeclaration>> {
+        self.members
+            .values()
+            .find(|seen| seen.id.address == *address && seen.id.incarnation == incarnation)
+            .map(|seen| seen.id.declaration(kind))
+    }
+
+    /// Whether this member sees itself up.
+    pub fn is_up(&self) -> bool {
+        self.members
+            .get(&self.local)
+            .is_some_and(|seen| seen.status == MemberStatus::Up)
+    }
+
+    /// Time passed: a member gone for longer than the takeover wait no longer counts towards
+    /// the agreed declarations (see [`agreed`](Self::agreed)).
+    pub fn refresh(&mut self, now: Instant) {
+        self.rebuild_hosts(now);
+    }
+
+    /// When a member that went away stops counting towards a kind's agreed declaration, if one
+    /// still does: the view should be [refreshed](Self::refresh) then.
+    pub fn next_change(&self) -> Option<Instant> {
+        let after = self.takeover_after();
+        self.members
+            .values()
+            .filter(|seen| !seen.id.kinds.is_empty())
+            .filter_map(|seen| seen.gone_since.map(|since| since + after))
+            .filter(|at| *at > self.as_of)
+            .min()
+    }
+
+    fn rebuild_hosts(&mut self, now: Instant) {
+        self.as_of = now;
         let kinds: BTreeSet<String> = self
             .members
             .values()
-            .flat_map(|seen| seen.id.kinds.iter())
-            .chain(self.local.kinds.iter())
+            .flat_map(|seen| seen.id.kinds.keys())
+            .chain(self.local.kinds.keys())
             .cloned()
             .collect();
-        self.hosts_by_kind = kinds
+        self.kinds = kinds
             .into_iter()
-            .map(|kind| {
-                let hosts = self.compute_hosts(&kind);
-                (kind, hosts)
+            .filter_map(|kind| {
+                let view = self.compute_kind(&kind)?;
+                Some((kind, view))
             })
             .collect();
     }
 
-    fn compute_hosts(&self, kind: &str) -> Vec<MemberId> {
-        let mut hosts: Vec<MemberId> = self
+    fn compute_kind(&self, kind: &str) -> Option<KindView> {
+        let mut serving: Vec<&MemberId> = self
             .members
             .values()
             .filter(|seen| seen.status == MemberStatus::Up && seen.id.hosts_kind(kind))
-            .map(|seen| seen.id.clone())
+            .map(|seen| &seen.id)
             .collect();
         let local_serving = self
             .members
             .get(&self.local)
             .is_none_or(|seen| rank(seen.status) <= rank(MemberStatus::Up));
-        if local_serving && self.local.hosts_kind(kind) && !hosts.contains(&self.local) {
-            hosts.push(self.local.clone());
+        if local_serving && self.local.hosts_kind(kind) && !serving.contains(&&self.local) {
+            serving.push(&self.local);
         }
-        hosts
+        // Who decides, oldest first: the members that host the kind and have not been gone for
+        // the takeover wait (joining, up, leaving, or down or removed less than that ago: they
+        // may still be stopping what they hosted), this member included while it serves.
+        let after = self.takeover_after();
+        let mut deciding: Vec<&MemberId> = self
+            .members
+            .values()
+            .filter(|seen| {
+                seen.id.hosts_kind(kind)
+                    && seen
+                        .gone_since
+                        .is_none_or(|since| self.as_of < since + after)
+            })
+            .map(|seen| &seen.id)
+            .chain(serving.iter().copied())
+            .collect();
+        deciding.sort();
+        deciding.dedup();
+        // The cluster's settings are the oldest's, and only the members before the first that
+        // declares others host the kind: a member with other settings never hosts beside the
+        // others, and no member hosts with settings that another, older member of the deciding
+        // ones does not share, so two settings never host at once, even while views differ on
+        // which member is gone. A change of settings takes effect once every member with the
+        // previous ones has been gone for the takeover wait.
+        let agreed = deciding.first()?.declaration(kind)?.clone();
+        let agreeing = deciding
+            .iter()
+            .take_while(|member| {
+                member
+                    .declaration(kind)
+                    .is_some_and(|declared| declared.fingerprint == agreed.fingerprint)
+            })
+            .count();
+        let allowed: Vec<&MemberId> = deciding[..agreeing].to_vec();
+        serving.sort();
+        let (hosts, dissenting): (Vec<MemberId>, Vec<MemberId>) = serving
+            .into_iter()
+            .cloned()
+            .partition(|member| allowed.contains(&member));
+        Some(KindView {
+            agreed,
+            hosts,
+            dissenting,
+        })
     }
 
     /// Where a message for `identity` of `kind` goes.

@@ -27,11 +27,17 @@ use crate::member::MemberId;
 ///         .with_kinds(["cart"])
 /// };
 /// let hosts = [member(1), member(2), member(3)];
+/// assert_eq!(Hashed.name(), "hashed");
 /// let owner = Hashed.place("cart", "user-42", &hosts, &hosts[0]).unwrap();
 /// // Every member computes the same owner from the same hosts.
 /// assert_eq!(Some(owner), Hashed.place("cart", "user-42", &hosts, &hosts[2]));
 /// ```
 pub trait Placement: Send + Sync + fmt::Debug + 'static {
+    /// The strategy's name, as a member declares it for a kind (`ClusterConfig`'s
+    /// `placements`); every member that hosts a kind must place it by the same strategy (see
+    /// [`fingerprint`]). Keep it stable across releases.
+    fn name(&self) -> &str;
+
     /// The member that should activate `identity` of `kind`, chosen among `hosts` (the
     /// serving members that host the kind, in no particular order), as seen from `local`
     /// (which may be client-only). `None` if `hosts` is empty.
@@ -128,6 +134,10 @@ pub enum Scope {
 pub struct Hashed;
 
 impl Placement for Hashed {
+    fn name(&self) -> &str {
+        "hashed"
+    }
+
     fn place<'a>(
         &self,
         kind: &str,
@@ -164,6 +174,10 @@ impl Placement for Hashed {
 pub struct PreferLocal;
 
 impl Placement for PreferLocal {
+    fn name(&self) -> &str {
+        "prefer-local"
+    }
+
     fn place<'a>(
         &self,
         kind: &str,
@@ -184,6 +198,59 @@ impl Placement for PreferLocal {
     fn moves_on_change(&self) -> bool {
         false
     }
+}
+
+/// The placement strategies a member knows by name: the built-in ones, and any its
+/// application registered (`VirtualActorsBuilder::placement`). A member routes a kind it does
+/// not host by the strategy its hosts declared, found here.
+#[derive(Debug, Clone)]
+pub(crate) struct Placements(std::collections::HashMap<String, std::sync::Arc<dyn Placement>>);
+
+impl Default for Placements {
+    fn default() -> Self {
+        let mut known = Self(std::collections::HashMap::new());
+        known.add(std::sync::Arc::new(Hashed));
+        known.add(std::sync::Arc::new(PreferLocal));
+        known
+    }
+}
+
+impl Placements {
+    /// Knows `placement` by its name (replacing one of the same name).
+    pub(crate) fn add(&mut self, placement: std::sync::Arc<dyn Placement>) {
+        self.0.insert(placement.name().to_owned(), placement);
+    }
+
+    /// The strategy named `name`.
+    pub(crate) fn get(&self, name: &str) -> Option<std::sync::Arc<dyn Placement>> {
+        self.0.get(name).cloned()
+    }
+}
+
+/// The version of how identities are placed and leased (the shard count, the hash of an
+/// identity, a host's score): part of every [`fingerprint`], so members built with another
+/// placement scheme never host a kind beside each other. Bump it with any change to those.
+const PLACEMENT_FORMAT: u64 = 1;
+
+/// What members that host a kind must agree on, as one number: the placement strategy's name,
+/// the number of shards and the version of the hashing. Members declare it for each kind they
+/// host; a member whose fingerprint for a kind differs from the cluster's is refused for that
+/// kind (see `docs/cluster.md`).
+///
+/// # Example
+///
+/// ```
+/// use rally::cluster::virtual_actors::{Hashed, Placement, PreferLocal, fingerprint};
+///
+/// assert_eq!(fingerprint(Hashed.name()), fingerprint("hashed"));
+/// assert_ne!(fingerprint(Hashed.name()), fingerprint(PreferLocal.name()));
+/// ```
+pub fn fingerprint(placement: &str) -> u64 {
+    let mut hasher = FxHasher::default();
+    placement.hash(&mut hasher);
+    SHARDS.hash(&mut hasher);
+    PLACEMENT_FORMAT.hash(&mut hasher);
+    mix(hasher.finish())
 }
 
 /// A hash of the key that is the same in every process and every build: `FxHasher` has no

@@ -1,24 +1,33 @@
-//! The virtual-actor runtime of one member: how it starts, and the refs it hands out.
+//! The virtual-actor runtime of one member: how it starts, the drivers of its kinds, and the
+//! refs it hands out.
 
+use std::any::Any;
 use std::collections::HashMap;
 use std::fmt;
-use std::marker::PhantomData;
-use std::sync::{Arc, Mutex, PoisonError};
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Weak};
+
+use rally_actor::sync::{Mutex, RwLock};
 use std::time::Duration;
 
 use rally_actor::{ActorSystem, Handler};
-use rally_remote::{ExposeError, RemoteMessage, RemoteNode};
+use rally_remote::{GrainRequest, GrainService, RemoteMessage, RemoteNode, UniqueAddress};
 use rally_state::{MemoryStore, StateStore};
 
 use super::config::VirtualActorsConfig;
-use super::error::GrainError;
-use super::host::{Host, Inner, KindHost, KindStats};
-use super::kind::{Call, TypedCall, VirtualActor, decode_reply};
+use super::core::KindCore;
+use super::driver::KindDriver;
+use super::error::{AskError, GetError, TellError};
+use super::kind::VirtualActor;
+use super::outcome::Refusal;
 use super::ownership::Ownership;
-use super::placement::{Hashed, Placement};
-use super::transport::{ENDPOINT, GrainEndpoint, GrainNetwork, GrainRequest, Peer, Transport};
+use super::placement::{Placement, Placements};
+use super::transport::{GrainNetwork, Inbound, InboundReply, Peer, RemoteInbound, Transport};
 use crate::cluster::Cluster;
 use crate::config::ClusterConfig;
+use crate::member::{MemberEvent, MemberId};
 
 /// Why the virtual-actor runtime did not start.
 ///
@@ -40,18 +49,252 @@ pub enum VirtualActorsStartError {
     /// Two registered kinds share one name.
     #[error("kind {0:?} is registered twice")]
     DuplicateKind(String),
-    /// The endpoint could not be exposed on the node (a runtime already runs there).
-    #[error(transparent)]
-    Expose(#[from] ExposeError),
-    /// The actor system is shutting down.
-    #[error("cannot start the endpoint: {0}")]
-    Spawn(String),
+    /// A hosted kind is declared with a placement strategy this member does not know (register
+    /// it with [`VirtualActorsBuilder::placement`]).
+    #[error("kind {kind:?} is declared with placement {placement:?}, which is not registered")]
+    UnknownPlacement {
+        /// The kind.
+        kind: String,
+        /// The strategy's name.
+        placement: String,
+    },
     /// A virtual-actor runtime already runs for this cluster member.
     #[error("virtual actors are already started on this member")]
     AlreadyStarted,
     /// The [`VirtualActorsConfig`] is out of range (the error names the key).
     #[error("invalid virtual actors configuration: {0}")]
     Config(#[from] crate::config::ClusterConfigError),
+}
+
+/// The figures of one kind on this member.
+///
+/// # Example
+///
+/// ```
+/// use rally::cluster::virtual_actors::KindStats;
+///
+/// fn report(stats: &KindStats) -> String {
+///     format!("{}: {} active, {} activations", stats.kind, stats.active, stats.activations)
+/// }
+/// ```
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+#[non_exhaustive]
+pub struct KindStats {
+    /// The kind.
+    pub kind: &'static str,
+    /// Activations alive now.
+    pub active: usize,
+    /// Leases of the kind held now: shards (or identities leased alone) this member may
+    /// activate in without a claim in the state store.
+    pub leases: usize,
+    /// Activations started since this member started.
+    pub activations: u64,
+    /// Activations ended (idle, over the cap, moved, this member stopping, or by themselves).
+    pub deactivations: u64,
+    /// Activations whose hook failed or panicked, or whose claim failed.
+    pub failed_activations: u64,
+    /// Activations ended because their identity now belongs to another member.
+    pub moves: u64,
+    /// Messages this member passed on to another member instead of handling them.
+    pub forwarded: u64,
+    /// Messages refused because a member's placement settings for the kind differ from the
+    /// cluster's (this member's own, or a sender's).
+    pub settings_mismatches: u64,
+}
+
+/// What the drivers of one member share.
+pub(crate) struct Shared {
+    pub(crate) local: MemberId,
+    /// This member as the state store records owners.
+    pub(crate) owner_key: Arc<str>,
+    pub(crate) system: ActorSystem,
+    pub(crate) store: Arc<dyn StateStore>,
+    pub(crate) config: VirtualActorsConfig,
+    pub(crate) transport: Transport,
+}
+
+/// One kind's driver, erased over the kind.
+trait KindEntry: Send + Sync + 'static {
+    fn receive(&self, from: &UniqueAddress, request: GrainRequest<'_>, reply: Option<InboundReply>);
+    fn member_event(&self, event: &MemberEvent);
+    fn stop(&self);
+    fn stats(&self) -> KindStats;
+    fn hosting(&self) -> bool;
+    fn drained(&self) -> Pin<Box<dyn Future<Output = ()> + Send + '_>>;
+    fn as_any(self: Arc<Self>) -> Arc<dyn Any + Send + Sync>;
+}
+
+impl<K: VirtualActor> KindEntry for KindDriver<K> {
+    fn receive(
+        &self,
+        from: &UniqueAddress,
+        request: GrainRequest<'_>,
+        reply: Option<InboundReply>,
+    ) {
+        KindDriver::receive(self, from, request, reply);
+    }
+    fn member_event(&self, event: &MemberEvent) {
+        KindDriver::member_event(self, event);
+    }
+    fn stop(&self) {
+        KindDriver::stop(self);
+    }
+    fn stats(&self) -> KindStats {
+        KindDriver::stats(self)
+    }
+    fn hosting(&self) -> bool {
+        KindDriver::hosting(self)
+    }
+    fn drained(&self) -> Pin<Box<dyn Future<Output = ()> + Send + '_>> {
+        Box::pin(KindDriver::drained(self))
+    }
+    fn as_any(self: Arc<Self>) -> Arc<dyn Any + Send + Sync> {
+        self
+    }
+}
+
+/// Makes the driver of a registered kind.
+type MakeKind = Box<dyn FnOnce(&Runtime, bool) -> Arc<dyn KindEntry> + Send>;
+
+/// One member's runtime: its kinds' drivers (hosted ones, and those it only sends to), and its
+/// view of the members, from which the drivers made later start.
+pub(crate) struct Runtime {
+    pub(crate) shared: Arc<Shared>,
+    placements: Arc<Placements>,
+    kinds: RwLock<HashMap<&'static str, Arc<dyn KindEntry>>>,
+    view: Mutex<Ownership>,
+    stopped: AtomicBool,
+    /// What the node serves grain requests with (it holds it weakly).
+    service: Mutex<Option<Arc<dyn GrainService>>>,
+}
+
+impl Runtime {
+    /// The driver of kind `K`: the hosted one, or one that only sends, made on first use.
+    fn driver<K: VirtualActor>(&self) -> Arc<KindDriver<K>> {
+        let found = self.kinds.read().get(K::KIND).cloned();
+        if let Some(entry) = found {
+            return entry
+                .as_any()
+                .downcast::<KindDriver<K>>()
+                .unwrap_or_else(|_| unreachable!("kinds map K::KIND to KindDriver<K>"));
+        }
+        let mut kinds = self.kinds.write();
+        let entry = kinds
+            .entry(K::KIND)
+            .or_insert_with(|| self.make::<K>(false))
+            .clone();
+        drop(kinds);
+        if self.stopped.load(Ordering::Acquire) {
+            entry.stop();
+        }
+        entry
+            .as_any()
+            .downcast::<KindDriver<K>>()
+            .unwrap_or_else(|_| unreachable!("kinds map K::KIND to KindDriver<K>"))
+    }
+
+    /// A driver of `K`, from this member's view now.
+    fn make<K: VirtualActor>(&self, hosting: bool) -> Arc<dyn KindEntry> {
+        let view = self.view.lock().clone();
+        let core = KindCore::new(
+            K::KIND,
+            hosting,
+            self.shared.config.clone(),
+            Arc::clone(&self.placements),
+            view,
+            super::now(),
+        );
+        KindDriver::<K>::start(core, Arc::clone(&self.shared), hosting)
+    }
+
+    fn entries(&self) -> Vec<Arc<dyn KindEntry>> {
+        self.kinds.read().values().cloned().collect()
+    }
+
+    /// A member event: the view, and every kind's core.
+    fn member_event(&self, event: &MemberEvent) {
+        self.view.lock().apply(event, super::now());
+        for entry in self.entries() {
+            entry.member_event(event);
+        }
+    }
+
+    /// Stops hosting: every kind stops.
+    pub(crate) fn stop(&self) {
+        self.stopped.store(true, Ordering::Release);
+        for entry in self.entries() {
+            entry.stop();
+        }
+    }
+
+    pub(crate) fn is_stopped(&self) -> bool {
+        self.stopped.load(Ordering::Acquire)
+    }
+
+    /// The figures of each kind, hosted or not, by kind.
+    pub(crate) fn stats(&self) -> Vec<KindStats> {
+        let mut stats: Vec<_> = self
+            .entries()
+            .iter()
+            .filter(|entry| entry.hosting())
+            .map(|entry| entry.stats())
+            .collect();
+        stats.sort_by_key(|s| s.kind);
+        stats
+    }
+
+    pub(crate) fn local(&self) -> &MemberId {
+        &self.shared.local
+    }
+
+    fn check_identity(&self, identity: &str) -> Result<(), GetError> {
+        let max = self.shared.config.max_identity_bytes;
+        if identity.is_empty() || identity.len() > max {
+            return Err(GetError::InvalidIdentity(format!(
+                "identity must be 1..={max} bytes, got {}",
+                identity.len()
+            )));
+        }
+        Ok(())
+    }
+
+    /// Resolves once every kind has stopped and has nothing left here.
+    async fn drained(&self) {
+        for entry in self.entries() {
+            entry.drained().await;
+        }
+    }
+}
+
+impl Inbound for Runtime {
+    fn request(
+        &self,
+        from: &UniqueAddress,
+        request: GrainRequest<'_>,
+        reply: Option<InboundReply>,
+    ) {
+        let entry = self.kinds.read().get(request.kind).cloned();
+        match entry {
+            Some(entry) if entry.hosting() || self.is_stopped() => {
+                entry.receive(from, request, reply);
+            }
+            _ => {
+                let refusal = if self.is_stopped() {
+                    Refusal::Stopped
+                } else if let Err(GetError::InvalidIdentity(why)) =
+                    self.check_identity(request.identity)
+                {
+                    Refusal::InvalidIdentity(why)
+                } else {
+                    Refusal::NotHosted(self.shared.local.to_string())
+                };
+                if let Some(reply) = reply {
+                    let (outcome, text) = refusal.to_wire();
+                    reply.send_text(outcome, &text);
+                }
+            }
+        }
+    }
 }
 
 /// The virtual actors of one member: the kinds it hosts, and refs to any identity of any kind
@@ -105,7 +348,7 @@ pub enum VirtualActorsStartError {
 /// ```
 #[derive(Clone)]
 pub struct VirtualActors {
-    inner: Arc<Inner>,
+    runtime: Arc<Runtime>,
 }
 
 /// Builds a [`VirtualActors`]; see [`VirtualActors::builder`].
@@ -113,75 +356,78 @@ pub struct VirtualActorsBuilder {
     cluster: Cluster,
     system: ActorSystem,
     store: Arc<dyn StateStore>,
-    placement: Arc<dyn Placement>,
+    placements: Placements,
     config: VirtualActorsConfig,
     membership: ClusterConfig,
-    kinds: Vec<(&'static str, Arc<dyn KindHost>)>,
+    kinds: Vec<(&'static str, MakeKind)>,
 }
 
 impl VirtualActors {
     /// A builder for this member of `cluster`, whose actors run in `system`. Defaults: no
     /// kind (client-only), a [`MemoryStore`] (enough for members in one process; members in
-    /// several processes must share a durable store), [`Hashed`] placement, the default
-    /// [`VirtualActorsConfig`], and the cluster's own timings ([`Cluster::config`]) for the takeover wait.
+    /// several processes must share a durable store), the built-in placement strategies
+    /// ([`Hashed`](super::Hashed), [`PreferLocal`](super::PreferLocal)), the default [`VirtualActorsConfig`],
+    /// and the cluster's own timings ([`Cluster::config`]) for the takeover wait. Each kind is
+    /// placed by the strategy its hosts declare (`ClusterConfig`'s `placements`).
     pub fn builder(cluster: &Cluster, system: &ActorSystem) -> VirtualActorsBuilder {
         VirtualActorsBuilder {
             cluster: cluster.clone(),
             system: system.clone(),
             store: Arc::new(MemoryStore::new()),
-            placement: Arc::new(Hashed),
+            placements: Placements::default(),
             config: VirtualActorsConfig::default(),
             membership: cluster.config().clone(),
             kinds: Vec::new(),
         }
     }
 
-    pub(crate) fn from_inner(inner: Arc<Inner>) -> Self {
-        Self { inner }
+    pub(crate) fn from_runtime(runtime: Arc<Runtime>) -> Self {
+        Self { runtime }
     }
 
     /// A ref to `identity` of kind `K`, wherever it is (or will be) active.
     ///
     /// # Errors
     ///
-    /// [`GrainError::InvalidIdentity`] for an empty identity or one longer than
+    /// [`GetError::InvalidIdentity`] for an empty identity or one longer than
     /// `max_identity_bytes`.
-    pub fn get<K: VirtualActor>(&self, identity: &str) -> Result<GrainRef<K>, GrainError> {
-        self.inner.check_identity(identity)?;
+    pub fn get<K: VirtualActor>(&self, identity: &str) -> Result<GrainRef<K>, GetError> {
+        self.runtime.check_identity(identity)?;
         Ok(GrainRef {
             identity: Arc::from(identity),
-            inner: Arc::clone(&self.inner),
-            owner: Mutex::new(None),
-            kind: PhantomData,
+            driver: self.runtime.driver::<K>(),
+            route: Mutex::new(None),
         })
     }
 
     /// The figures of each hosted kind on this member.
     pub fn stats(&self) -> Vec<KindStats> {
-        self.inner.stats()
+        self.runtime.stats()
     }
 
-    /// Stops hosting (as when this member leaves): new messages fail with
-    /// [`GrainError::Stopped`]; every activation finishes what it was handed, runs its
-    /// `stopped` hook and releases its identity. Returns when all have, and when every ask
-    /// this member passed on for another member (to the identity's next owner) has had its
-    /// answer back through it or reached its deadline, so a node that leaves right after
-    /// takes no answer's way back with it.
+    /// Stops hosting (as when this member leaves): every activation finishes the message it
+    /// is handling, runs its `stopped` hook and leaves its lease; the messages not yet handled
+    /// go to the identities' next owners. Returns when all have, when every ask this member
+    /// passed on for another member has had its answer back through it (or reached its
+    /// deadline), and when no message has reached it for a moment; so a node that leaves right
+    /// after takes no answer's way back with it.
     ///
     /// # Cancel safety
     ///
     /// Cancelling the wait does not cancel the deactivations.
     pub async fn shutdown(&self) {
-        self.inner.stop();
-        self.inner.drained().await;
+        self.runtime.stop();
+        self.runtime.drained().await;
     }
 }
 
 impl VirtualActorsBuilder {
     /// Hosts kind `K` on this member (which must declare it in its kinds).
     pub fn kind<K: VirtualActor>(&mut self) -> &mut Self {
-        let host: Arc<dyn KindHost> = Host::<K>::new();
-        self.kinds.push((K::KIND, host));
+        self.kinds.push((
+            K::KIND,
+            Box::new(|runtime: &Runtime, hosting| runtime.make::<K>(hosting)),
+        ));
         self
     }
 
@@ -191,9 +437,11 @@ impl VirtualActorsBuilder {
         self
     }
 
-    /// How identities are placed.
+    /// Makes a placement strategy of the application's own known by its name, so that kinds
+    /// declared with it (`ClusterConfigBuilder::kind_placed`) can be hosted, or sent to, from
+    /// this member. The built-in ones need no registration.
     pub fn placement(&mut self, placement: impl Placement) -> &mut Self {
-        self.placement = Arc::new(placement);
+        self.placements.add(Arc::new(placement));
         self
     }
 
@@ -212,7 +460,7 @@ impl VirtualActorsBuilder {
         self
     }
 
-    /// Starts over Rally's own connections: exposes this member's endpoint on `node`.
+    /// Starts over Rally's own connections: this node serves the grain requests that reach it.
     ///
     /// # Errors
     ///
@@ -223,13 +471,10 @@ impl VirtualActorsBuilder {
     /// Outside a tokio runtime.
     pub fn start(&mut self, node: &RemoteNode) -> Result<VirtualActors, VirtualActorsStartError> {
         let grains = self.build(Transport::remote(node))?;
-        let endpoint = self
-            .system
-            .spawn(GrainEndpoint {
-                inner: Arc::downgrade(&grains.inner),
-            })
-            .map_err(|e| VirtualActorsStartError::Spawn(e.to_string()))?;
-        node.expose(ENDPOINT, &endpoint)?;
+        let inbound: Weak<dyn Inbound> = Arc::downgrade(&grains.runtime) as Weak<dyn Inbound>;
+        let service: Arc<dyn GrainService> = Arc::new(RemoteInbound(inbound));
+        node.serve_grains(Arc::downgrade(&service));
+        *grains.runtime.service.lock() = Some(service);
         Ok(grains)
     }
 
@@ -247,77 +492,73 @@ impl VirtualActorsBuilder {
         network: &GrainNetwork,
     ) -> Result<VirtualActors, VirtualActorsStartError> {
         let grains = self.build(Transport::Memory(network.clone()))?;
-        grains.inner.attach();
+        let inbound: Weak<dyn Inbound> = Arc::downgrade(&grains.runtime) as Weak<dyn Inbound>;
+        network.attach(grains.runtime.local(), inbound);
         Ok(grains)
     }
 
     fn build(&mut self, transport: Transport) -> Result<VirtualActors, VirtualActorsStartError> {
         self.config.validate()?;
         let local = self.cluster.self_member().id;
-        let mut kinds = HashMap::new();
-        for (kind, host) in self.kinds.drain(..) {
-            if !local.hosts_kind(kind) {
-                return Err(VirtualActorsStartError::KindNotDeclared(kind.to_owned()));
+        let mut seen = std::collections::HashSet::new();
+        for (kind, _) in &self.kinds {
+            let Some(declared) = local.declaration(kind) else {
+                return Err(VirtualActorsStartError::KindNotDeclared((*kind).to_owned()));
+            };
+            if self.placements.get(&declared.placement).is_none() {
+                return Err(VirtualActorsStartError::UnknownPlacement {
+                    kind: (*kind).to_owned(),
+                    placement: declared.placement.clone(),
+                });
             }
-            if kinds.insert(kind, host).is_some() {
-                return Err(VirtualActorsStartError::DuplicateKind(kind.to_owned()));
+            if !seen.insert(*kind) {
+                return Err(VirtualActorsStartError::DuplicateKind((*kind).to_owned()));
             }
         }
-        let ownership = Ownership::new(
-            local.clone(),
-            &self.membership,
-            self.config.deactivation_timeout,
-        );
-        let inner = Arc::new(Inner::new(
-            local,
-            self.system.clone(),
-            Arc::clone(&self.store),
-            Arc::clone(&self.placement),
-            self.config.clone(),
-            ownership,
-            kinds,
+        let shared = Arc::new(Shared {
+            owner_key: Arc::from(Ownership::owner_key(&local)),
+            local: local.clone(),
+            system: self.system.clone(),
+            store: Arc::clone(&self.store),
+            config: self.config.clone(),
             transport,
-        ));
-        if !self.cluster.attach_grains(&inner) {
+        });
+        let view = Ownership::new(local, &self.membership, self.config.deactivation_timeout);
+        let runtime = Arc::new(Runtime {
+            shared,
+            placements: Arc::new(self.placements.clone()),
+            kinds: RwLock::new(HashMap::new()),
+            view: Mutex::new(view),
+            stopped: AtomicBool::new(false),
+            service: Mutex::new(None),
+        });
+        for (kind, make) in self.kinds.drain(..) {
+            let entry = make(&runtime, true);
+            runtime.kinds.write().insert(kind, entry);
+        }
+        if !self.cluster.attach_grains(&runtime) {
             return Err(VirtualActorsStartError::AlreadyStarted);
         }
-        crate::figures::register(&self.system, &inner);
-        spawn_event_loop(&self.cluster, &inner);
-        spawn_sweeper(&inner);
-        Ok(VirtualActors { inner })
+        crate::figures::register(&self.system, &runtime);
+        spawn_event_loop(&self.cluster, &runtime);
+        Ok(VirtualActors { runtime })
     }
 }
 
-/// Feeds member events to the runtime; when the stream ends (this member left, was downed,
-/// or every cluster handle dropped) the runtime stops hosting.
-fn spawn_event_loop(cluster: &Cluster, inner: &Arc<Inner>) {
+/// Feeds member events to the runtime; when the stream ends (this member left, was downed, or
+/// every cluster handle dropped) the runtime stops hosting.
+fn spawn_event_loop(cluster: &Cluster, runtime: &Arc<Runtime>) {
     let mut events = cluster.events();
-    let inner = Arc::downgrade(inner);
+    let runtime = Arc::downgrade(runtime);
     tokio::spawn(async move {
         while let Some(event) = events.next().await {
-            let Some(inner) = inner.upgrade() else { return };
-            inner.apply(&event);
+            let Some(runtime) = runtime.upgrade() else {
+                return;
+            };
+            runtime.member_event(&event);
         }
-        if let Some(inner) = inner.upgrade() {
-            inner.stop();
-        }
-    });
-}
-
-/// Runs passivation and moves: after every membership change, and every tenth of the idle
-/// time (between 10 ms and 1 s), so an idle activation goes within 10% of its idle time.
-fn spawn_sweeper(inner: &Arc<Inner>) {
-    let period =
-        (inner.config.idle_timeout / 10).clamp(Duration::from_millis(10), Duration::from_secs(1));
-    let inner = Arc::clone(inner);
-    tokio::spawn(async move {
-        let mut next = crate::virtual_actors::now() + period;
-        while !inner.is_stopped() {
-            tokio::select! {
-                () = tokio::time::sleep_until(next.into()) => next = crate::virtual_actors::now() + period,
-                () = inner.view_changed.notified() => {}
-            }
-            inner.sweep();
+        if let Some(runtime) = runtime.upgrade() {
+            runtime.stop();
         }
     });
 }
@@ -328,13 +569,11 @@ fn spawn_sweeper(inner: &Arc<Inner>) {
 /// # Example
 ///
 /// See [`VirtualActors`].
-pub struct GrainRef<K> {
+pub struct GrainRef<K: VirtualActor> {
     identity: Arc<str>,
-    inner: Arc<Inner>,
-    /// The member the last ask went to straight from here, and the view it was found by
-    /// (see `Inner::direct_peer`).
-    owner: Mutex<Option<(u64, Peer)>>,
-    kind: PhantomData<fn() -> K>,
+    driver: Arc<KindDriver<K>>,
+    /// The member the last ask went to straight from here, and the view it was found by.
+    route: Mutex<Option<(u64, Peer)>>,
 }
 
 impl<K: VirtualActor> GrainRef<K> {
@@ -349,151 +588,48 @@ impl<K: VirtualActor> GrainRef<K> {
     ///
     /// # Errors
     ///
-    /// [`GrainError::Stopped`] if this member's runtime has stopped.
-    pub fn tell<M>(&self, msg: M) -> Result<(), GrainError>
+    /// [`TellError::Stopped`] if this member's runtime has stopped.
+    pub fn tell<M>(&self, msg: M) -> Result<(), TellError>
     where
         M: RemoteMessage,
         K: Handler<M>,
     {
-        if self.inner.is_stopped() {
-            return Err(GrainError::Stopped);
+        if self.driver.is_stopped() {
+            return Err(TellError::Stopped);
         }
-        let call = TypedCall::<M> {
-            msg,
-            reply: Box::new(|_| {}),
-            hops: 0,
-            deadline: None,
-            handed_over: false,
-        };
-        self.inner.send::<K>(&self.identity, Box::new(call));
+        self.driver.tell(&self.identity, msg);
         Ok(())
     }
 
     /// Sends a message and waits at most `timeout` for the reply; the identity is activated
-    /// on its owner if it is not active.
+    /// on its owner if it is not active. Any timeout works (one too long for the clock waits
+    /// as long as it can).
     ///
     /// # Errors
     ///
-    /// See [`GrainError`]: `InvalidTimeout` (nothing sent), `NoHost` (no member hosting the
-    /// kind was seen before the timeout; the message waits for one until then), `NotHosted`,
-    /// `UnknownMessage`, `ActivationFailed`, `Failed`, `Timeout`, `TooManyHops`, …
+    /// [`AskError`], which says whether the message was handled
+    /// ([`AskError::handled`]).
     ///
     /// # Cancel safety
     ///
     /// Dropping the future abandons the reply; the message may still be handled.
-    pub async fn ask<M>(&self, msg: M, timeout: Duration) -> Result<M::Reply, GrainError>
+    pub async fn ask<M>(&self, msg: M, timeout: Duration) -> Result<M::Reply, AskError>
     where
         M: RemoteMessage,
         K: Handler<M>,
     {
-        if timeout.is_zero() {
-            return Err(GrainError::InvalidTimeout);
-        }
-        let until = tokio::time::Instant::now() + timeout;
-        let deadline = until.into_std();
-        let call = TypedCall::<M> {
-            msg,
-            reply: Box::new(|_| {}),
-            hops: 0,
-            deadline: Some(deadline),
-            handed_over: false,
-        };
-        // On a member that does not host the kind (a client-only one, say), the ask goes from
-        // here to the owner and its answer straight back here: no task in between.
-        if let Some(peer) = self.inner.direct_peer(K::KIND, &self.identity, &self.owner) {
-            return self.ask_direct(&peer, call, until, timeout).await;
-        }
-        let (tx, rx) = tokio::sync::oneshot::channel();
-        let call = TypedCall::<M> {
-            reply: Box::new(move |result| {
-                let _ = tx.send(result);
-            }),
-            ..call
-        };
-        self.inner.send::<K>(&self.identity, Box::new(call));
-        self.answer(rx, until, timeout).await
-    }
-
-    /// An ask sent by this task to `peer`, the identity's owner by this member's view, its
-    /// answer awaited here. One that `peer` did not handle (it stopped hosting, or never took
-    /// it) is routed anew as a forwarded ask is, within the same deadline.
-    async fn ask_direct<M>(
-        &self,
-        peer: &Peer,
-        mut call: TypedCall<M>,
-        until: tokio::time::Instant,
-        timeout: Duration,
-    ) -> Result<M::Reply, GrainError>
-    where
-        M: RemoteMessage,
-        K: Handler<M>,
-    {
-        let outgoing = Call::<K>::request(&mut call)?;
-        let request = GrainRequest::new(K::KIND, &self.identity, outgoing);
-        let result = match self.inner.transport.ask(peer, request) {
-            Ok(answer) => match tokio::time::timeout_at(until, answer.reply()).await {
-                Ok(result) => result,
-                Err(_) => return Err(self.timed_out(timeout)),
-            },
-            Err(error) => Err(error),
-        };
-        let error = match result {
-            Ok(bytes) => return decode_reply::<M>(&bytes),
-            Err(error) => error,
-        };
-        let (tx, rx) = tokio::sync::oneshot::channel();
-        call.reply = Box::new(move |result| {
-            let _ = tx.send(result);
-        });
-        let deadline = until.into_std();
-        self.inner.not_answered::<K>(
-            &peer.member,
-            Arc::clone(&self.identity),
-            Box::new(call),
-            deadline,
-            error,
-        );
-        self.answer(rx, until, timeout).await
-    }
-
-    /// Waits for a call's reply until `until`.
-    async fn answer<R>(
-        &self,
-        rx: tokio::sync::oneshot::Receiver<Result<R, GrainError>>,
-        until: tokio::time::Instant,
-        timeout: Duration,
-    ) -> Result<R, GrainError> {
-        match tokio::time::timeout_at(until, rx).await {
-            Err(_) => Err(self.timed_out(timeout)),
-            Ok(Err(_)) => Err(GrainError::Undeliverable(
-                "the reply destination was dropped".into(),
-            )),
-            Ok(Ok(result)) => result,
-        }
-    }
-
-    /// The error of an ask that had no answer within `timeout`.
-    fn timed_out(&self, timeout: Duration) -> GrainError {
-        if self.inner.no_host(K::KIND, &self.identity) {
-            GrainError::NoHost(K::KIND.to_owned())
-        } else {
-            GrainError::Timeout(timeout)
-        }
+        self.driver
+            .ask(&self.identity, msg, timeout, &self.route)
+            .await
     }
 }
 
-impl<K> Clone for GrainRef<K> {
+impl<K: VirtualActor> Clone for GrainRef<K> {
     fn clone(&self) -> Self {
         Self {
             identity: Arc::clone(&self.identity),
-            inner: Arc::clone(&self.inner),
-            owner: Mutex::new(
-                self.owner
-                    .lock()
-                    .unwrap_or_else(PoisonError::into_inner)
-                    .clone(),
-            ),
-            kind: PhantomData,
+            driver: Arc::clone(&self.driver),
+            route: Mutex::new(self.route.lock().clone()),
         }
     }
 }
@@ -510,8 +646,8 @@ impl<K: VirtualActor> fmt::Debug for GrainRef<K> {
 impl fmt::Debug for VirtualActors {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("VirtualActors")
-            .field("member", &self.inner.local.to_string())
-            .field("stats", &self.inner.stats())
+            .field("member", &self.runtime.local().to_string())
+            .field("stats", &self.runtime.stats())
             .finish_non_exhaustive()
     }
 }
@@ -523,7 +659,7 @@ impl fmt::Debug for VirtualActorsBuilder {
                 "kinds",
                 &self.kinds.iter().map(|(k, _)| k).collect::<Vec<_>>(),
             )
-            .field("placement", &self.placement)
+            .field("placements", &self.placements)
             .field("config", &self.config)
             .finish_non_exhaustive()
     }

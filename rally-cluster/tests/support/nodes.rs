@@ -16,7 +16,10 @@ pub(crate) const CLUSTER: &str = "itest";
 /// Settings for the tests: the default probing, a short stable-after.
 pub(crate) fn config(seeds: &[NodeAddress]) -> ClusterConfig {
     let mut builder = ClusterConfig::builder();
-    builder.stable_after(Duration::from_millis(1500));
+    // Several members in this process: a downed one stops, the test goes on.
+    builder
+        .stable_after(Duration::from_millis(1500))
+        .when_downed(rally::cluster::WhenDowned::Stop);
     for seed in seeds {
         builder.seed(seed.clone());
     }

@@ -69,6 +69,9 @@ pub const KIND: &str = "counter";
 pub fn membership() -> ClusterConfig {
     let mut builder = ClusterConfig::builder();
     builder
+        // The member processes report their own end (and some start again): a downed member
+        // stops and says so rather than exit (the exit is tested on its own).
+        .when_downed(rally::cluster::WhenDowned::Stop)
         .stable_after(Duration::from_secs(2))
         .down_all_when_unstable(Duration::from_secs(2))
         .remove_down_after(Duration::from_secs(2));
@@ -108,6 +111,8 @@ pub struct Spec {
     pub db: Option<PathBuf>,
     /// After being downed, starts again as a new incarnation on the same port.
     pub rejoin: bool,
+    /// Runs with the default `when-downed = exit` (the others stop when downed).
+    pub exit_when_downed: bool,
 }
 
 impl Spec {
@@ -136,6 +141,7 @@ impl Spec {
                     .unwrap_or_default(),
             ),
             ("RCM_REJOIN", u8::from(self.rejoin).to_string()),
+            ("RCM_EXIT", u8::from(self.exit_when_downed).to_string()),
         ]
     }
 
@@ -155,6 +161,7 @@ impl Spec {
                 .filter(|s| !s.is_empty())
                 .map(PathBuf::from),
             rejoin: var("RCM_REJOIN") == "1",
+            exit_when_downed: var("RCM_EXIT") == "1",
         }
     }
 }
@@ -315,6 +322,9 @@ impl Life {
         if spec.hosts_grains {
             config.kinds.push(KIND.into());
         }
+        if spec.exit_when_downed {
+            config.when_downed = rally::cluster::WhenDowned::Exit;
+        }
         // Only the members that run the singleton may be its host: without a role, a member
         // that does not run it (the client) could be the oldest once the host leaves, and
         // then none would run it.
@@ -324,6 +334,13 @@ impl Life {
         let cluster = Cluster::join(&system, &node, config.clone()).expect("joins");
         let me = cluster.self_member().id;
         let member = me.to_string();
+        // The documented hook: said as soon as this member learns it was downed.
+        let downed = cluster.clone();
+        let me_downed = member.clone();
+        tokio::spawn(async move {
+            downed.downed().await;
+            say(&format!("DOWNED {me_downed}"));
+        });
         // Events first, so that nothing this member sees goes unreported.
         let mut events = cluster.events();
         tokio::spawn(async move {
@@ -410,11 +427,13 @@ impl Life {
                         let mut failed = 0;
                         for i in 0..count {
                             let identity = format!("{prefix}-{i}");
-                            let reply = match grains.get::<Counter>(&identity) {
-                                Ok(grain) => grain.ask(Add(1), Duration::from_secs(1)).await,
-                                Err(e) => Err(e),
+                            let failed_now = match grains.get::<Counter>(&identity) {
+                                Ok(grain) => {
+                                    grain.ask(Add(1), Duration::from_secs(1)).await.is_err()
+                                }
+                                Err(_) => true,
                             };
-                            failed += u32::from(reply.is_err());
+                            failed += u32::from(failed_now);
                         }
                         say(&format!("LOADED {failed}"));
                         tokio::time::sleep(Duration::from_millis(20)).await;
@@ -486,8 +505,11 @@ impl Life {
 async fn ask(grains: &VirtualActors, identity: &str, n: u64) {
     let reply = match grains.get::<Counter>(identity) {
         // Generous: the tests check outcomes, not speed, and run beside other builds in CI.
-        Ok(grain) => grain.ask(Add(n), Duration::from_secs(10)).await,
-        Err(e) => Err(e),
+        Ok(grain) => grain
+            .ask(Add(n), Duration::from_secs(10))
+            .await
+            .map_err(|e| e.to_string()),
+        Err(e) => Err(e.to_string()),
     };
     match reply {
         Ok((count, owner, epoch)) => say(&format!("REPLY {identity} {count} {owner} {epoch}")),
@@ -517,6 +539,11 @@ pub fn member_main() {
         loop {
             let life = Life::start(&spec).await;
             let stopped = life.serve(&mut commands).await;
+            if stopped && spec.exit_when_downed {
+                // An application that leaves the decision to the cluster: with `when-downed =
+                // exit` the process ends with the cluster's exit code, before this does.
+                tokio::time::sleep(T).await;
+            }
             life.stop().await;
             if !(stopped && spec.rejoin) {
                 break;
@@ -768,6 +795,19 @@ impl MemberProcess {
         self.child.wait().expect("reaped");
         self.drain();
         at
+    }
+
+    /// Waits until the process exits; its exit status.
+    pub async fn exited(&mut self) -> std::process::ExitStatus {
+        let status = rally_test::eventually("the process exits", T, async || {
+            self.child
+                .try_wait()
+                .expect("the child's status")
+                .ok_or("still running")
+        })
+        .await;
+        self.drain();
+        status
     }
 
     /// SIGSTOP; returns once the kernel shows the process stopped, with the instant of the

@@ -6,7 +6,9 @@
 use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, LazyLock, Mutex};
-use std::time::{Duration, Instant};
+use std::time::Duration;
+
+use tokio::time::Instant;
 
 use rally::cluster::provider::{MemoryNetwork, MemoryProvider};
 use rally::cluster::virtual_actors::{
@@ -174,7 +176,8 @@ impl VirtualActor for Probe {
             .add::<Add>()
             .add::<Where>()
             .add::<Next>()
-            .add::<Pause>();
+            .add::<Pause>()
+            .add::<Bulk>();
     }
 }
 
@@ -215,6 +218,23 @@ impl Handler<Next> for Probe {
         }
         self.count = msg.0;
         Ok(self.count)
+    }
+}
+
+/// Adds one to the counter; replies with that many bytes (larger than a connection's frame
+/// limit, the reply cannot travel although the message was handled).
+#[derive(Debug, Serialize, Deserialize)]
+pub struct Bulk(pub usize);
+impl Message for Bulk {
+    type Reply = Vec<u8>;
+}
+impl RemoteMessage for Bulk {
+    const MANIFEST: &'static str = "test.probe.Bulk";
+}
+impl Handler<Bulk> for Probe {
+    async fn handle(&mut self, msg: Bulk, _: &mut Context<Self>) -> ActorResult<Vec<u8>> {
+        self.count += 1;
+        Ok(vec![7; msg.0])
     }
 }
 
@@ -289,6 +309,8 @@ impl Handler<Unlisted> for Probe {
 pub fn fast_membership() -> ClusterConfig {
     let mut builder = ClusterConfig::builder();
     builder
+        // Members in this process: a downed one stops, the test goes on.
+        .when_downed(rally::cluster::WhenDowned::Stop)
         .probe(Duration::from_millis(100), Duration::from_millis(40))
         .stable_after(Duration::from_millis(500))
         .down_all_when_unstable(Duration::from_millis(500))
@@ -384,7 +406,7 @@ impl TestCluster {
 
 /// Waits until every member sees exactly `ids` up.
 pub async fn converged(members: &[&TestMember], ids: &[MemberId]) {
-    poll(|| {
+    eventually("every member sees every member up", T, async || {
         members.iter().all(|m| {
             let seen = m.cluster.members();
             ids.iter().all(|id| {
@@ -396,14 +418,8 @@ pub async fn converged(members: &[&TestMember], ids: &[MemberId]) {
     .await;
 }
 
-/// A bounded poll on a condition (the fallback where no event exists to wait on).
-pub async fn poll(mut condition: impl FnMut() -> bool) {
-    let deadline = Instant::now() + T;
-    while !condition() {
-        assert!(Instant::now() < deadline, "condition not met within {T:?}");
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
-}
+/// The one bounded poll, for conditions no event announces.
+pub use rally_test::eventually;
 
 /// A store that fails every call once cut, as a crashed process's store calls never arrive;
 /// it counts the claims and releases that reach it, and can hold releases back until told.
@@ -439,6 +455,11 @@ impl Switch {
 
     pub fn cut(&self) {
         self.cut.store(true, Ordering::SeqCst);
+    }
+
+    /// Every call goes through again.
+    pub fn restore(&self) {
+        self.cut.store(false, Ordering::SeqCst);
     }
 
     fn check(&self) -> Result<(), rally::state::StoreError> {

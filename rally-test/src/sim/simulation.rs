@@ -605,10 +605,12 @@ pub fn join(
 ) -> Result<Cluster, JoinError> {
     let seed = host_seed().expect("sim::join runs in a simulated host's software future");
     let provider = GossipProvider::new(system, node).with_seed(seed);
-    let mut local = Cluster::member_id(node)
-        .with_roles(config.roles.iter().cloned())
-        .with_kinds(config.kinds.iter().cloned());
+    let mut local = Cluster::member_id(node).declaring(&config);
     local.generation = generation();
+    // A simulated host is not a process of its own: a downed member stops, the simulation
+    // goes on.
+    let mut config = config;
+    config.when_downed = rally_cluster::WhenDowned::Stop;
     Cluster::join_as(system, local, config, provider)
 }
 

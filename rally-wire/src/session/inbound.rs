@@ -9,6 +9,7 @@ use crate::envelope::{
     decode_message, decode_reply, decode_system,
 };
 use crate::frame::{FrameError, FrameKind, split_frame};
+use crate::grain::{GrainFlags, decode_grain_request};
 use crate::tables::{InboundTable, TableError};
 
 /// Entries a peer may define per table on one connection: far above any real use, and a bound
@@ -38,6 +39,25 @@ pub enum InboundFrame<'a> {
         /// Its status.
         status: ReplyStatus,
         /// The encoded reply when the status is `Ok`.
+        payload: &'a [u8],
+    },
+    /// A request for a virtual actor.
+    GrainRequest {
+        /// Non-zero when the sender wants the outcome.
+        request_id: u64,
+        /// The kind.
+        kind: &'a str,
+        /// The message's manifest; `None` for an end-of-handover marker.
+        manifest: Option<&'a str>,
+        /// The identity.
+        identity: &'a str,
+        /// Members it has been passed between.
+        hops: u8,
+        /// Milliseconds its sender still waits (0 for a tell).
+        wait_ms: u64,
+        /// Its flags.
+        flags: GrainFlags,
+        /// The encoded message.
         payload: &'a [u8],
     },
     /// A heartbeat.
@@ -242,6 +262,31 @@ impl InboundDecoder {
                     recipient,
                     manifest,
                     request_id: header.request_id,
+                    payload,
+                });
+            }
+            FrameKind::GrainRequest => {
+                let (header, identity, payload) = decode_grain_request(body).map_err(bad)?;
+                let undefined = |id| InboundError::Undefined {
+                    what: "manifest",
+                    id,
+                };
+                let kind = self
+                    .manifests
+                    .resolve(header.kind)
+                    .ok_or(undefined(header.kind))?;
+                let manifest = match header.manifest {
+                    0 => None,
+                    id => Some(self.manifests.resolve(id).ok_or(undefined(id))?.as_str()),
+                };
+                on(InboundFrame::GrainRequest {
+                    request_id: header.request_id,
+                    kind,
+                    manifest,
+                    identity,
+                    hops: header.hops,
+                    wait_ms: header.wait_ms,
+                    flags: header.flags,
                     payload,
                 });
             }

@@ -9,6 +9,7 @@ use crate::envelope::{
     write_reply_header,
 };
 use crate::frame::{FrameKind, begin_frame, finish_frame, split_frame};
+use crate::grain::{GrainFlags, GrainHeader, write_grain_request};
 use crate::tables::OutboundTable;
 use rustc_hash::FxHashMap;
 
@@ -181,17 +182,7 @@ impl OutboundEncoder {
                 (id, Some(new))
             }
         };
-        let (manifest_id, new_manifest) = match self.known_manifests.get(&manifest.id) {
-            Some(&id) => (id, None),
-            None => {
-                let (id, new) = self.manifests.lookup_or_insert(manifest.name);
-                if new {
-                    encode_define_manifest(&mut self.buf, id, manifest.name);
-                }
-                self.known_manifests.insert(manifest.id, id);
-                (id, Some(new))
-            }
-        };
+        let (manifest_id, new_manifest) = self.define_manifest(manifest);
         let mark = begin_frame(&mut self.buf, FrameKind::Message);
         write_message_header(
             &mut self.buf,
@@ -217,18 +208,98 @@ impl OutboundEncoder {
                     self.recipients.forget_newest(recipient.name);
                 }
             }
-            if let Some(new) = new_manifest {
-                self.known_manifests.remove(&manifest.id);
-                if new {
-                    self.manifests.forget_newest(manifest.name);
-                }
-            }
+            self.forget_manifest(manifest, new_manifest);
             return Err(error);
         }
         self.frames = self.frames.saturating_add(1);
         self.messages += 1;
         self.sequence += 1;
         Ok(self.sequence)
+    }
+
+    /// Queues a grain request for `identity` of `kind`, its message (`manifest`, `None` for an
+    /// end-of-handover marker) written by `encode`; returns its sequence number. The kind and
+    /// the manifest share the manifest table; their definitions go first when new.
+    ///
+    /// # Errors
+    ///
+    /// [`EncodeError`]; then the buffer and the tables are exactly as before the call.
+    #[allow(clippy::too_many_arguments)]
+    pub fn push_grain_request(
+        &mut self,
+        kind: ManifestKey<'_>,
+        manifest: Option<ManifestKey<'_>>,
+        identity: &str,
+        request_id: u64,
+        hops: u8,
+        wait_ms: u64,
+        flags: GrainFlags,
+        encode: impl FnOnce(&mut BytesMut) -> Result<(), String>,
+    ) -> Result<u64, EncodeError> {
+        let start = self.buf.len();
+        let max = self.max_frame();
+        let (kind_id, new_kind) = self.define_manifest(kind);
+        let (manifest_id, new_manifest) = match manifest {
+            Some(manifest) => self.define_manifest(manifest),
+            None => (0, None),
+        };
+        let mark = begin_frame(&mut self.buf, FrameKind::GrainRequest);
+        let header = GrainHeader {
+            request_id,
+            kind: kind_id,
+            manifest: manifest_id,
+            hops,
+            wait_ms,
+            flags,
+        };
+        write_grain_request(&mut self.buf, &header, identity);
+        let written = encode(&mut self.buf)
+            .map_err(EncodeError::Encode)
+            .and_then(|()| {
+                finish_frame(&mut self.buf, mark, max)
+                    .map_err(|e| EncodeError::TooLarge { size: e.size, max })
+            });
+        if let Err(error) = written {
+            // All or nothing, as for a message.
+            self.buf.truncate(start);
+            if let Some(manifest) = manifest {
+                self.forget_manifest(manifest, new_manifest);
+            }
+            self.forget_manifest(kind, new_kind);
+            return Err(error);
+        }
+        self.frames = self.frames.saturating_add(1);
+        self.messages += 1;
+        self.sequence += 1;
+        Ok(self.sequence)
+    }
+
+    /// The id of `manifest` on this connection, its definition queued first when new. The
+    /// second part says whether this call learnt it (`Some(new)`: undo with
+    /// [`forget_manifest`](Self::forget_manifest) if the push fails).
+    fn define_manifest(&mut self, manifest: ManifestKey<'_>) -> (u32, Option<bool>) {
+        match self.known_manifests.get(&manifest.id) {
+            Some(&id) => (id, None),
+            None => {
+                let (id, new) = self.manifests.lookup_or_insert(manifest.name);
+                if new {
+                    encode_define_manifest(&mut self.buf, id, manifest.name);
+                }
+                self.known_manifests.insert(manifest.id, id);
+                (id, Some(new))
+            }
+        }
+    }
+
+    /// Undoes what [`define_manifest`](Self::define_manifest) learnt (its definition is gone
+    /// with the truncated buffer).
+    fn forget_manifest(&mut self, manifest: ManifestKey<'_>, learnt: Option<bool>) {
+        if let Some(new) = learnt {
+            self.known_manifests.remove(&manifest.id);
+            if new {
+                self.manifests.forget_newest(manifest.name);
+            }
+        }
     }
 
     /// Queues the reply to request `request_id`: a value written by `encode`, or a status. A

@@ -494,7 +494,10 @@ pub(crate) fn convergence(args: &ConvergenceArgs) -> anyhow::Result<()> {
         bail!("--rest-seconds must be a positive number, not {rest_seconds}");
     }
     let rest = Duration::from_secs_f64(rest_seconds);
-    let config = ClusterConfig::default();
+    // Many members in this process: one downed (a false suspicion on a loaded machine) stops
+    // rather than end the benchmark.
+    let mut config = ClusterConfig::default();
+    config.when_downed = rally::cluster::WhenDowned::Stop;
 
     let mut report = Report::new("cluster-convergence");
     report

@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 use anyhow::{Context as _, bail};
 use hdrhistogram::Histogram;
 use rally::cluster::MemberEvent;
-use rally::cluster::virtual_actors::{GrainError, GrainRef};
+use rally::cluster::virtual_actors::{AskError, GrainRef};
 use rally::sync::Mutex;
 use serde_json::{Map, Value};
 use tokio::io::AsyncWriteExt as _;
@@ -59,7 +59,7 @@ struct LoopOut {
 }
 
 /// The error's variant name (`Timeout`, `Stopped`, …), so failures are counted by type.
-fn error_type(error: &GrainError) -> String {
+fn error_type(error: &AskError) -> String {
     let debug = format!("{error:?}");
     debug
         .split(|c: char| !c.is_alphanumeric())
@@ -585,12 +585,12 @@ mod tests {
     #[test]
     fn errors_are_counted_by_their_variant_name() {
         assert_eq!(
-            error_type(&GrainError::Timeout(Duration::from_secs(5))),
+            error_type(&AskError::Timeout(Duration::from_secs(5))),
             "Timeout"
         );
-        assert_eq!(error_type(&GrainError::Stopped), "Stopped");
+        assert_eq!(error_type(&AskError::Stopped), "Stopped");
         assert_eq!(
-            error_type(&GrainError::NotHosted {
+            error_type(&AskError::NotHosted {
                 kind: "ping".into(),
                 member: "m".into()
             }),
