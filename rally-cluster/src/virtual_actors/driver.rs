@@ -305,12 +305,12 @@ impl<K: VirtualActor> KindDriver<K> {
             Ok(Ok(Direct::Again(msg, refusal))) => (msg, refusal),
         };
         if matches!(refusal, Refusal::Unreachable(_)) {
-            self.shared.transport.forget(&peer.member);
+            self.shared.transport.forget(peer.member());
         }
         let (mut call, (answer, held)) = TypedCall::ask(K::KIND, msg, until.into_std());
         // It took the hop the refusal takes back.
         call.hops = 1;
-        let from = peer.member.clone();
+        let from = peer.member().clone();
         let identity = Arc::clone(identity);
         let ident = Arc::clone(&identity);
         self.input(move |core, now| core.refused(ident, Box::new(call), &from, refusal, now));

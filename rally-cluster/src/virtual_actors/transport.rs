@@ -105,10 +105,13 @@ pub(crate) enum Transport {
     },
 }
 
-/// A member requests can be sent to, cheap to clone (a sender keeps it, see `GrainRef`).
+/// A member requests can be sent to, cheap to clone (a sender keeps it, see `GrainRef`, and
+/// clones it for every request): one reference count, whatever the member declares.
 #[derive(Clone)]
-pub(crate) struct Peer {
-    pub(crate) member: MemberId,
+pub(crate) struct Peer(Arc<PeerParts>);
+
+struct PeerParts {
+    member: MemberId,
     way: Way,
 }
 
@@ -119,12 +122,17 @@ enum Way {
 }
 
 impl Peer {
+    /// The member it sends to.
+    pub(crate) fn member(&self) -> &MemberId {
+        &self.0.member
+    }
+
     /// Sends an ask.
     pub(crate) fn ask(&self, request: &GrainSend<'_>, ask: Box<dyn GrainAsk>) {
-        match &self.way {
+        match &self.0.way {
             Way::Remote(peer) => peer.ask(request, ask),
             Way::Memory(network, from) => {
-                network.send(from, &self.member, request, Message::Ask(ask))
+                network.send(from, &self.0.member, request, Message::Ask(ask))
             }
         }
     }
@@ -139,12 +147,12 @@ impl Peer {
         request: &GrainSend<'_>,
         encode: impl FnOnce(&mut BytesMut) -> Result<(), String>,
     ) -> Result<(), String> {
-        match &self.way {
+        match &self.0.way {
             Way::Remote(peer) => peer.tell(request, encode),
             Way::Memory(network, from) => {
                 let mut payload = BytesMut::new();
                 encode(&mut payload)?;
-                network.send(from, &self.member, request, Message::Tell(payload));
+                network.send(from, &self.0.member, request, Message::Tell(payload));
                 Ok(())
             }
         }
@@ -178,10 +186,10 @@ impl Transport {
                 Way::Remote(peer)
             }
         };
-        Peer {
+        Peer(Arc::new(PeerParts {
             member: to.clone(),
             way,
-        }
+        }))
     }
 
     /// Forgets the peer of `to` (its life ended, or sends to it were refused): the next send

@@ -132,6 +132,8 @@ pub(super) enum Logged {
     Loaded {
         identity: Arc<str>,
         member: usize,
+        /// The lease's scope: fences are ordered within one scope only.
+        scope: Arc<str>,
         fence: Fence,
     },
     Saved {
@@ -1224,9 +1226,11 @@ impl Cluster {
         }
         l.state = self.store.load(&identity);
         let fence = l.fence;
+        let scope = Arc::clone(&l.scope);
         self.log(Logged::Loaded {
             identity: Arc::clone(&identity),
             member: m,
+            scope,
             fence,
         });
         self.log(Logged::LifeStarted {
@@ -1385,13 +1389,23 @@ impl History {
     /// 2. every answer true: `NotHandled` never applied, `Ok` applied and in the final state;
     /// 3. every acknowledged deposit in the final state of its identity, once;
     /// 4. every save accepted for an identity comes from the life that loaded it last (a save
-    ///    from an earlier life, after a later one loaded, would be lost to it, or overwrite it).
+    ///    from an earlier life, after a later one loaded, would be lost to it, or overwrite it),
+    ///    but when two lives overlap (one loads before the other has ended): a member paused
+    ///    past the takeover wait acting on its old lease (the documented exception), or a life
+    ///    whose hook overran and that the store has fenced. The earlier of the two is then the
+    ///    fenced one (under one scope: the one under the lower fence), and every save it
+    ///    attempts must be refused.
     pub(super) fn check(&self, finals: &HashMap<Arc<str>, Vec<u64>>) -> Result<(), String> {
         let mut applied: HashMap<u64, usize> = HashMap::new();
         let mut identity_of: HashMap<u64, Arc<str>> = HashMap::new();
         let mut heard: HashMap<u64, Heard> = HashMap::new();
-        // identity -> the life (member, fence) that loaded it last
-        let mut current: HashMap<Arc<str>, (usize, Fence)> = HashMap::new();
+        // identity -> the life (member, fence, scope) whose saves may be accepted: the last to
+        // load, or, of two that overlap under one scope, the one under the higher fence
+        let mut current: HashMap<Arc<str>, (usize, Fence, Arc<str>)> = HashMap::new();
+        // lives loaded and not ended
+        let mut live: HashSet<(Arc<str>, usize, Fence)> = HashSet::new();
+        // lives that overlapped one under a higher fence: none of their saves may be accepted
+        let mut stale: HashSet<(Arc<str>, usize, Fence)> = HashSet::new();
         for (at, entry) in &self.log {
             match entry {
                 Logged::Sent { id, identity, .. } => {
@@ -1404,9 +1418,34 @@ impl History {
                 Logged::Loaded {
                     identity,
                     member,
+                    scope,
                     fence,
                 } => {
-                    current.insert(Arc::clone(identity), (*member, *fence));
+                    let life = (Arc::clone(identity), *member, *fence);
+                    let newest = (*member, *fence, Arc::clone(scope));
+                    match current.get(identity) {
+                        Some((other, other_fence, other_scope))
+                            if live.contains(&(Arc::clone(identity), *other, *other_fence)) =>
+                        {
+                            if other_scope == scope && fence < other_fence {
+                                stale.insert(life.clone());
+                            } else {
+                                stale.insert((Arc::clone(identity), *other, *other_fence));
+                                current.insert(Arc::clone(identity), newest);
+                            }
+                        }
+                        _ => {
+                            current.insert(Arc::clone(identity), newest);
+                        }
+                    }
+                    live.insert(life);
+                }
+                Logged::LifeEnded {
+                    identity,
+                    member,
+                    fence,
+                } => {
+                    live.remove(&(Arc::clone(identity), *member, *fence));
                 }
                 Logged::Saved {
                     identity,
@@ -1415,8 +1454,15 @@ impl History {
                     member,
                     ..
                 } => {
+                    if stale.contains(&(Arc::clone(identity), *member, *fence)) {
+                        return Err(format!(
+                            "at {at:?}: {identity}: a save of the life {fence:?} on member \
+                             {member} was accepted, though it overlapped a life under a \
+                             later fence"
+                        ));
+                    }
                     if let Some(last) = current.get(identity)
-                        && *last != (*member, *fence)
+                        && (last.0, last.1) != (*member, *fence)
                     {
                         return Err(format!(
                             "at {at:?}: {identity}: a save of the life {fence:?} on member \
@@ -1499,5 +1545,98 @@ impl History {
             .iter()
             .filter(|(_, entry)| matches!(entry, Logged::Applied { id: a, .. } if *a == id))
             .count()
+    }
+}
+
+#[cfg(test)]
+mod checker_tests {
+    //! The history checker itself: what it must refuse, and the overlaps it must allow.
+
+    use super::*;
+
+    fn at(ms: u64, entry: Logged) -> (Duration, Logged) {
+        (Duration::from_millis(ms), entry)
+    }
+
+    fn loaded(member: usize, scope: &str, fence: Fence) -> Logged {
+        Logged::Loaded {
+            identity: Arc::from("a"),
+            member,
+            scope: Arc::from(scope),
+            fence,
+        }
+    }
+
+    fn saved(member: usize, fence: Fence, accepted: bool) -> Logged {
+        Logged::Saved {
+            identity: Arc::from("a"),
+            member,
+            fence,
+            accepted,
+            state: Vec::new(),
+        }
+    }
+
+    fn ended(member: usize, fence: Fence) -> Logged {
+        Logged::LifeEnded {
+            identity: Arc::from("a"),
+            member,
+            fence,
+        }
+    }
+
+    fn check(log: Vec<(Duration, Logged)>) -> Result<(), String> {
+        History { log }.check(&HashMap::new())
+    }
+
+    #[test]
+    fn a_save_of_an_earlier_life_accepted_after_a_later_one_loaded_is_refused() {
+        let broken = check(vec![
+            at(0, loaded(0, "s", (1, 1))),
+            at(1, loaded(1, "s", (2, 1))),
+            at(2, saved(0, (1, 1), true)),
+        ]);
+        assert!(broken.is_err(), "{broken:?}");
+        let after_its_end = check(vec![
+            at(0, loaded(0, "s", (1, 1))),
+            at(1, saved(0, (1, 1), true)),
+            at(2, ended(0, (1, 1))),
+            at(3, loaded(1, "s", (2, 1))),
+            at(4, saved(1, (2, 1), true)),
+        ]);
+        assert_eq!(after_its_end, Ok(()));
+    }
+
+    #[test]
+    fn a_paused_member_may_load_on_its_old_lease_but_none_of_its_saves_may_be_accepted() {
+        let fenced = vec![
+            at(0, loaded(1, "s", (4, 3))),
+            at(1, loaded(0, "s", (2, 5))),
+            at(2, saved(0, (2, 5), false)),
+            at(3, saved(1, (4, 3), true)),
+        ];
+        assert_eq!(check(fenced), Ok(()));
+        let accepted = check(vec![
+            at(0, loaded(1, "s", (4, 3))),
+            at(1, loaded(0, "s", (2, 5))),
+            at(2, saved(0, (2, 5), true)),
+        ]);
+        assert!(accepted.is_err(), "{accepted:?}");
+    }
+
+    #[test]
+    fn under_a_new_scope_the_later_life_is_the_current_one_whatever_its_fence() {
+        let moved = vec![
+            at(0, loaded(1, "shard-7", (1, 7))),
+            at(1, loaded(3, "a", (1, 3))),
+            at(2, saved(3, (1, 3), true)),
+        ];
+        assert_eq!(check(moved), Ok(()));
+        let old_scope_wrote = check(vec![
+            at(0, loaded(1, "shard-7", (1, 7))),
+            at(1, loaded(3, "a", (1, 3))),
+            at(2, saved(1, (1, 7), true)),
+        ]);
+        assert!(old_scope_wrote.is_err(), "{old_scope_wrote:?}");
     }
 }

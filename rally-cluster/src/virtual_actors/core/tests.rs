@@ -326,8 +326,12 @@ fn random_schedules_keep_every_promise() {
             }
         }
     }
-    // The schedules did exercise every answer (a check that cannot fail would be worthless).
-    assert!(totals.0 > 0 && totals.1 > 0 && totals.2 > 0, "{totals:?}");
+    // The schedules did exercise every answer (a check that cannot fail would be worthless);
+    // a replay of a few seeds need not.
+    assert!(
+        count < 100 || (totals.0 > 0 && totals.1 > 0 && totals.2 > 0),
+        "{totals:?}"
+    );
     eprintln!(
         "{count} schedules: {} acknowledged, {} handled with an error, {} not handled, {} unknown",
         totals.0, totals.1, totals.2, totals.3
