@@ -5,9 +5,9 @@
 //! deliveries wake are woken when the scope ends, once each, with all of their messages of
 //! the batch in their mailboxes (a batch of deliveries costs one wake-up per actor, not one
 //! per message, however many cores are idle to run an actor the moment its first message
-//! lands). Each of them keeps a clone of the hold until the end of its next run on a thread:
-//! until it waits for more mail, gives its thread back after its `throughput`, or a handler
-//! awaits something. While the actor's code runs,
+//! lands). Each of them keeps a clone of the hold until it has handled the messages it took
+//! with it, or its run on a thread ends first (it waits for more mail, gives its thread back
+//! after its `throughput`, or a handler awaits something). While the actor's code runs,
 //! [`with_current`] shows the hold, so what the actor sends can be tied to the deliveries that
 //! caused it. When the last clone is dropped, every actor the batch woke has run: the
 //! transport can send what they sent in one write, from the thread that dropped it.
@@ -35,7 +35,7 @@
 //! let ran = Arc::new(AtomicBool::new(false));
 //! hold::scope(Hold::new(Batch(ran.clone())), || {
 //!     // Deliver the batch's messages here (`tell`, `deliver`): each actor they wake keeps the
-//!     // hold until its next run ends.
+//!     // hold until it has handled them (or its run ends first).
 //!     hold::with_current(|current| assert!(current.is_some()));
 //! });
 //! // No actor was woken: the scope's own clone was the last.
@@ -110,8 +110,8 @@ thread_local! {
 
 /// Runs `deliver` with `hold` as this thread's delivery scope: an actor that a delivery made
 /// inside wakes from waiting for mail is woken when `deliver` returns (or unwinds), and keeps
-/// a clone of `hold` until its next run ends. The scope's own reference is dropped after the
-/// wake-ups.
+/// a clone of `hold` until it has handled the messages it took with it, or its next run ends
+/// first. The scope's own reference is dropped after the wake-ups.
 ///
 /// # Example
 ///
@@ -209,15 +209,17 @@ pub(crate) fn defer_wake(waker: &Waker) -> bool {
     })
 }
 
-/// The actor's run took `hold` from its mailbox: held until the run ends.
+/// The actor's run took `hold` from its mailbox with a batch of messages: held until the
+/// actor asks for messages past that batch ([`end_run`] from the mailbox) or the run ends.
 pub(crate) fn begin(hold: Hold) {
     RUN.with(|run| run.borrow_mut().push(hold));
     RUN_HELD.with(|held| held.set(true));
 }
 
-/// The actor's run on this thread ended: its holds are dropped (each outside the borrow: a
-/// drop may run a transport's code, which may look at the holds; the flag stays set until
-/// the last is gone, so that code sees the rest).
+/// The actor's run on this thread ended, or it has handled the messages its holds came with
+/// (the mailbox calls this before it takes the next batch): its holds are dropped (each
+/// outside the borrow: a drop may run a transport's code, which may look at the holds; the
+/// flag stays set until the last is gone, so that code sees the rest).
 pub(crate) fn end_run() {
     if !RUN_HELD.with(Cell::get) {
         return;

@@ -393,6 +393,10 @@ impl<A: Actor> MailboxReceiver<A> {
         }
         let mailbox = &*self.mailbox;
         if self.batch.is_empty() {
+            // The messages the run's holds came with are handled: what the actor takes next
+            // was delivered after them, so the holds end here rather than with the poll (a
+            // busy actor would otherwise keep a read's batch waiting for everything after it).
+            crate::hold::end_run();
             let mut queues = mailbox.lock();
             if let Some(msg) = queues.system.pop_front() {
                 mailbox
@@ -666,40 +670,77 @@ mod loom_tests {
         });
     }
 
+    /// Counts the drops of the value it holds: when a hold's last clone is gone.
+    struct Counted(Arc<std::sync::atomic::AtomicUsize>);
+    impl Drop for Counted {
+        fn drop(&mut self) {
+            self.0.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        }
+    }
+
+    /// One `Ping` delivered on another thread inside a delivery scope, taken by `receiver`
+    /// (which may park first or find it there); the counter counts the drop of the scope's hold.
+    fn take_a_ping_delivered_with_a_hold(
+        mailbox: &Arc<Mailbox<Nobody>>,
+        receiver: &mut MailboxReceiver<Nobody>,
+    ) -> Arc<std::sync::atomic::AtomicUsize> {
+        let dropped = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let sender = {
+            let dropped = dropped.clone();
+            let mailbox = mailbox.clone();
+            thread::spawn(move || {
+                let hold = crate::hold::Hold::new(Counted(dropped));
+                crate::hold::scope(hold, || ping(&mailbox));
+            })
+        };
+        assert!(matches!(
+            loom::future::block_on(receiver.next()),
+            Next::User(_)
+        ));
+        sender.join().unwrap();
+        dropped
+    }
+
     /// A delivery scope's hold, given with a message that may find the actor about to sleep:
     /// whether or not the delivery is the one that wakes it, no hold is left in the mailbox
     /// once the actor has taken the message (left there, it would wait for a run that does
     /// not come, and hold back a transport's write).
     #[test]
     fn a_hold_is_never_left_behind_by_a_racing_delivery() {
-        use std::sync::atomic::AtomicUsize as Count;
-        struct Counted(Arc<Count>);
-        impl Drop for Counted {
-            fn drop(&mut self) {
-                self.0.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
-            }
-        }
         loom::model(|| {
             let (mailbox, mut receiver) = mailbox();
-            let dropped = Arc::new(Count::new(0));
-            let sender = {
-                let dropped = dropped.clone();
-                thread::spawn(move || {
-                    let hold = crate::hold::Hold::new(Counted(dropped));
-                    crate::hold::scope(hold, || ping(&mailbox));
-                })
-            };
-            assert!(matches!(
-                loom::future::block_on(receiver.next()),
-                Next::User(_)
-            ));
-            sender.join().unwrap();
+            let dropped = take_a_ping_delivered_with_a_hold(&mailbox, &mut receiver);
             // The run that took the message ends.
             crate::hold::end_run();
             assert_eq!(
                 dropped.load(std::sync::atomic::Ordering::SeqCst),
                 1,
                 "the hold went with the run (or was never attached), not left in the mailbox"
+            );
+        });
+    }
+
+    /// A hold ends once the actor has handled the messages it came with, within the run: when
+    /// the actor takes a message delivered after them, the hold is gone, whether the delivery
+    /// with the hold woke the actor (the hold came with it) or found it awake (it never did).
+    /// A busy actor would otherwise keep a read's write waiting for everything after it.
+    /// (Before holds ended here, the interleavings where the actor parked first failed.)
+    #[test]
+    fn a_hold_ends_when_the_messages_it_came_with_are_handled() {
+        loom::model(|| {
+            let (mailbox, mut receiver) = mailbox();
+            let dropped = take_a_ping_delivered_with_a_hold(&mailbox, &mut receiver);
+            // Delivered after the first was taken: a later batch, outside any scope.
+            ping(&mailbox);
+            assert!(matches!(
+                loom::future::block_on(receiver.next()),
+                Next::User(_)
+            ));
+            // The run has not ended (no `end_run` here): taking the later batch ended it.
+            assert_eq!(
+                dropped.load(std::sync::atomic::Ordering::SeqCst),
+                1,
+                "the hold outlived the messages it came with"
             );
         });
     }

@@ -32,9 +32,14 @@ struct TopArgs {
     /// Refresh interval in milliseconds.
     #[arg(long, default_value_t = 1000)]
     interval_ms: u64,
-    /// Print one plain-text view and exit (for scripts and terminals without a TUI).
+    /// Print one plain-text view and exit (for scripts and terminals without a TUI); its
+    /// rates are over the node's last period.
     #[arg(long)]
     once: bool,
+    /// The live view's rates (act/s, deact/s, membership packets and bytes per second) are
+    /// the increase across the reports of the last this many seconds.
+    #[arg(long, default_value_t = 10)]
+    window_s: u64,
 }
 
 fn main() -> anyhow::Result<()> {

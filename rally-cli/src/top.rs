@@ -4,6 +4,7 @@
 mod draw;
 mod plain;
 mod rows;
+mod window;
 
 use std::net::{SocketAddr, ToSocketAddrs};
 use std::time::Duration;
@@ -16,6 +17,7 @@ use ratatui::DefaultTerminal;
 use crate::TopArgs;
 use draw::draw;
 use plain::plain;
+use window::Window;
 
 /// Runs `rally top` with `args`.
 pub(crate) fn run(args: &TopArgs) -> anyhow::Result<()> {
@@ -25,22 +27,31 @@ pub(crate) fn run(args: &TopArgs) -> anyhow::Result<()> {
         .with_context(|| format!("cannot resolve {}", args.endpoint))?
         .next()
         .with_context(|| format!("{} resolves to no address", args.endpoint))?;
+    let window = Window::new(Duration::from_secs(args.window_s.max(1)));
     if args.once {
-        print!("{}", plain(&fetch(&agent(), addr)?));
+        print!("{}", plain(&fetch(&agent(), addr)?, &window));
         return Ok(());
     }
     let interval = Duration::from_millis(args.interval_ms.max(100));
     let terminal = ratatui::init();
-    let result = live(terminal, addr, interval);
+    let result = live(terminal, addr, interval, window);
     ratatui::restore();
     result
 }
 
-fn live(mut terminal: DefaultTerminal, addr: SocketAddr, interval: Duration) -> anyhow::Result<()> {
+fn live(
+    mut terminal: DefaultTerminal,
+    addr: SocketAddr,
+    interval: Duration,
+    mut window: Window,
+) -> anyhow::Result<()> {
     let agent = agent();
     loop {
         let report = fetch(&agent, addr);
-        terminal.draw(|frame| draw(frame, addr, &report))?;
+        if let Ok(report) = &report {
+            window.observe(std::time::Instant::now(), report);
+        }
+        terminal.draw(|frame| draw(frame, addr, &report, &window))?;
         if event::poll(interval)? {
             if let Event::Key(key) = event::read()? {
                 if matches!(key.code, KeyCode::Char('q') | KeyCode::Esc) {
@@ -84,7 +95,7 @@ mod tests {
             "utilization":1.0,"runnable_waiting":3}]}"#,
         )
         .unwrap();
-        let text = plain(&report);
+        let text = plain(&report, &Window::new(Duration::from_secs(10)));
         assert!(text.contains("/user/a"));
         assert!(text.contains("starved for threads"));
         assert!(text.contains("default          shared"));
@@ -132,7 +143,7 @@ mod tests {
 
     #[test]
     fn the_plain_view_has_a_row_per_kind_and_a_line_per_member() {
-        let text = plain(&cluster_report());
+        let text = plain(&cluster_report(), &Window::new(Duration::from_secs(10)));
         let header = text
             .lines()
             .find(|l| l.starts_with("kind "))
@@ -169,7 +180,10 @@ mod tests {
 
     #[test]
     fn the_plain_view_of_a_node_with_no_monitored_actor_says_how_to_opt_in() {
-        let text = plain(&PeriodReport::default());
+        let text = plain(
+            &PeriodReport::default(),
+            &Window::new(Duration::from_secs(10)),
+        );
         assert!(text.contains("no monitored actors"), "{text}");
         assert!(text.contains("monitored(true)"), "{text}");
         assert!(text.contains("all-actors = true"), "{text}");
@@ -181,13 +195,17 @@ mod tests {
                 "diagnosis":{"verdict":"healthy","text":"healthy"}}],"dispatchers":[]}"#,
             )
             .unwrap(),
+            &Window::new(Duration::from_secs(10)),
         );
         assert!(!one.contains("no monitored actors"), "{one}");
     }
 
     #[test]
     fn a_report_without_cluster_figures_has_no_cluster_sections() {
-        let text = plain(&PeriodReport::default());
+        let text = plain(
+            &PeriodReport::default(),
+            &Window::new(Duration::from_secs(10)),
+        );
         assert!(!text.contains("act/s"), "{text}");
         assert!(!text.contains("members up"), "{text}");
     }
@@ -198,7 +216,10 @@ mod tests {
         let mut terminal = ratatui::Terminal::new(backend).unwrap();
         let report = Ok(cluster_report());
         terminal
-            .draw(|frame| draw(frame, "127.0.0.1:1".parse().unwrap(), &report))
+            .draw(|frame| {
+                let window = Window::new(Duration::from_secs(10));
+                draw(frame, "127.0.0.1:1".parse().unwrap(), &report, &window)
+            })
             .unwrap();
         let screen: String = terminal
             .backend()
@@ -218,7 +239,10 @@ mod tests {
         let mut terminal = ratatui::Terminal::new(backend).unwrap();
         let report = Ok(PeriodReport::default());
         terminal
-            .draw(|frame| draw(frame, "127.0.0.1:1".parse().unwrap(), &report))
+            .draw(|frame| {
+                let window = Window::new(Duration::from_secs(10));
+                draw(frame, "127.0.0.1:1".parse().unwrap(), &report, &window)
+            })
             .unwrap();
         let screen: String = terminal
             .backend()

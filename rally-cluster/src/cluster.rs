@@ -3,7 +3,7 @@
 use std::pin::Pin;
 use std::sync::{Arc, Weak};
 use std::task::{Context, Poll};
-use std::time::{SystemTime, UNIX_EPOCH};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use rally_actor::ActorSystem;
 use rally_remote::RemoteNode;
@@ -21,6 +21,13 @@ use crate::provider::{
 use crate::virtual_actors::Runtime as GrainsInner;
 use crate::virtual_actors::{GetError, GrainRef, VirtualActor, VirtualActors};
 use rally_actor::sync::Mutex;
+
+mod ready;
+mod shutdown;
+
+use ready::SeedRefusals;
+pub use ready::UpError;
+pub use shutdown::{ShutdownError, ShutdownPhase};
 
 /// Why a member could not join.
 ///
@@ -140,6 +147,12 @@ pub struct Cluster {
     /// this member runs that another member must not start before it has stopped (a
     /// singleton's instance).
     leave_hooks: Arc<Mutex<Vec<LeaveHook>>>,
+    /// The seeds that refused this node ([`wait_until_up`](Self::wait_until_up)).
+    refusals: SeedRefusals,
+    /// The node and the actor system this member runs on, when it was joined with them:
+    /// [`shutdown`](Self::shutdown) stops them last.
+    node: Option<RemoteNode>,
+    system: Option<ActorSystem>,
 }
 
 /// A hand-over run by [`Cluster::leave`] before the leave is announced.
@@ -187,7 +200,12 @@ impl Cluster {
         provider: impl Provider,
     ) -> Result<Self, JoinError> {
         let local = Self::member_id(node).declaring(&config);
-        Self::join_as(system, local, config, provider)
+        // Before the provider dials the seeds: no refusal is missed.
+        let refusals = SeedRefusals::watch(node, &config.seeds);
+        let mut cluster = Self::join_as(system, local, config, provider)?;
+        cluster.refusals = refusals;
+        cluster.node = Some(node.clone());
+        Ok(cluster)
     }
 
     /// Joins as `local` (whose roles and kinds are the ones it declares; `config.roles` and
@@ -282,6 +300,9 @@ impl Cluster {
             config: Arc::new(config),
             grains: Arc::new(Mutex::new(Weak::new())),
             leave_hooks: Arc::default(),
+            refusals: SeedRefusals::none(),
+            node: None,
+            system: observer,
         })
     }
 
@@ -479,7 +500,207 @@ impl Cluster {
             .map_err(|_| LeaveError::NotInCluster)?;
         wait.await.map_err(|_| LeaveError::NotInCluster)
     }
+
+    /// Waits until this member is up (the others have admitted it: it may host and be sent
+    /// to), at most `timeout`. Returns at once if it is up already. Fails as soon as every
+    /// seed has refused this node for a reason retrying cannot fix (another secret, cluster
+    /// name or protocol version: the cause the node logs), instead of waiting out the time.
+    ///
+    /// # Errors
+    ///
+    /// [`UpError::Refused`] (every seed refused this node), [`UpError::Timeout`],
+    /// [`UpError::Stopped`] (this member left or was downed first).
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe: waiting changes nothing.
+    ///
+    /// # Example
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use rally::cluster::provider::{MemoryNetwork, MemoryProvider};
+    /// use rally::cluster::{Cluster, ClusterConfig, MemberId, MemberStatus};
+    /// use rally::remote::Incarnation;
+    ///
+    /// # #[tokio::main] async fn main() {
+    /// let me = MemberId::new("rally://c@mem:1".parse().unwrap(), Incarnation(1), 1);
+    /// let cluster = Cluster::join_with(me, ClusterConfig::default(), MemoryProvider::new(&MemoryNetwork::new())).unwrap();
+    /// cluster.wait_until_up(Duration::from_secs(10)).await.unwrap();
+    /// assert_eq!(cluster.self_member().status, MemberStatus::Up);
+    /// # }
+    /// ```
+    pub async fn wait_until_up(&self, timeout: Duration) -> Result<(), UpError> {
+        let me = self.self_member().id;
+        let mut events = self.events();
+        let mut refusals = self.refusals.clone();
+        let start = tokio::time::Instant::now();
+        let deadline = start.checked_add(timeout).unwrap_or(start + FOREVER);
+        loop {
+            if self.self_member().status == MemberStatus::Up {
+                return Ok(());
+            }
+            if let Some((seed, reason)) = refusals.all_refused() {
+                return Err(UpError::Refused { seed, reason });
+            }
+            tokio::select! {
+                event = events.next() => match event {
+                    Some(MemberEvent::Up(member)) if member == me => return Ok(()),
+                    Some(_) => {}
+                    None => return Err(UpError::Stopped),
+                },
+                () = refusals.changed() => {}
+                () = tokio::time::sleep_until(deadline) => {
+                    return Err(UpError::Timeout {
+                        waited: timeout,
+                        status: self.self_member().status,
+                    });
+                }
+            }
+        }
+    }
+
+    /// Stops this member, gracefully, in one call bounded by `timeout`, in these phases
+    /// ([`ShutdownPhase`]): leave the cluster (singletons here hand over, the others stop
+    /// routing here, virtual actors' identities move), wait until the others have removed
+    /// it, stop hosting virtual actors (each activation finishes its message and runs its
+    /// `stopped` hook; answers passed on through here get back), close the node's
+    /// connections (waiting at most 2 s for what is queued on them), stop the actor system.
+    /// The node and the system are those of
+    /// [`join`](Self::join) / [`join_using`](Self::join_using) ([`join_as`](Self::join_as)
+    /// has no node; [`join_with`](Self::join_with) neither). A phase is skipped when there is
+    /// nothing to do (already left, no virtual actors).
+    ///
+    /// Every phase runs, each within what is left of `timeout` (the node and the system get at
+    /// least 200 ms even past it): a slow phase does not keep the member from stopping. What
+    /// a member holds in memory and has not written is lost; see `docs/cluster.md`.
+    ///
+    /// # Errors
+    ///
+    /// [`ShutdownError::Overran`]: the first phase that had not finished within `timeout`.
+    ///
+    /// # Cancel safety
+    ///
+    /// Not cancel safe: dropping the future stops the phases where they are (the leave, once
+    /// announced, goes on).
+    ///
+    /// # Example
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use rally::cluster::provider::{MemoryNetwork, MemoryProvider};
+    /// use rally::cluster::{Cluster, ClusterConfig, MemberId};
+    /// use rally::remote::Incarnation;
+    ///
+    /// # #[tokio::main] async fn main() {
+    /// let me = MemberId::new("rally://c@mem:1".parse().unwrap(), Incarnation(1), 1);
+    /// let cluster = Cluster::join_with(me, ClusterConfig::default(), MemoryProvider::new(&MemoryNetwork::new())).unwrap();
+    /// cluster.wait_until_up(Duration::from_secs(10)).await.unwrap();
+    /// cluster.shutdown(Duration::from_secs(10)).await.unwrap();
+    /// assert!(cluster.leave().await.is_err(), "it has left already");
+    /// # }
+    /// ```
+    pub async fn shutdown(&self, timeout: Duration) -> Result<(), ShutdownError> {
+        let start = tokio::time::Instant::now();
+        let deadline = start.checked_add(timeout).unwrap_or(start + FOREVER);
+        let mut overran = None;
+        let mut bounded = async |phase: ShutdownPhase, at_least: Duration, work| {
+            let until = deadline.max(tokio::time::Instant::now() + at_least);
+            if tokio::time::timeout_at(until, work).await.is_err() {
+                tracing::warn!(%phase, ?timeout, "shutdown: a phase overran its bound; going on");
+                overran.get_or_insert(ShutdownError::Overran {
+                    phase,
+                    after: until - start,
+                });
+            }
+        };
+        // Subscribed before the leave: the stream ends once this member is removed.
+        let mut events = self.events();
+        let leave: std::pin::Pin<Box<dyn std::future::Future<Output = ()> + Send + '_>> =
+            Box::pin(async {
+                // Already left or downed: nothing to announce.
+                let _ = self.leave().await;
+            });
+        bounded(ShutdownPhase::Leave, Duration::ZERO, leave).await;
+        let removed = Box::pin(async move { while events.next().await.is_some() {} });
+        bounded(ShutdownPhase::Removed, Duration::ZERO, removed).await;
+        let grains = self.grains.lock().upgrade();
+        if let Some(grains) = grains.map(VirtualActors::from_runtime) {
+            let stop = Box::pin(async move { grains.shutdown().await });
+            bounded(ShutdownPhase::VirtualActors, Duration::ZERO, stop).await;
+        }
+        if let Some(node) = &self.node {
+            // `leave` returns by itself once its flush time is up: a connection to a member
+            // that is gone never drains, and is not worth the rest of the bound. A member that
+            // was downed has nobody left to tell.
+            let most = if *self.shared.downed.borrow() {
+                shutdown::LAST_PHASES_MIN
+            } else {
+                shutdown::NODE_FLUSH
+            };
+            let flush = deadline
+                .saturating_duration_since(tokio::time::Instant::now())
+                .min(most)
+                .max(shutdown::LAST_PHASES_MIN);
+            node.leave(flush).await;
+        }
+        if let Some(system) = &self.system {
+            let stop = Box::pin(async move {
+                let _ = system.shutdown().await;
+            });
+            bounded(ShutdownPhase::System, shutdown::LAST_PHASES_MIN, stop).await;
+        }
+        overran.map_or(Ok(()), Err)
+    }
+
+    /// Runs [`shutdown`](Self::shutdown) with `timeout` when the process receives SIGTERM
+    /// (what `systemctl stop`, `docker stop` and Kubernetes send), then exits the process
+    /// with code 0. Opt-in: without it SIGTERM ends the process at once, as the operating
+    /// system does by default. Call it once, after joining; on other platforms than Unix it
+    /// does nothing.
+    ///
+    /// # Panics
+    ///
+    /// Outside a tokio runtime.
+    ///
+    /// # Example
+    ///
+    /// ```no_run
+    /// # async fn run(cluster: rally::cluster::Cluster) {
+    /// use std::time::Duration;
+    /// cluster.shutdown_on_sigterm(Duration::from_secs(20));
+    /// # }
+    /// ```
+    pub fn shutdown_on_sigterm(&self, timeout: Duration) {
+        #[cfg(unix)]
+        {
+            use tokio::signal::unix::{SignalKind, signal};
+            let mut terms = match signal(SignalKind::terminate()) {
+                Ok(terms) => terms,
+                Err(e) => {
+                    tracing::warn!(error = %e, "cannot watch for SIGTERM: it ends the process at once");
+                    return;
+                }
+            };
+            let cluster = self.clone();
+            tokio::spawn(async move {
+                if terms.recv().await.is_none() {
+                    return;
+                }
+                tracing::info!(?timeout, "SIGTERM: shutting this member down");
+                if let Err(e) = cluster.shutdown(timeout).await {
+                    tracing::warn!(error = %e, "SIGTERM: the shutdown overran");
+                }
+                std::process::exit(0);
+            });
+        }
+        #[cfg(not(unix))]
+        let _ = timeout;
+    }
 }
+
+/// A time so long it stands for "no bound" (a timeout too long to add to the clock).
+const FOREVER: Duration = Duration::from_secs(100 * 365 * 24 * 3600);
 
 /// Member events as an async stream (see [`Cluster::events`]).
 ///

@@ -59,7 +59,9 @@ pub mod sim;
 mod singleton;
 pub mod virtual_actors;
 
-pub use cluster::{Cluster, DownError, JoinError, LeaveError, MemberEvents};
+pub use cluster::{
+    Cluster, DownError, JoinError, LeaveError, MemberEvents, ShutdownError, ShutdownPhase, UpError,
+};
 pub use config::{
     ClusterConfig, ClusterConfigBuilder, ClusterConfigError, DOWNED_EXIT_CODE, WhenDowned,
 };

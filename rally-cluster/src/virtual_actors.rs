@@ -6,7 +6,10 @@
 //!
 //! - A **kind** ([`VirtualActor`]) is an ordinary Rally actor built from its identity by an
 //!   async activation hook; its [`Actor::stopped`](rally_actor::Actor::stopped) hook is the
-//!   deactivation hook. Members declare the kinds they host (`ClusterConfig::kinds`) and
+//!   deactivation hook. Its state is a [`State<T>`]: loaded on activation, written before a
+//!   reply that promises it is kept (a killed process runs no hook); with an idempotency key
+//!   ([`State::apply_once`], [`GrainRef::ask_until_definite`]) an operation is applied exactly
+//!   once. Members declare the kinds they host (`ClusterConfig::kinds`) and
 //!   register them ([`VirtualActorsBuilder::kind`]); a member that declares none is
 //!   client-only and still sends.
 //! - **Placement** ([`Placement`]; [`Hashed`] by default, [`PreferLocal`]) proposes the
@@ -75,16 +78,13 @@
 //!     .store(Arc::new(MemoryStore::new()))
 //!     .start_in_memory(&GrainNetwork::new())
 //!     .unwrap();
+//! cluster.wait_until_up(Duration::from_secs(10)).await.unwrap();
 //! let ada = grains.get::<Greeter>("ada").unwrap();
-//! // The first message activates "ada" (once this member sees itself up).
-//! let reply = loop {
-//!     match ada.ask(Hello("bob".into()), Duration::from_secs(5)).await {
-//!         Ok(reply) => break reply,
-//!         Err(_) => tokio::time::sleep(Duration::from_millis(10)).await,
-//!     }
-//! };
+//! // The first message activates "ada".
+//! let reply = ada.ask(Hello("bob".into()), Duration::from_secs(5)).await.unwrap();
 //! assert_eq!(reply, "ada says hello to bob");
 //! assert_eq!(grains.stats()[0].active, 1);
+//! cluster.shutdown(Duration::from_secs(10)).await.unwrap();
 //! # }
 //! ```
 
@@ -93,12 +93,14 @@ mod config;
 mod core;
 mod driver;
 mod error;
+mod idempotent;
 mod kind;
 mod outcome;
 mod ownership;
 mod placement;
 mod runtime;
 mod slot_table;
+mod state;
 mod transport;
 
 /// Now, on the runtime's clock: tokio's, which is simulated time in a simulation
@@ -110,6 +112,7 @@ pub(crate) fn now() -> std::time::Instant {
 
 pub use config::{VirtualActorsConfig, VirtualActorsConfigBuilder};
 pub use error::{AskError, GetError, Handled, TellError};
+pub use idempotent::{IdempotencyKey, Idempotent};
 pub use kind::{Activation, GrainMessages, VirtualActor};
 pub use ownership::{Holder, Ownership, Route};
 pub use placement::{Hashed, Placement, PreferLocal, SHARDS, Scope, fingerprint, shard_of};
@@ -117,6 +120,7 @@ pub use rally_state::Fence;
 pub use runtime::{
     GrainRef, KindStats, VirtualActors, VirtualActorsBuilder, VirtualActorsStartError,
 };
+pub use state::{DEFAULT_KEY_WINDOW, MAX_KEY_BYTES, State, StateError};
 pub use transport::GrainNetwork;
 
 pub(crate) use runtime::Runtime;

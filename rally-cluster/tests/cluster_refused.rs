@@ -1,12 +1,15 @@
 //! A member of another cluster name, or with another secret, over real loopback TCP: the
 //! handshake refuses it on both sides — the joining node gets a `PeerEvent::Refused` with a
 //! clear reason, the seed counts the refused handshakes (and logs them, which rally-remote's
-//! own tests check) — and neither side ever lists the other as a member.
+//! own tests check) — and neither side ever lists the other as a member. `wait_until_up` on the
+//! refused member fails with the refusal's cause instead of waiting out its time (issue 32:
+//! `join` returned `Ok` and the member stayed `Joining`, saying nothing).
 
 #[path = "support/nodes.rs"]
 mod nodes;
 
 use rally_actor::ActorSystem;
+use rally_cluster::UpError;
 use rally_remote::{PeerEvent, RemoteConfig, RemoteNode};
 use rally_test::eventually;
 use tokio::sync::broadcast;
@@ -41,6 +44,20 @@ async fn assert_refused_both_ways(a_config: RemoteConfig, b_config: RemoteConfig
     let seeds = [a.node.address().clone()];
     let a = nodes::join(a, nodes::config(&seeds));
     let b = nodes::join(b, nodes::config(&seeds));
+    a.cluster
+        .wait_until_up(nodes::T)
+        .await
+        .expect("the seed founds its cluster");
+    match b.cluster.wait_until_up(nodes::T).await {
+        Err(UpError::Refused { seed, reason }) => {
+            assert_eq!(seed, seeds[0]);
+            assert!(
+                expect.iter().any(|e| reason.contains(e)),
+                "the refusal's cause ({expect:?}): {reason}"
+            );
+        }
+        other => panic!("the refused member waits for nothing: {other:?}"),
+    }
     let reason = refused(&mut b_events).await;
     assert!(
         expect.iter().any(|e| reason.contains(e)),

@@ -133,19 +133,31 @@ async fn bad_input_is_a_typed_error_at_the_sender_and_activates_nothing() {
         Err(AskError::UnknownMessage("test.probe.Unlisted".into()))
     );
 
-    // A kind no member hosts: a second cluster whose only host declares no kind.
+    // A kind no member hosts: a second cluster whose only member declares no kind. Its view
+    // has settled (it is up, nobody joins, nothing changed for `stable-after`: paused time
+    // passes it), so no host is on its way: refused at once.
     let lonely = TestCluster::new("nohost", VirtualActorsConfig::default());
     let alone = lonely.join(1, false, Arc::clone(&store));
     converged(&[&alone], std::slice::from_ref(&alone.id)).await;
+    tokio::time::sleep(virtual_support::fast_membership().stable_after).await;
+    let asked = Instant::now();
     assert_eq!(
         alone
             .grains
             .get::<Probe>("bad-2")
             .unwrap()
-            .ask(Where, Duration::from_millis(300))
+            .ask(Where, Duration::from_secs(300))
             .await,
-        Err(AskError::NoHost("probe".into())),
-        "no host seen within the ask's timeout"
+        Err(AskError::UnknownKind {
+            kind: "probe".into(),
+            similar: None
+        }),
+        "no host in a settled view"
+    );
+    assert_eq!(
+        asked.elapsed(),
+        Duration::ZERO,
+        "at once, not after the timeout"
     );
 
     // A member that declares the kind but never registered it.
@@ -919,4 +931,84 @@ async fn the_cluster_hands_out_refs_of_its_one_runtime() {
         bare.get::<Probe>("viacluster-1"),
         Err(GetError::NotStarted)
     ));
+}
+
+/// A kind nobody hosts, named close to one that is hosted (a typo): `probes` for `probe`.
+struct Probes;
+impl rally::Actor for Probes {}
+impl rally::cluster::virtual_actors::VirtualActor for Probes {
+    const KIND: &'static str = "probes";
+    async fn activate(_: rally::cluster::virtual_actors::Activation) -> rally::ActorResult<Self> {
+        Ok(Probes)
+    }
+    fn messages(table: &mut rally::cluster::virtual_actors::GrainMessages<Self>) {
+        table.add::<Where>();
+    }
+}
+impl rally::Handler<Where> for Probes {
+    async fn handle(
+        &mut self,
+        _: Where,
+        _: &mut rally::Context<Self>,
+    ) -> rally::ActorResult<(String, u64, u64)> {
+        Ok((String::new(), 0, 0))
+    }
+}
+
+/// Issue 32: an ask to a kind nobody hosts waited its whole timeout, then said `NoHost`; a
+/// tell returned `Ok` and vanished (no log, no dead letter). Once the view has settled, the
+/// ask fails at once and names the hosted kind of a similar name; the tell is a dead letter,
+/// counted by the actor system (and logged) under the kind's name.
+#[tokio::test(start_paused = true)]
+async fn a_kind_nobody_hosts_fails_an_ask_at_once_naming_a_similar_kind_and_a_tell_is_a_dead_letter()
+ {
+    let tc = TestCluster::new("typo", VirtualActorsConfig::default());
+    let store: Arc<dyn StateStore> = Arc::new(MemoryStore::new());
+    let host = tc.join(1, true, Arc::clone(&store));
+    let client = tc.join(2, false, Arc::clone(&store));
+    converged(&[&host, &client], &[host.id.clone(), client.id.clone()]).await;
+    // Before the view has been quiet for `stable-after` a host may be on its way: the ask
+    // waits for one, then says `NoHost`.
+    let typo = client.grains.get::<Probes>("typo-1").unwrap();
+    assert_eq!(
+        typo.ask(Where, Duration::from_millis(1)).await,
+        Err(AskError::NoHost("probes".into()))
+    );
+    tokio::time::sleep(virtual_support::fast_membership().stable_after).await;
+    let asked = Instant::now();
+    assert_eq!(
+        typo.ask(Where, Duration::from_secs(300)).await,
+        Err(AskError::UnknownKind {
+            kind: "probes".into(),
+            similar: Some("probe".into())
+        })
+    );
+    assert_eq!(asked.elapsed(), Duration::ZERO, "at once");
+    let error = typo.ask(Where, T).await.unwrap_err();
+    assert!(
+        error.to_string().contains("did you mean \"probe\""),
+        "{error}"
+    );
+
+    let mut dead = rally_test::Probe::<rally::DeadLetter>::spawn(&client.system);
+    client
+        .system
+        .event_stream()
+        .subscribe(dead.actor().recipient::<rally::DeadLetter>());
+    let before = client.system.dead_letters().count();
+    typo.tell(Where).unwrap();
+    let letter = dead.expect_msg(T).await.expect("a dead letter");
+    assert_eq!(&*letter.recipient, "grain:probes");
+    assert_eq!(letter.message_type, "test.probe.Where");
+    assert_eq!(client.system.dead_letters().count(), before + 1);
+    // The hosted kind is not affected.
+    assert!(
+        client
+            .grains
+            .get::<Probe>("typo-2")
+            .unwrap()
+            .ask(Where, T)
+            .await
+            .is_ok()
+    );
 }

@@ -13,9 +13,29 @@ pub(crate) const DEFAULT_MAX_FRAME_BYTES: u32 = 16 * 1024 * 1024;
 /// Bound on bytes queued per outbound lane: at ~100 B a message this is ~80k messages, enough
 /// to ride out a hiccup of the peer, and bounded so a dead peer cannot exhaust memory.
 pub(crate) const DEFAULT_OUTBOUND_LANE_BYTES: usize = 8 * 1024 * 1024;
-/// Ordinary lanes per association: one per core on a small machine keeps decoding parallel
-/// without multiplying connections.
-pub(crate) const DEFAULT_ORDINARY_LANES: u8 = 1;
+/// Cores per ordinary lane, by default: each lane has one reader on the receiving side (one
+/// task decodes and delivers everything the lane carries), and on a many-core machine that
+/// reader, not the cores, caps a peer's traffic. The write path's model
+/// (`docs/write-path-model.md`) puts a reader's time per message at 15–60% of what the actors
+/// it feeds spend: a lane per four cores keeps the readers ahead in most of that range, with
+/// few connections (a judgement, not a measurement: no many-core machine was at hand).
+pub(crate) const CORES_PER_ORDINARY_LANE: usize = 4;
+/// The most ordinary lanes per association by default: connections per peer stay a small set.
+pub(crate) const MAX_DEFAULT_ORDINARY_LANES: usize = 8;
+
+/// Ordinary lanes per association by default: one per [`CORES_PER_ORDINARY_LANE`] cores this
+/// process may use, at least 1 (so 1 on up to 7 cores) and at most
+/// [`MAX_DEFAULT_ORDINARY_LANES`]. Messages to one recipient always share a lane, so per-pair
+/// order holds whatever the count.
+pub(crate) fn default_ordinary_lanes() -> u8 {
+    ordinary_lanes_for(std::thread::available_parallelism().map_or(1, std::num::NonZeroUsize::get))
+}
+
+/// The default number of ordinary lanes for a process that may use `cores` cores.
+fn ordinary_lanes_for(cores: usize) -> u8 {
+    let lanes = (cores / CORES_PER_ORDINARY_LANE).clamp(1, MAX_DEFAULT_ORDINARY_LANES);
+    u8::try_from(lanes).expect("at most MAX_DEFAULT_ORDINARY_LANES, which fits a u8")
+}
 /// Heartbeat period on the control lane (Akka's remote watch uses 1 s as well).
 pub(crate) const DEFAULT_HEARTBEAT_INTERVAL: Duration = Duration::from_secs(1);
 /// How long a handshake may take before the connection is dropped: a silent or slow peer
@@ -167,7 +187,7 @@ impl Default for RemoteConfig {
             cluster_name: DEFAULT_CLUSTER_NAME.to_owned(),
             max_frame_bytes: DEFAULT_MAX_FRAME_BYTES,
             outbound_lane_bytes: DEFAULT_OUTBOUND_LANE_BYTES,
-            ordinary_lanes: DEFAULT_ORDINARY_LANES,
+            ordinary_lanes: default_ordinary_lanes(),
             large_message_destinations: Vec::new(),
             heartbeat_interval: DEFAULT_HEARTBEAT_INTERVAL,
             failure_detector: PhiAccrualConfig::default(),
@@ -629,5 +649,29 @@ impl RemoteConfigBuilder {
         }
         config.validate()?;
         Ok(config)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn one_ordinary_lane_per_four_cores_between_one_and_eight() {
+        let lanes: Vec<u8> = [1, 2, 4, 7, 8, 15, 16, 32, 33, 64, 1024]
+            .into_iter()
+            .map(ordinary_lanes_for)
+            .collect();
+        assert_eq!(lanes, [1, 1, 1, 1, 2, 3, 4, 8, 8, 8, 8]);
+    }
+
+    #[test]
+    fn the_default_lane_count_passes_validation() {
+        let config = RemoteConfig {
+            secret: b"s".to_vec(),
+            ..RemoteConfig::default()
+        };
+        assert!((1..=8).contains(&config.ordinary_lanes));
+        assert!(config.validate().is_ok(), "{config:?}");
     }
 }

@@ -6,7 +6,8 @@
 //! joins that batch and wakes nobody:
 //!
 //! - **A read's consequences leave together.** Actors woken by an inbound read (see `gate`)
-//!   hold the read until their run ends; a batch one of them opens waits for that read, and
+//!   hold the read until they have handled what it brought them (or their run ends first); a
+//!   batch one of them opens waits for that read, and
 //!   the thread that drops its last hold (the last of those actors to finish, on whatever core
 //!   it ran) writes the batch itself, with one non-blocking call. So the replies and sends one
 //!   read caused go out in one write however many idle cores ran them, and nobody wakes the

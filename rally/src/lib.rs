@@ -131,9 +131,10 @@ pub mod prelude {
     pub use rally_cluster::{Cluster, ClusterConfig, MemberEvent, MemberStatus};
 }
 
-/// The README's examples, compiled as doc tests so they stay true.
+/// The README's examples, compiled as doc tests so they stay true (the virtual-actor example
+/// needs the features the README's `[dependencies]` line turns on).
 #[doc = include_str!("../../README.md")]
-#[cfg(all(doctest, feature = "remote"))]
+#[cfg(all(doctest, feature = "cluster", feature = "state"))]
 pub struct ReadmeDoctests;
 
 /// The examples of `docs/cluster.md`, compiled as doc tests so they stay true.

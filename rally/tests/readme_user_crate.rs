@@ -136,7 +136,12 @@ fn readme_examples_build_in_a_crate_that_depends_only_on_rally() {
         .take_while(|line| line.trim() != "[dev-dependencies]")
         .map(|line| {
             if line.trim_start().starts_with("rally ") {
-                format!("rally = {{ path = {:?} }}\n", repo.join("rally"))
+                // This repository's facade, with the features the README's line turns on.
+                let features = line
+                    .split_once("features")
+                    .and_then(|(_, rest)| rest.split_once('[')?.1.split_once(']'))
+                    .map_or(String::new(), |(list, _)| format!(", features = [{list}]"));
+                format!("rally = {{ path = {:?}{features} }}\n", repo.join("rally"))
             } else {
                 format!("{line}\n")
             }

@@ -10,6 +10,7 @@ use ratatui::widgets::{Block, Borders, Paragraph, Row, Table, Wrap};
 
 use super::plain::NO_ACTORS;
 use super::rows::{KindRow, MembershipRow, kind_rows, membership_rows};
+use super::window::Window;
 
 fn colour(verdict: Verdict) -> Color {
     match verdict {
@@ -19,7 +20,12 @@ fn colour(verdict: Verdict) -> Color {
     }
 }
 
-pub(super) fn draw(frame: &mut Frame<'_>, addr: SocketAddr, report: &anyhow::Result<PeriodReport>) {
+pub(super) fn draw(
+    frame: &mut Frame<'_>,
+    addr: SocketAddr,
+    report: &anyhow::Result<PeriodReport>,
+    window: &Window,
+) {
     let report = match report {
         Ok(report) => report,
         Err(error) => {
@@ -34,8 +40,8 @@ pub(super) fn draw(frame: &mut Frame<'_>, addr: SocketAddr, report: &anyhow::Res
             return;
         }
     };
-    let kinds = kind_rows(report);
-    let membership = membership_rows(report);
+    let kinds = kind_rows(report, window);
+    let membership = membership_rows(report, window);
     let grains_height = if kinds.is_empty() {
         0
     } else {
@@ -166,7 +172,7 @@ pub(super) fn draw(frame: &mut Frame<'_>, addr: SocketAddr, report: &anyhow::Res
         .block(
             Block::default()
                 .borders(Borders::ALL)
-                .title(" virtual actors "),
+                .title(format!(" virtual actors ({}) ", window.caption(report))),
         );
         frame.render_widget(grains, grains_area);
     }

@@ -3,6 +3,7 @@
 use rally_metrics::{PeriodReport, Verdict};
 
 use super::rows::{KindRow, kind_rows, membership_rows};
+use super::window::Window;
 
 /// What the views say when the report has no actor: monitoring is opt-in per actor, so a node
 /// that opted none in shows only its dispatchers.
@@ -10,8 +11,9 @@ pub(super) const NO_ACTORS: &str = "no monitored actors: monitoring is opt-in pe
     `Props::new(actor).monitored(true)`, or monitor every actor with `all-actors = true` in \
     `[monitoring]` (or `monitoring = true` on a dispatcher); see docs/tuning.md";
 
-/// The same view as plain text.
-pub(super) fn plain(report: &PeriodReport) -> String {
+/// The same view as plain text, rates across `window` (or the node's period before it has two
+/// reports).
+pub(super) fn plain(report: &PeriodReport, window: &Window) -> String {
     let mut out = format!(
         "{:<32} {:<24} {:>6} {:>6} {:>5} {:>9} {:>9} {}\n",
         "actor", "verdict", "queue", "max", "util", "svc ms", "wait ms", "dispatcher"
@@ -47,11 +49,15 @@ pub(super) fn plain(report: &PeriodReport) -> String {
             d.runnable_waiting
         ));
     }
-    let kinds = kind_rows(report);
+    let kinds = kind_rows(report, window);
+    let membership = membership_rows(report, window);
+    if !kinds.is_empty() || !membership.is_empty() {
+        out.push_str(&format!("\n({})\n", window.caption(report)));
+    }
     if !kinds.is_empty() {
         let [k, m, a, n, r, d, mv, f] = KindRow::HEADER;
         out.push_str(&format!(
-            "\n{k:<16} {m:<32} {a:>7} {n:>11} {r:>8} {d:>8} {mv:>7} {f:>9}\n"
+            "{k:<16} {m:<32} {a:>7} {n:>11} {r:>8} {d:>8} {mv:>7} {f:>9}\n"
         ));
         for row in &kinds {
             let [k, m, a, n, r, d, mv, f] = row.cells();
@@ -60,7 +66,7 @@ pub(super) fn plain(report: &PeriodReport) -> String {
             ));
         }
     }
-    for row in membership_rows(report) {
+    for row in membership {
         out.push_str(&format!("\n{}\n", row.line()));
     }
     for a in report

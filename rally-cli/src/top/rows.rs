@@ -2,6 +2,8 @@
 
 use rally_metrics::PeriodReport;
 
+use super::window::Window;
+
 /// One kind of virtual actor on one member, from the report's `rally_grain_*` figures.
 #[derive(Debug, Clone, PartialEq)]
 pub(super) struct KindRow {
@@ -31,23 +33,32 @@ pub(super) struct MembershipRow {
 
 const STATUSES: [&str; 4] = ["joining", "up", "leaving", "down"];
 
-/// The value and rate of figure `name` with `labels`, zero if the report has none.
-fn figure(report: &PeriodReport, name: &str, labels: &[(&str, &str)]) -> (f64, f64) {
+/// The value and rate of figure `name` with `labels`, zero if the report has none: the rate
+/// across `window` when it has one, else the node's over its last period.
+fn figure(
+    report: &PeriodReport,
+    window: &Window,
+    name: &str,
+    labels: &[(&str, &str)],
+) -> (f64, f64) {
     report
         .figures_named(name, labels)
         .next()
-        .map_or((0.0, 0.0), |f| (f.value, f.rate.unwrap_or(0.0)))
+        .map_or((0.0, 0.0), |f| {
+            let rate = window.rate(name, labels).or(f.rate);
+            (f.value, rate.unwrap_or(0.0))
+        })
 }
 
 /// A row per kind and member, sorted by kind then member.
-pub(super) fn kind_rows(report: &PeriodReport) -> Vec<KindRow> {
+pub(super) fn kind_rows(report: &PeriodReport, window: &Window) -> Vec<KindRow> {
     let mut rows: Vec<KindRow> = report
         .figures_named("rally_grain_active", &[])
         .map(|active| {
             let kind = active.label("kind").unwrap_or("?");
             let member = active.label("member").unwrap_or("?");
             let labels = [("kind", kind), ("member", member)];
-            let get = |name| figure(report, name, &labels);
+            let get = |name| figure(report, window, name, &labels);
             let (activations, activations_per_s) = get("rally_grain_activations_total");
             KindRow {
                 kind: kind.to_owned(),
@@ -66,18 +77,19 @@ pub(super) fn kind_rows(report: &PeriodReport) -> Vec<KindRow> {
 }
 
 /// A row per member whose membership figures the report carries.
-pub(super) fn membership_rows(report: &PeriodReport) -> Vec<MembershipRow> {
+pub(super) fn membership_rows(report: &PeriodReport, window: &Window) -> Vec<MembershipRow> {
     report
         .figures_named("rally_cluster_members_unreachable", &[])
         .map(|unreachable| {
             let member = unreachable.label("member").unwrap_or("?");
             let labels = [("member", member)];
-            let get = |name| figure(report, name, &labels);
+            let get = |name| figure(report, window, name, &labels);
             MembershipRow {
                 member: member.to_owned(),
                 statuses: STATUSES.map(|status| {
                     figure(
                         report,
+                        window,
                         "rally_cluster_members",
                         &[("member", member), ("status", status)],
                     )

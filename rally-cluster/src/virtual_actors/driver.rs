@@ -11,7 +11,7 @@ use rally_actor::sync::{Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 use bytes::BytesMut;
-use rally_actor::{ActorRef, Handler, Props};
+use rally_actor::{ActorRef, DeadLetterReason, Handler, Props};
 use rally_remote::{
     GrainAnswer, GrainAsk, GrainFlags, GrainOutcome, GrainRequest, GrainSend, Handled,
     RemoteMessage, UniqueAddress,
@@ -38,7 +38,7 @@ impl<K: VirtualActor> Types for Live<K> {
 }
 
 /// An instant so far ahead that it stands for "never" (an ask with an unbounded timeout).
-const FAR: Duration = Duration::from_secs(100 * 365 * 24 * 3600);
+pub(crate) const FAR: Duration = Duration::from_secs(100 * 365 * 24 * 3600);
 
 /// One kind on this member: its core, and how its effects are done.
 pub(crate) struct KindDriver<K: VirtualActor> {
@@ -55,6 +55,9 @@ pub(crate) struct KindDriver<K: VirtualActor> {
     relays: AtomicUsize,
     /// Member events taken in: a sender's cached route is good while this holds.
     generation: AtomicU64,
+    /// Tells refused so far (dead letters): the first is logged as a warning, the rest at
+    /// debug level, so that a loop of tells to a kind nobody hosts does not flood the log.
+    dead_tells: AtomicU64,
 }
 
 impl<K: VirtualActor> KindDriver<K> {
@@ -70,6 +73,7 @@ impl<K: VirtualActor> KindDriver<K> {
             drained: Notify::new(),
             relays: AtomicUsize::new(0),
             generation: AtomicU64::new(0),
+            dead_tells: AtomicU64::new(0),
         });
         spawn_timer(Arc::downgrade(&driver));
         driver
@@ -219,6 +223,23 @@ impl<K: VirtualActor> KindDriver<K> {
         let (call, (answer, held)) = TypedCall::ask(K::KIND, msg, until.into_std());
         self.request(Arc::clone(identity), Box::new(call));
         self.answer(answer, &held, identity, until, timeout).await
+    }
+
+    /// A tell that was refused (it has nobody to answer): counted in the actor system's dead
+    /// letters, under the recipient `grain:<kind>`, and logged (a warning for the first of
+    /// this kind on this member).
+    fn dead_letter(&self, manifest: &'static str, refusal: &Refusal) {
+        let recipient: Arc<str> = Arc::from(format!("grain:{}", K::KIND));
+        self.shared.system.dead_letters().record(
+            &recipient,
+            manifest,
+            DeadLetterReason::Unreachable,
+        );
+        if self.dead_tells.fetch_add(1, Ordering::Relaxed) == 0 {
+            tracing::warn!(kind = K::KIND, message = manifest, %refusal, "a tell to a virtual actor was not delivered (a dead letter; later ones of this kind are logged at debug level)");
+        } else {
+            tracing::debug!(kind = K::KIND, message = manifest, %refusal, "a tell to a virtual actor was not delivered (a dead letter)");
+        }
     }
 
     /// A tell from a sender on this member.
@@ -412,7 +433,12 @@ impl<K: VirtualActor> KindDriver<K> {
                     }),
                 );
             }
-            Effect::Refuse { call, refusal } => call.refuse(refusal),
+            Effect::Refuse { call, refusal } => {
+                if call.deadline().is_none() {
+                    self.dead_letter(call.manifest(), &refusal);
+                }
+                call.refuse(refusal);
+            }
             Effect::Store { op, request } => {
                 let store = Arc::clone(&self.shared.store);
                 let owner = Arc::clone(&self.shared.owner_key);

@@ -79,6 +79,17 @@ pub enum AskError {
     /// Not handled: no serving member hosts the kind, and none was seen before the timeout.
     #[error("no member hosts kind {0:?}")]
     NoHost(String),
+    /// Not handled, at once: every member this member sees is up (none is joining), no member
+    /// event came for `stable-after`, and no member hosts the kind, so no host is on its way; `similar` is a kind some member hosts whose
+    /// name is close (a typo in a kind's name, or a member started without it). Before the
+    /// view has settled, a message waits for a host instead (then [`NoHost`](Self::NoHost)).
+    #[error("no member hosts kind {kind:?}{}", similar.as_ref().map(|s| format!(" (did you mean {s:?}?)")).unwrap_or_default())]
+    UnknownKind {
+        /// The kind asked for.
+        kind: String,
+        /// A hosted kind with a similar name.
+        similar: Option<String>,
+    },
     /// Not handled: the member it reached declares the kind but has not registered it.
     #[error("member {member} does not host kind {kind:?}")]
     NotHosted {
@@ -153,6 +164,10 @@ impl AskError {
             Refusal::Stopped => Self::Stopped,
             Refusal::Unreachable(why) => Self::Unreachable(why),
             Refusal::NoHost => Self::NoHost(kind.to_owned()),
+            Refusal::UnknownKind(similar) => Self::UnknownKind {
+                kind: kind.to_owned(),
+                similar,
+            },
             Refusal::NotHosted(member) => Self::NotHosted {
                 kind: kind.to_owned(),
                 member,
@@ -184,6 +199,7 @@ mod tests {
             Refusal::Stopped,
             Refusal::Unreachable("gone".into()),
             Refusal::NoHost,
+            Refusal::UnknownKind(Some("cart".into())),
             Refusal::NotHosted("m".into()),
             Refusal::UnknownMessage("x".into()),
             Refusal::Undecodable("x".into()),

@@ -24,31 +24,27 @@ use super::transport::InboundReply;
 /// it, and deactivated (its [`Actor::stopped`] hook runs) when idle, when its member holds
 /// too many, or when it moves to another member.
 ///
+/// Its state is a [`State<T>`](super::State): loaded by the activation hook, written before
+/// a reply that promises it is kept. A process can be killed at any instant, and then no
+/// hook runs: what was written survives, what was only in memory does not.
+///
 /// # Example
 ///
 /// ```
 /// use rally::{Actor, ActorResult, Context, Handler, Message};
-/// use rally::cluster::virtual_actors::{Activation, GrainMessages, VirtualActor};
+/// use rally::cluster::virtual_actors::{Activation, GrainMessages, State, VirtualActor};
 /// use rally::remote::RemoteMessage;
 /// use serde::{Deserialize, Serialize};
 ///
-/// struct Counter { activation: Activation, count: u64 }
+/// struct Counter { count: State<u64> }
 ///
-/// impl Actor for Counter {
-///     // The deactivation hook: save before going.
-///     async fn stopped(&mut self, _: &mut Context<Self>) {
-///         let _ = self.activation.save(&self.count.to_le_bytes()).await;
-///     }
-/// }
+/// impl Actor for Counter {}
 ///
 /// impl VirtualActor for Counter {
 ///     const KIND: &'static str = "counter";
 ///     async fn activate(activation: Activation) -> ActorResult<Self> {
-///         let count = match activation.load().await? {
-///             Some(bytes) => u64::from_le_bytes(bytes.as_slice().try_into()?),
-///             None => 0,
-///         };
-///         Ok(Counter { activation, count })
+///         // What the last activation wrote, wherever it ran (0 the first time).
+///         Ok(Counter { count: State::load(&activation).await? })
 ///     }
 ///     fn messages(table: &mut GrainMessages<Self>) {
 ///         table.add::<Add>();
@@ -61,8 +57,10 @@ use super::transport::InboundReply;
 /// impl RemoteMessage for Add { const MANIFEST: &'static str = "example.counter.Add"; }
 /// impl Handler<Add> for Counter {
 ///     async fn handle(&mut self, msg: Add, _: &mut Context<Self>) -> ActorResult<u64> {
-///         self.count += msg.0;
-///         Ok(self.count)
+///         *self.count += msg.0;
+///         // The reply says the count is kept: write it first.
+///         self.count.write().await?;
+///         Ok(*self.count)
 ///     }
 /// }
 /// ```
@@ -87,7 +85,9 @@ pub trait VirtualActor: Actor {
 }
 
 /// One activation of a virtual actor (one *life* of its identity on a member): its identity, the
-/// lease it acts under, its [`Fence`], and its state in the store.
+/// lease it acts under, its [`Fence`], and its state in the store. [`State<T>`](super::State)
+/// keeps a typed state through it (the usual way); [`load`](Self::load) and
+/// [`save`](Self::save) are the raw bytes underneath.
 ///
 /// Every life has a fence of its own, `(epoch, life)`: the epoch of the lease it acts under
 /// and its number under that lease. The store applies a save only while the epoch is held and
@@ -250,6 +250,17 @@ impl LifeState {
             saves: AtomicUsize::new(0),
             stopped: AtomicBool::new(false),
             over: Mutex::new(Some((to, identity, life))),
+        }
+    }
+
+    /// A life whose end nobody hears of (for tests of what its handles do).
+    #[cfg(test)]
+    pub(crate) fn unwatched(watcher: ActorId) -> Self {
+        Self {
+            watcher,
+            saves: AtomicUsize::new(0),
+            stopped: AtomicBool::new(false),
+            over: Mutex::new(None),
         }
     }
 

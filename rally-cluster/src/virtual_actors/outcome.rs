@@ -19,6 +19,10 @@ pub(crate) enum Refusal {
     Unreachable(String),
     /// No serving member hosts the kind.
     NoHost,
+    /// No member of this member's settled view (it is up, nobody is joining) hosts the kind:
+    /// refused at once, with a kind of a similar name that some member hosts, if any. On the
+    /// wire it is `NoHost` with that name as its text.
+    UnknownKind(Option<String>),
     /// The member declares the kind but has not registered it.
     NotHosted(String),
     /// The message type is not registered for the kind.
@@ -57,6 +61,9 @@ impl Refusal {
             Self::Stopped => (GrainOutcome::STOPPED, String::new()),
             Self::Unreachable(why) => (GrainOutcome::UNREACHABLE, text(why)),
             Self::NoHost => (GrainOutcome::NO_HOST, String::new()),
+            Self::UnknownKind(similar) => {
+                (GrainOutcome::NO_HOST, similar.clone().unwrap_or_default())
+            }
             Self::NotHosted(member) => (GrainOutcome::NOT_HOSTED, text(member)),
             Self::UnknownMessage(manifest) => (GrainOutcome::UNKNOWN_MESSAGE, text(manifest)),
             Self::Undecodable(why) => (GrainOutcome::UNDECODABLE, text(why)),
@@ -78,7 +85,8 @@ impl Refusal {
         match outcome {
             GrainOutcome::STOPPED => Self::Stopped,
             GrainOutcome::UNREACHABLE => Self::Unreachable(text),
-            GrainOutcome::NO_HOST => Self::NoHost,
+            GrainOutcome::NO_HOST if text.is_empty() => Self::NoHost,
+            GrainOutcome::NO_HOST => Self::UnknownKind(Some(text)),
             GrainOutcome::NOT_HOSTED => Self::NotHosted(text),
             GrainOutcome::UNKNOWN_MESSAGE => Self::UnknownMessage(text),
             GrainOutcome::UNDECODABLE => Self::Undecodable(text),
@@ -101,6 +109,11 @@ impl fmt::Display for Refusal {
             Self::Stopped => f.write_str("the member's virtual-actor runtime has stopped"),
             Self::Unreachable(why) => write!(f, "the member did not take the call: {why}"),
             Self::NoHost => f.write_str("no member hosts the kind"),
+            Self::UnknownKind(None) => f.write_str("no member of the settled view hosts the kind"),
+            Self::UnknownKind(Some(similar)) => write!(
+                f,
+                "no member of the settled view hosts the kind (kind {similar:?} is hosted)"
+            ),
             Self::NotHosted(member) => {
                 write!(f, "member {member} declares the kind but does not host it")
             }

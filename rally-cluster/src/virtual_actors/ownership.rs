@@ -85,6 +85,8 @@ pub struct Ownership {
     membership: ClusterConfig,
     extra: Duration,
     members: BTreeMap<MemberId, Seen>,
+    /// When the last member event came.
+    changed_at: Option<Instant>,
     /// Holders met that are in no record, with when first met.
     unknown: BTreeMap<String, Instant>,
     stopped: bool,
@@ -131,6 +133,7 @@ impl Ownership {
             membership: membership.clone(),
             extra,
             members: BTreeMap::new(),
+            changed_at: None,
             unknown: BTreeMap::new(),
             stopped: false,
             kinds: HashMap::new(),
@@ -152,6 +155,7 @@ impl Ownership {
 
     /// Takes in an event seen at `now`.
     pub fn apply(&mut self, event: &MemberEvent, now: Instant) {
+        self.changed_at = Some(now);
         self.record(event, now);
         self.rebuild_hosts(now);
     }
@@ -195,6 +199,38 @@ impl Ownership {
         if *id == self.local && matches!(seen.status, MemberStatus::Down | MemberStatus::Removed) {
             self.stopped = true;
         }
+    }
+
+    /// Whether this view has settled at `now`: this member sees itself up, no member it sees
+    /// is still joining, and no member event came for `stable-after` (members that start
+    /// together see each other within it). A kind no member of a settled view hosts has no
+    /// host on its way.
+    pub fn is_settled(&self, now: Instant) -> bool {
+        let quiet = self
+            .changed_at
+            .is_some_and(|at| now.saturating_duration_since(at) >= self.membership.stable_after);
+        quiet
+            && self.is_up()
+            && self
+                .members
+                .values()
+                .all(|seen| seen.status != MemberStatus::Joining)
+    }
+
+    /// A kind some member of this view hosts whose name is close to `kind` (at most a third
+    /// of its letters differ, at least one; case and `-`/`_` aside), the closest first.
+    pub fn similar_kind(&self, kind: &str) -> Option<String> {
+        let fold = |s: &str| s.to_lowercase().replace(['-', '_'], "");
+        let wanted = fold(kind);
+        let allowed = (wanted.chars().count() / 3).max(1);
+        self.kinds
+            .keys()
+            .chain(self.local.kinds.keys())
+            .filter(|hosted| hosted.as_str() != kind)
+            .map(|hosted| (strsim::levenshtein(&fold(hosted), &wanted), hosted))
+            .filter(|(distance, _)| *distance <= allowed)
+            .min()
+            .map(|(_, hosted)| hosted.clone())
     }
 
     /// Whether this member was downed or removed: it must hold no activation any more.

@@ -20,6 +20,7 @@ use super::config::VirtualActorsConfig;
 use super::core::KindCore;
 use super::driver::KindDriver;
 use super::error::{AskError, GetError, TellError};
+use super::idempotent::{Idempotent, Next, Retry};
 use super::kind::VirtualActor;
 use super::outcome::Refusal;
 use super::ownership::Ownership;
@@ -340,10 +341,13 @@ impl Inbound for Runtime {
 ///     .store(Arc::new(SqliteStore::open("/var/lib/shop/grains.db").unwrap()))
 ///     .start(&node)
 ///     .unwrap();
+/// cluster.wait_until_up(Duration::from_secs(30)).await.unwrap();
 /// // From the runtime or from the cluster: the same ref.
 /// let cart = grains.get::<Cart>("user-42").unwrap();
 /// let _same = cluster.get::<Cart>("user-42").unwrap();
 /// let items = cart.ask(Count, Duration::from_secs(5)).await.unwrap();
+/// // Leave, stop hosting, close the node, stop the system: one call, bounded.
+/// cluster.shutdown(Duration::from_secs(20)).await.unwrap();
 /// # }
 /// ```
 #[derive(Clone)]
@@ -621,6 +625,64 @@ impl<K: VirtualActor> GrainRef<K> {
         self.driver
             .ask(&self.identity, msg, timeout, &self.route)
             .await
+    }
+
+    /// Asks until there is a definite answer or `deadline` has passed: sends the same message
+    /// (with the same idempotency key) again after every error a retry may change (a timeout,
+    /// a lost connection, a member gone in a failover, no host seen yet, a failed handler),
+    /// and returns the first reply. Each attempt waits at most a quarter of `deadline`
+    /// (at least 500 ms); errors that come back at once are retried after a pause that
+    /// doubles from 50 ms to 1 s. With a handler that applies each key once
+    /// ([`State::apply_once`](super::State::apply_once)), the operation is applied exactly
+    /// once and this returns its reply, across failovers too: give it a deadline longer than
+    /// a failover (about 8 s with the default settings, `docs/cluster.md`).
+    ///
+    /// # Errors
+    ///
+    /// The last attempt's [`AskError`] once `deadline` has passed (`handled()` says what is
+    /// known of every attempt together only if it is `No` for each: an `Unknown` attempt
+    /// before may have been applied, and a retry within the key window would answer it), or
+    /// at once an error no retry changes ([`AskError::UnknownMessage`],
+    /// [`AskError::Undeliverable`], [`AskError::SettingsMismatch`],
+    /// [`AskError::InvalidTimeout`], [`AskError::Stopped`]).
+    ///
+    /// # Cancel safety
+    ///
+    /// Dropping the future stops the retries; an attempt under way may still be handled.
+    pub async fn ask_until_definite<M>(
+        &self,
+        msg: M,
+        deadline: Duration,
+    ) -> Result<M::Reply, AskError>
+    where
+        M: Idempotent,
+        K: Handler<M>,
+    {
+        let mut retry = Retry::new(super::now(), deadline);
+        loop {
+            // Only a zero deadline has no time for a first attempt: every retry is decided
+            // with the time left in view.
+            let Some(timeout) = retry.attempt_timeout(super::now()) else {
+                return Err(AskError::InvalidTimeout);
+            };
+            let error = match self.ask(msg.clone(), timeout).await {
+                Ok(reply) => return Ok(reply),
+                Err(error) => error,
+            };
+            match retry.after(super::now(), &error) {
+                Next::GiveUp => return Err(error),
+                Next::After(pause) => {
+                    tracing::debug!(
+                        kind = K::KIND,
+                        identity = %self.identity,
+                        key = msg.idempotency_key(),
+                        %error,
+                        "asking again with the same idempotency key"
+                    );
+                    tokio::time::sleep(pause).await;
+                }
+            }
+        }
     }
 }
 

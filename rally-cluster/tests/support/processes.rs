@@ -20,6 +20,9 @@
 //! @@ <mono-ns> TOLD <numbers sent to each identity>
 //! @@ <mono-ns> DISORDER <identity> <count> <number>
 //! @@ <mono-ns> STOPPED <member>
+//! @@ <mono-ns> DEP <OK|ERR> <account> <seq> <balance|handled> <owner|error>
+//! @@ <mono-ns> BANKED <account>
+//! @@ <mono-ns> BAL <account> <balance>
 //! ```
 //!
 //! `<member>` is `rally://<cluster>@<host>:<port>#<incarnation>`. Commands on stdin:
@@ -28,7 +31,10 @@
 //! `<prefix>-0..count` the numbers 1, 2, 3, … as tells, never waiting for one to be handled,
 //! until `untell`, then reports how many; an identity handling a number that is not its count
 //! plus one reports `DISORDER`), `stats`, `leave` (leaves the cluster gracefully; the process
-//! then stops).
+//! then stops), `bank <prefix> <accounts> <deposits> <plain|keyed>` (deposits 1 into each of
+//! `<prefix>-0..accounts`, `<deposits>` times one after another per account: `plain` with one
+//! `ask` each, `keyed` with `ask_until_definite` and an idempotency key per deposit; reports
+//! each outcome and each account done), `balances <prefix> <accounts>` (each balance).
 
 #![allow(dead_code, unreachable_pub)]
 
@@ -39,7 +45,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use rally::cluster::virtual_actors::{
-    Activation, GrainMessages, VirtualActor, VirtualActors, VirtualActorsConfig,
+    Activation, GrainMessages, IdempotencyKey, Idempotent, State, VirtualActor, VirtualActors,
+    VirtualActorsConfig,
 };
 use rally::cluster::{Cluster, ClusterConfig, ClusterSingleton, MemberEvent, MemberId};
 use rally::remote::{
@@ -62,6 +69,8 @@ pub const CLUSTER: &str = "procs";
 const SECRET: &[u8] = b"multi-process cluster secret";
 /// The virtual-actor kind of the member processes.
 pub const KIND: &str = "counter";
+/// The bank-account kind (typed state, as the guide's examples keep it).
+pub const ACCOUNT: &str = "account";
 
 /// The membership settings every member process runs with: the default probing (500 ms,
 /// 200 ms), a 2 s stable-after, and down members forgotten after 2 s so that `Removed` is
@@ -113,6 +122,8 @@ pub struct Spec {
     pub rejoin: bool,
     /// Runs with the default `when-downed = exit` (the others stop when downed).
     pub exit_when_downed: bool,
+    /// SIGTERM runs `Cluster::shutdown` and ends the process (`shutdown_on_sigterm`).
+    pub sigterm: bool,
 }
 
 impl Spec {
@@ -142,6 +153,7 @@ impl Spec {
             ),
             ("RCM_REJOIN", u8::from(self.rejoin).to_string()),
             ("RCM_EXIT", u8::from(self.exit_when_downed).to_string()),
+            ("RCM_SIGTERM", u8::from(self.sigterm).to_string()),
         ]
     }
 
@@ -162,6 +174,7 @@ impl Spec {
                 .map(PathBuf::from),
             rejoin: var("RCM_REJOIN") == "1",
             exit_when_downed: var("RCM_EXIT") == "1",
+            sigterm: var("RCM_SIGTERM") == "1",
         }
     }
 }
@@ -278,6 +291,106 @@ impl Handler<Next> for Counter {
     }
 }
 
+/// The bank account of the guide's recipe: a typed state written before every reply.
+pub struct Account {
+    balance: State<u64>,
+}
+
+impl Actor for Account {}
+
+impl VirtualActor for Account {
+    const KIND: &'static str = ACCOUNT;
+
+    async fn activate(activation: Activation) -> ActorResult<Self> {
+        Ok(Self {
+            balance: State::load(&activation).await?,
+        })
+    }
+
+    fn messages(table: &mut GrainMessages<Self>) {
+        table
+            .add::<Deposit>()
+            .add::<KeyedDeposit>()
+            .add::<Balance>();
+    }
+}
+
+/// Adds to the balance, writes it, then replies with (balance, owner).
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Deposit(pub u64);
+impl Message for Deposit {
+    type Reply = (u64, String);
+}
+impl RemoteMessage for Deposit {
+    const MANIFEST: &'static str = "test.procs.Deposit";
+}
+impl Handler<Deposit> for Account {
+    async fn handle(&mut self, msg: Deposit, _: &mut Context<Self>) -> ActorResult<(u64, String)> {
+        *self.balance += msg.0;
+        self.balance.write().await?;
+        Ok((*self.balance, self.balance.activation().owner().to_owned()))
+    }
+}
+
+/// A deposit applied once per key; replies with the balance after it and the member that
+/// applied it (a deposit sent again is answered with the first reply).
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct KeyedDeposit {
+    pub key: IdempotencyKey,
+    pub amount: u64,
+    /// How long the handler goes on after the write before it replies (work after the
+    /// write, as a call to another service): a member killed then has applied the deposit,
+    /// and its caller never hears so.
+    pub linger_ms: u64,
+}
+impl Message for KeyedDeposit {
+    type Reply = (u64, String);
+}
+impl RemoteMessage for KeyedDeposit {
+    const MANIFEST: &'static str = "test.procs.KeyedDeposit";
+}
+impl Idempotent for KeyedDeposit {
+    fn idempotency_key(&self) -> &str {
+        self.key.as_str()
+    }
+}
+impl Handler<KeyedDeposit> for Account {
+    async fn handle(
+        &mut self,
+        msg: KeyedDeposit,
+        _: &mut Context<Self>,
+    ) -> ActorResult<(u64, String)> {
+        let (amount, owner) = (msg.amount, self.balance.activation().owner().to_owned());
+        Ok(self
+            .balance
+            .apply_once(msg.key.as_str(), |balance| {
+                *balance += amount;
+                (*balance, owner)
+            })
+            .await
+            .map(|reply| async move {
+                tokio::time::sleep(Duration::from_millis(msg.linger_ms)).await;
+                reply
+            })?
+            .await)
+    }
+}
+
+/// The balance.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Balance;
+impl Message for Balance {
+    type Reply = u64;
+}
+impl RemoteMessage for Balance {
+    const MANIFEST: &'static str = "test.procs.Balance";
+}
+impl Handler<Balance> for Account {
+    async fn handle(&mut self, _: Balance, _: &mut Context<Self>) -> ActorResult<u64> {
+        Ok(*self.balance)
+    }
+}
+
 struct Life {
     system: ActorSystem,
     node: RemoteNode,
@@ -321,6 +434,7 @@ impl Life {
         }
         if spec.hosts_grains {
             config.kinds.push(KIND.into());
+            config.kinds.push(ACCOUNT.into());
         }
         if spec.exit_when_downed {
             config.when_downed = rally::cluster::WhenDowned::Exit;
@@ -332,6 +446,9 @@ impl Life {
             config.roles.push(SINGLETON_ROLE.into());
         }
         let cluster = Cluster::join(&system, &node, config.clone()).expect("joins");
+        if spec.sigterm {
+            cluster.shutdown_on_sigterm(Duration::from_secs(20));
+        }
         let me = cluster.self_member().id;
         let member = me.to_string();
         // The documented hook: said as soon as this member learns it was downed.
@@ -380,7 +497,7 @@ impl Life {
                 .config(grains_config())
                 .membership(&config);
             if spec.hosts_grains {
-                builder.kind::<Counter>();
+                builder.kind::<Counter>().kind::<Account>();
             }
             Arc::new(builder.start(&node).expect("virtual actors start"))
         });
@@ -463,6 +580,36 @@ impl Life {
                     say(&format!("TOLD {sent}"));
                 });
             }
+            (["bank", prefix, accounts, deposits, mode], Some(grains)) => {
+                let keyed = match *mode {
+                    "plain" => false,
+                    "keyed" => true,
+                    other => panic!("bank mode {other:?}"),
+                };
+                let deposits: u64 = deposits.parse().expect("a number");
+                for i in 0..accounts.parse::<u64>().expect("a number") {
+                    let account = format!("{prefix}-{i}");
+                    let grains = Arc::clone(&grains);
+                    tokio::spawn(async move { bank(&grains, &account, deposits, keyed).await });
+                }
+            }
+            (["balances", prefix, accounts], Some(grains)) => {
+                for i in 0..accounts.parse::<u64>().expect("a number") {
+                    let account = format!("{prefix}-{i}");
+                    let grains = Arc::clone(&grains);
+                    tokio::spawn(async move {
+                        let grain = grains.get::<Account>(&account).expect("valid");
+                        // A read, safe to send again.
+                        loop {
+                            match grain.ask(Balance, Duration::from_secs(10)).await {
+                                Ok(balance) => break say(&format!("BAL {account} {balance}")),
+                                Err(e) => eprintln!("member: balance of {account}: {e}"),
+                            }
+                            tokio::time::sleep(Duration::from_millis(100)).await;
+                        }
+                    });
+                }
+            }
             (["untell"], _) => self
                 .untell
                 .store(true, std::sync::atomic::Ordering::Relaxed),
@@ -491,13 +638,11 @@ impl Life {
             .as_ref()
             .is_some_and(ClusterSingleton::is_hosting);
         drop(self.singleton);
-        if let Some(grains) = &self.grains {
-            grains.shutdown().await;
+        // One call: leave (if not left or downed yet), virtual actors, node, system.
+        if let Err(e) = self.cluster.shutdown(T).await {
+            eprintln!("member: {e}");
         }
-        drop(self.cluster);
-        self.node.leave(Duration::from_millis(100)).await;
-        drop(self.node);
-        let _ = self.system.shutdown().await;
+        drop((self.grains, self.node, self.system));
         say(&format!("STOPPED {} hosting={hosting}", self.me));
     }
 }
@@ -515,6 +660,38 @@ async fn ask(grains: &VirtualActors, identity: &str, n: u64) {
         Ok((count, owner, epoch)) => say(&format!("REPLY {identity} {count} {owner} {epoch}")),
         Err(e) => say(&format!("ASKERR {identity} {e}")),
     }
+}
+
+/// Deposits 1 into `account`, `deposits` times, one after another: `keyed`, each with its own
+/// idempotency key, sent until definite (a minute at most), its handler replying 200 ms after
+/// its write (so that a kill mostly falls after a write and before its reply); else one `ask`
+/// each.
+async fn bank(grains: &VirtualActors, account: &str, deposits: u64, keyed: bool) {
+    let grain = grains.get::<Account>(account).expect("valid");
+    for seq in 0..deposits {
+        let outcome = if keyed {
+            let deposit = KeyedDeposit {
+                key: IdempotencyKey::new(),
+                amount: 1,
+                linger_ms: 200,
+            };
+            grain
+                .ask_until_definite(deposit, Duration::from_secs(60))
+                .await
+        } else {
+            grain.ask(Deposit(1), Duration::from_secs(10)).await
+        };
+        match outcome {
+            Ok((balance, owner)) => say(&format!("DEP OK {account} {seq} {balance} {owner}")),
+            Err(e) => say(&format!(
+                "DEP ERR {account} {seq} {:?} {}",
+                e.handled(),
+                e.to_string().replace(' ', "_")
+            )),
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    say(&format!("BANKED {account}"));
 }
 
 /// The member process: runs until stdin closes or it is killed.
@@ -605,7 +782,7 @@ impl Ready {
             self.generation,
         );
         if hosts_grains {
-            id.with_kinds([KIND])
+            id.with_kinds([KIND, ACCOUNT])
         } else {
             id
         }
@@ -827,6 +1004,13 @@ impl MemberProcess {
             }
         })
         .await;
+        at
+    }
+
+    /// SIGTERM; returns the instant it was sent.
+    pub fn terminate(&mut self) -> u64 {
+        let at = mono_ns();
+        nix::sys::signal::kill(self.pid(), nix::sys::signal::Signal::SIGTERM).expect("term");
         at
     }
 

@@ -2,7 +2,8 @@
 //!
 //! Each read of an inbound connection delivers its messages inside a delivery scope
 //! (`rally_actor::hold::scope`) with a fresh [`ReadHold`]. Every actor those deliveries wake
-//! keeps a clone until its run ends. A frame pushed by such a run (or by the reader itself)
+//! keeps a clone until it has handled the messages it took with it (or its run ends first).
+//! A frame pushed by such a run (or by the reader itself)
 //! that opens a lane's batch gates the batch on the read: the lane is linked here, and when the
 //! last clone is dropped (every woken actor has run, and the reader is done with the read), the
 //! drop releases each linked lane, and the thread that dropped it writes the batch. So the

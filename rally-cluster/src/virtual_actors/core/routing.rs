@@ -110,6 +110,13 @@ impl<T: Types> KindCore<T> {
                 );
             }
             Route::Remote(to) => self.forward(identity, to, call, false),
+            // No host on its way: every member this one sees is up, none hosts the kind, and
+            // the view has not changed for `stable-after`. A call sent here is refused at
+            // once (one from another member still waits: its sender's view saw a host).
+            Route::NoHost if call.hops() == 0 && self.ownership.is_settled(now) => {
+                let similar = self.ownership.similar_kind(self.kind);
+                self.refuse(call, Refusal::UnknownKind(similar));
+            }
             Route::NoHost => self.wait_for_view(identity, call, None, now),
         }
     }
