@@ -90,6 +90,19 @@ pub(super) struct Active<T: Types> {
     queue: Queue<T>,
 }
 
+impl<T: Types> Active<T> {
+    /// Gives `call` to the life, which is free: it is busy until the call is done.
+    fn hand(&mut self, identity: &Arc<str>, call: T::Call) -> Effect<T> {
+        self.busy = call.deadline().map_or(Busy::Tell, Busy::Ask);
+        Effect::Deliver {
+            identity: Arc::clone(identity),
+            life: self.life,
+            actor: self.actor.clone(),
+            call,
+        }
+    }
+}
+
 impl<T: Types> Slot<T> {
     /// The calls waiting in the slot.
     pub(super) fn queue_mut(&mut self) -> &mut Queue<T> {
@@ -148,14 +161,8 @@ impl<T: Types> KindCore<T> {
                 self.refuse(call, Refusal::Expired);
                 return Ok(());
             }
-            active.busy = call.deadline().map_or(Busy::Tell, Busy::Ask);
-            let (life, actor) = (active.life, active.actor.clone());
-            self.emit(Effect::Deliver {
-                identity: Arc::clone(identity),
-                life,
-                actor,
-                call,
-            });
+            let deliver = active.hand(identity, call);
+            self.emit(deliver);
             return Ok(());
         }
         if let Err(call) = enqueue::<T>(slot.queue_mut(), call) {
@@ -344,14 +351,8 @@ impl<T: Types> KindCore<T> {
             }
         }
         if let Some(call) = next {
-            active.busy = call.deadline().map_or(Busy::Tell, Busy::Ask);
-            let (life, actor) = (active.life, active.actor.clone());
-            self.emit(Effect::Deliver {
-                identity: Arc::clone(identity),
-                life,
-                actor,
-                call,
-            });
+            let deliver = active.hand(identity, call);
+            self.emit(deliver);
         } else {
             active.idle_since = now;
             // A life at rest keeps no buffer (its first call waited in one while it activated):
