@@ -11,9 +11,10 @@ use std::time::Duration;
 
 use bytes::BytesMut;
 use nodes::{T, client_node, config};
+use rally_actor::ActorSystem;
 use rally_remote::{
-    GrainAnswer, GrainAsk, GrainFlags, GrainOutcome, GrainReplyTo, GrainRequest, GrainSend,
-    GrainService, Handled, UniqueAddress,
+    GrainAnswer, GrainAsk, GrainFlags, GrainOutcome, GrainPeer, GrainReplyTo, GrainRequest,
+    GrainSend, GrainService, Handled, RemoteNode, UniqueAddress,
 };
 use tokio::sync::mpsc;
 
@@ -113,7 +114,7 @@ fn send(identity: &str) -> GrainSend<'_> {
 }
 
 /// Asks `peer` with `payload` and waits for what is learned.
-async fn ask(peer: &rally_remote::GrainPeer, payload: &[u8]) -> Learned {
+async fn ask(peer: &GrainPeer, payload: &[u8]) -> Learned {
     let (to, mut answer) = mpsc::unbounded_channel();
     peer.ask(
         &send("a-1"),
@@ -128,14 +129,42 @@ async fn ask(peer: &rally_remote::GrainPeer, payload: &[u8]) -> Learned {
         .expect("answered once")
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn each_outcome_reaches_the_sender_and_says_whether_the_request_was_handled() {
-    let (_b_system, b) = client_node("b", small_frames()).await;
+/// Node B serving grain requests with a [`Service`], and node A's peer to it.
+struct Served {
+    _systems: (ActorSystem, ActorSystem),
+    _a: RemoteNode,
+    b: RemoteNode,
+    /// Held here: B holds its service weakly.
+    service: Arc<Service>,
+    peer: GrainPeer,
+}
+
+async fn served() -> Served {
+    let (b_system, b) = client_node("b", small_frames()).await;
     let service = Arc::new(Service::default());
     let dyn_service: Arc<dyn GrainService> = service.clone();
     b.serve_grains(Arc::downgrade(&dyn_service));
-    let (_a_system, a) = client_node("a", small_frames()).await;
+    let (a_system, a) = client_node("a", small_frames()).await;
     let peer = a.grain_peer(b.address());
+    Served {
+        _systems: (a_system, b_system),
+        _a: a,
+        b,
+        service,
+        peer,
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn each_outcome_reaches_the_sender_and_says_whether_the_request_was_handled() {
+    // Every field bound (`..` would drop the nodes at once).
+    let Served {
+        _systems,
+        _a,
+        b: _b,
+        service,
+        peer,
+    } = served().await;
 
     // A reply.
     let echoed = ask(&peer, b"echo 1").await;
@@ -221,12 +250,13 @@ async fn a_node_with_no_grain_service_refuses_requests_as_not_handled() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_request_with_a_node_that_goes_away_has_an_unknown_outcome() {
-    let (_b_system, b) = client_node("b", small_frames()).await;
-    let service = Arc::new(Service::default());
-    let dyn_service: Arc<dyn GrainService> = service.clone();
-    b.serve_grains(Arc::downgrade(&dyn_service));
-    let (_a_system, a) = client_node("a", small_frames()).await;
-    let peer = a.grain_peer(b.address());
+    let Served {
+        _systems,
+        _a,
+        b,
+        service,
+        peer,
+    } = served().await;
     assert!(matches!(
         ask(&peer, b"echo").await,
         Learned::Replied(GrainOutcome::OK, _)
