@@ -1,19 +1,22 @@
-//! The host's map from identity to slot, packed for members that hold a million activations.
+//! The virtual-actor core's map from identity to slot, packed for members that hold a million
+//! activations.
 //!
 //! A hash map keeps its entries in its buckets, and its buckets are between 1.14 and 2.29 per
-//! entry (it doubles when seven eighths are used): with the host's 64-byte entries, 500,000
-//! activations sat in 1,048,576 buckets of 64 bytes plus a control byte, about 136 bytes per
-//! activation. Here the entries live in small fixed chunks, filled in order and reused when
-//! freed, and the hash table holds only a 4-byte index per bucket: 64 bytes plus 6 to 12 bytes
-//! of index per activation, and an entry never moves once stored.
+//! entry (it doubles when seven eighths are used): with the former host's 64-byte entries,
+//! 500,000 activations sat in 1,048,576 buckets of 64 bytes plus a control byte, about 136
+//! bytes per activation. Here the entries live in small fixed chunks, filled in order and
+//! reused when freed, and the hash table holds only a 4-byte index per bucket: an entry (136
+//! bytes with the core's slot: the identity, the life, whether it is busy and since when it is
+//! idle, its queue) plus 6 to 12 bytes of index per activation, and an entry never moves once
+//! stored.
 
 use std::hash::{BuildHasher, RandomState};
 use std::sync::Arc;
 
 use hashbrown::HashTable;
 
-/// Entries per chunk: 16 of the host's 64-byte entries are 1 KiB, a block size the allocator
-/// packs densely. (Chunks of 1,024 entries, 64 KiB, cost about 20 bytes more per activation
+/// Entries per chunk: 16 entries (1 KiB when they were 64 bytes, about 2 KiB with the core's
+/// slots), a block size the allocator packs densely. (Chunks of 1,024 entries, 64 KiB, cost about 20 bytes more per activation
 /// in the resident set under mimalloc, which places blocks that large in 512 KiB pages.)
 const CHUNK: usize = 16;
 
