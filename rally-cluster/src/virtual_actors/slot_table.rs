@@ -5,7 +5,7 @@
 //! entry (it doubles when seven eighths are used): with the former host's 64-byte entries,
 //! 500,000 activations sat in 1,048,576 buckets of 64 bytes plus a control byte, about 136
 //! bytes per activation. Here the entries live in small fixed chunks, filled in order and
-//! reused when freed, and the hash table holds only a 4-byte index per bucket: an entry (136
+//! reused when freed, and the hash table holds only a 4-byte index per bucket: an entry (120
 //! bytes with the core's slot: the identity, the life, whether it is busy and since when it is
 //! idle, its queue) plus 6 to 12 bytes of index per activation, and an entry never moves once
 //! stored.
