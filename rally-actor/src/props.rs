@@ -2,7 +2,7 @@
 
 use std::sync::Arc;
 
-use crate::{Actor, MailboxConfig, TerminationSink};
+use crate::{Actor, CallFilter, MailboxConfig, TerminationSink};
 
 /// Spawn options for an actor of type `A`.
 ///
@@ -31,6 +31,7 @@ pub struct Props<A: Actor> {
     pub(crate) dispatcher: Option<String>,
     pub(crate) monitored: Option<bool>,
     pub(crate) watcher: Option<Arc<dyn TerminationSink>>,
+    pub(crate) filters: Vec<Arc<dyn CallFilter>>,
 }
 
 pub(crate) enum Source<A> {
@@ -67,6 +68,7 @@ impl<A: Actor> Props<A> {
             dispatcher: None,
             monitored: None,
             watcher: None,
+            filters: Vec::new(),
         }
     }
 
@@ -79,6 +81,7 @@ impl<A: Actor> Props<A> {
             dispatcher: None,
             monitored: None,
             watcher: None,
+            filters: Vec::new(),
         }
     }
 
@@ -145,6 +148,13 @@ impl<A: Actor> Props<A> {
     /// ```
     pub fn watched_by(mut self, watcher: Arc<dyn TerminationSink>) -> Self {
         self.watcher = Some(watcher);
+        self
+    }
+
+    /// Adds a call filter for this actor's messages and sends, after the system's (see
+    /// [`CallFilter`] for an example).
+    pub fn call_filter(mut self, filter: Arc<dyn CallFilter>) -> Self {
+        self.filters.push(filter);
         self
     }
 

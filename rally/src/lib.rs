@@ -83,6 +83,10 @@ pub use rally_actor::{
     MonitoringConfig, Pool, PoolStatus, Resizer, Router, Routing, SystemConfigBuilder,
     SystemConfigError, catch_panic, config_text, hold, monitor, sync,
 };
+pub use rally_actor::{
+    CallFilter, ContextError, Incoming, Kept, MAX_CONTEXT_BYTES, MAX_CONTEXT_ENTRIES,
+    MAX_CONTEXT_KEY_LEN, Outcome, Outgoing, Rejection, RequestContext, TraceParent,
+};
 
 /// Actors on other nodes: [`RemoteNode`](remote::RemoteNode), registration of remote message
 /// types, transports.
