@@ -187,17 +187,12 @@ fn send_attributes(target: &str, message_type: &'static str) -> Vec<KeyValue> {
 }
 
 fn handle_attributes(call: &Incoming<'_>) -> Vec<KeyValue> {
-    let mut attributes = vec![
+    vec![
         KeyValue::new("messaging.system", "rally"),
         KeyValue::new("messaging.operation.type", "process"),
         KeyValue::new(ACTOR_PATH, call.actor_path().to_owned()),
         KeyValue::new(MESSAGE_TYPE, call.message_type()),
-    ];
-    if let Some((kind, identity)) = call.grain() {
-        attributes.push(KeyValue::new(GRAIN_KIND, kind.to_owned()));
-        attributes.push(KeyValue::new(GRAIN_IDENTITY, identity.to_owned()));
-    }
-    attributes
+    ]
 }
 
 #[cfg(test)]

@@ -153,14 +153,24 @@ async fn a_local_chain_is_one_trace_of_send_wait_and_handle_spans_linked_in_orde
         .attribute("rally.actor.path")
         .is_some_and(|p| !p.is_empty()));
     assert!(send_leaf.attribute("rally.target").is_some_and(|t| !t.is_empty()));
-    // A mailbox wait, where the runtime knew it, is a child of the send ending at the handler.
-    for wait in spans.iter().filter(|s| s.kind == INTERNAL) {
-        let send = spans
-            .iter()
-            .find(|s| s.span_id == wait.parent_span_id)
-            .expect("a wait's parent was exported");
-        assert_eq!(send.kind, PRODUCER, "{wait:?}");
+    // Each message's time in the mailbox (known for messages that carry a context): a child
+    // of its send, from after the send to the handler's start.
+    for (send, handle) in [(send_start, handle_start), (send_leaf, handle_leaf)] {
+        let [wait] = child_of(send, INTERNAL)[..] else {
+            panic!("one wait for {}: {spans:#?}", send.name)
+        };
+        assert!(wait.name.starts_with("wait "), "{wait:?}");
+        assert!(send.start_ns <= wait.start_ns && wait.start_ns <= wait.end_ns);
+        assert_eq!(wait.end_ns, handle.start_ns, "the wait ends where the handler starts");
     }
+    eprintln!(
+        "OBSERVED a local chain: {}",
+        spans
+            .iter()
+            .map(|s| format!("{} ({} ns)", s.name, s.end_ns - s.start_ns))
+            .collect::<Vec<_>>()
+            .join(", ")
+    );
     drop(receiver);
     system.shutdown().await.expect("stops");
 }

@@ -5,7 +5,6 @@
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
-use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use opentelemetry_proto::tonic::collector::trace::v1::trace_service_server::{
@@ -152,9 +151,12 @@ impl Receiver {
         within: Duration,
         done: impl Fn(&[Received]) -> bool,
     ) -> Vec<Received> {
-        let waited = tokio::time::timeout(within, self.spans.wait_for(|s| done(s))).await;
+        let waited = tokio::time::timeout(within, async {
+            self.spans.wait_for(|s| done(s)).await.map(|s| s.clone())
+        })
+        .await;
         match waited {
-            Ok(Ok(spans)) => spans.clone(),
+            Ok(Ok(spans)) => spans,
             _ => panic!(
                 "the spans wanted did not arrive within {within:?}; received: {:#?}",
                 self.spans()
