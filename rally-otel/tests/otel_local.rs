@@ -10,8 +10,8 @@ use std::time::Duration;
 
 use rally::otel::{InstallError, Tracing};
 use rally::{
-    Actor, ActorRef, ActorResult, ActorSystem, Context, Handler, Message,
-    RequestContext, TraceParent,
+    Actor, ActorRef, ActorResult, ActorSystem, Context, Handler, Message, RequestContext,
+    TraceParent,
 };
 use receiver::{CONSUMER, INTERNAL, PRODUCER, Received, Receiver};
 
@@ -101,13 +101,18 @@ async fn a_local_chain_is_one_trace_of_send_wait_and_handle_spans_linked_in_orde
     let mut receiver = Receiver::start().await;
     let (system, tracing, first) = traced_chain(&receiver, "local-chain", 1.0).await;
     let seen = system
-        .in_context(RequestContext::new(), first.ask(Start { fail: false }, SECOND))
+        .in_context(
+            RequestContext::new(),
+            first.ask(Start { fail: false }, SECOND),
+        )
         .await
         .expect("answered")
         .expect("the leaf's handler sees a traceparent");
     tracing.flush().await.expect("exported");
     let spans = receiver
-        .wait_for(SECOND, |s| of(s, "local-chain", CONSUMER, "handle").len() >= 2)
+        .wait_for(SECOND, |s| {
+            of(s, "local-chain", CONSUMER, "handle").len() >= 2
+        })
         .await;
     let [send_start] = of(&spans, "local-chain", PRODUCER, "send")
         .into_iter()
@@ -143,16 +148,24 @@ async fn a_local_chain_is_one_trace_of_send_wait_and_handle_spans_linked_in_orde
     // In order, and each handler's span covers the sends it made.
     assert!(send_start.start_ns <= handle_start.start_ns);
     assert!(handle_start.start_ns <= send_leaf.start_ns && send_leaf.end_ns <= handle_start.end_ns);
-    assert!(send_leaf.start_ns <= handle_leaf.start_ns && handle_leaf.end_ns <= handle_start.end_ns);
+    assert!(
+        send_leaf.start_ns <= handle_leaf.start_ns && handle_leaf.end_ns <= handle_start.end_ns
+    );
     // The process's resource and the spans' attributes.
     assert_eq!(
         handle_leaf.resource.get("rally.member").map(String::as_str),
         Some("local-chain-member")
     );
-    assert!(handle_leaf
-        .attribute("rally.actor.path")
-        .is_some_and(|p| !p.is_empty()));
-    assert!(send_leaf.attribute("rally.target").is_some_and(|t| !t.is_empty()));
+    assert!(
+        handle_leaf
+            .attribute("rally.actor.path")
+            .is_some_and(|p| !p.is_empty())
+    );
+    assert!(
+        send_leaf
+            .attribute("rally.target")
+            .is_some_and(|t| !t.is_empty())
+    );
     // Each message's time in the mailbox (known for messages that carry a context): a child
     // of its send, from after the send to the handler's start.
     for (send, handle) in [(send_start, handle_start), (send_leaf, handle_leaf)] {
@@ -161,7 +174,10 @@ async fn a_local_chain_is_one_trace_of_send_wait_and_handle_spans_linked_in_orde
         };
         assert!(wait.name.starts_with("wait "), "{wait:?}");
         assert!(send.start_ns <= wait.start_ns && wait.start_ns <= wait.end_ns);
-        assert_eq!(wait.end_ns, handle.start_ns, "the wait ends where the handler starts");
+        assert_eq!(
+            wait.end_ns, handle.start_ns,
+            "the wait ends where the handler starts"
+        );
     }
     eprintln!(
         "OBSERVED a local chain: {}",
@@ -183,7 +199,10 @@ async fn an_unrecorded_trace_exports_nothing_and_tells_the_next_hop_so() {
     let mut seen = Vec::new();
     for _ in 0..20 {
         let tp = off_system
-            .in_context(RequestContext::new(), off_first.ask(Start { fail: false }, SECOND))
+            .in_context(
+                RequestContext::new(),
+                off_first.ask(Start { fail: false }, SECOND),
+            )
             .await
             .expect("answered")
             .expect("the decision travels with the request");
@@ -193,13 +212,18 @@ async fn an_unrecorded_trace_exports_nothing_and_tells_the_next_hop_so() {
     // A recorded request after them, through the same receiver: once its spans are there,
     // the unrecorded ones would have been too.
     on_system
-        .in_context(RequestContext::new(), on_first.ask(Start { fail: false }, SECOND))
+        .in_context(
+            RequestContext::new(),
+            on_first.ask(Start { fail: false }, SECOND),
+        )
         .await
         .expect("answered");
     off.flush().await.expect("nothing to export is no error");
     on.flush().await.expect("exported");
     let spans = receiver
-        .wait_for(SECOND, |s| of(s, "always-sampled", CONSUMER, "handle").len() >= 2)
+        .wait_for(SECOND, |s| {
+            of(s, "always-sampled", CONSUMER, "handle").len() >= 2
+        })
         .await;
     let unrecorded: Vec<&Received> = spans
         .iter()
@@ -215,7 +239,10 @@ async fn a_failing_handler_ends_its_span_with_the_error() {
     let mut receiver = Receiver::start().await;
     let (system, tracing, first) = traced_chain(&receiver, "failing", 1.0).await;
     let answer = system
-        .in_context(RequestContext::new(), first.ask(Start { fail: true }, SECOND))
+        .in_context(
+            RequestContext::new(),
+            first.ask(Start { fail: true }, SECOND),
+        )
         .await;
     assert!(answer.is_err(), "{answer:?}");
     tracing.flush().await.expect("exported");
@@ -224,7 +251,11 @@ async fn a_failing_handler_ends_its_span_with_the_error() {
         .await;
     for handle in of(&spans, "failing", CONSUMER, "handle") {
         assert_eq!(handle.status, 2, "an error status: {handle:?}");
-        assert_eq!(handle.attribute("rally.outcome"), Some("failed"), "{handle:?}");
+        assert_eq!(
+            handle.attribute("rally.outcome"),
+            Some("failed"),
+            "{handle:?}"
+        );
     }
     system.shutdown().await.expect("stops");
 }
@@ -248,5 +279,8 @@ async fn install_refuses_a_ratio_out_of_range_and_an_endpoint_that_is_not_a_uri(
 #[test]
 fn install_outside_a_tokio_runtime_says_so() {
     let refused = Tracing::builder().install();
-    assert!(matches!(refused, Err(InstallError::NoRuntime)), "{refused:?}");
+    assert!(
+        matches!(refused, Err(InstallError::NoRuntime)),
+        "{refused:?}"
+    );
 }
