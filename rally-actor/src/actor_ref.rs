@@ -341,7 +341,7 @@ impl<A: Actor> ActorRef<A> {
         M: Message,
         A: Handler<M>,
     {
-        match RequestContext::for_send(self.path(), std::any::type_name::<M>()) {
+        match RequestContext::for_send(|| self.path(), std::any::type_name::<M>()) {
             Ok(context) => Ok(Envelope::new(msg, reply).in_context(context)),
             Err(rejection) => Err((msg, rejection.into_reason())),
         }

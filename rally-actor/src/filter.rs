@@ -220,8 +220,9 @@ impl Rejection {
 
 impl RequestContext {
     /// The context a message sent now to `target` carries, after the call filters of the
-    /// code running now: `Ok(None)` outside any context and filter (nothing to carry). For
-    /// transports and virtual actors that send on their own path; `ActorRef`'s sends call it.
+    /// code running now: `Ok(None)` outside any context and filter (nothing to carry, and
+    /// `target` is not called). For transports and virtual actors that send on their own path;
+    /// `ActorRef`'s sends call it.
     ///
     /// # Errors
     ///
@@ -233,17 +234,17 @@ impl RequestContext {
     /// use rally::{ActorSystem, RequestContext};
     ///
     /// # #[tokio::main] async fn main() {
-    /// assert_eq!(RequestContext::for_send("grain:Account/42", "Deposit"), Ok(None));
+    /// assert_eq!(RequestContext::for_send(|| "grain:Account/42", "Deposit"), Ok(None));
     /// let system = ActorSystem::new("doc");
     /// let context = RequestContext::new().with_entry("tenant", "acme").unwrap();
     /// let carried = system
-    ///     .in_context(context.clone(), async { RequestContext::for_send("grain:Account/42", "Deposit") })
+    ///     .in_context(context.clone(), async { RequestContext::for_send(|| "grain:Account/42", "Deposit") })
     ///     .await;
     /// assert_eq!(carried, Ok(Some(context)));
     /// # }
     /// ```
-    pub fn for_send(
-        target: &str,
+    pub fn for_send<T: AsRef<str>>(
+        target: impl FnOnce() -> T,
         message_type: &'static str,
     ) -> Result<Option<RequestContext>, Rejection> {
         Scope::with_current(|scope| {
@@ -253,8 +254,9 @@ impl RequestContext {
             let Some(filters) = &scope.filters else {
                 return Ok(scope.context.clone());
             };
+            let target = target();
             let mut send = Outgoing {
-                target,
+                target: target.as_ref(),
                 message_type,
                 context: scope.context.clone(),
             };

@@ -267,7 +267,7 @@ impl RequestContext {
     }
 
     /// The entries, in the order they were first set.
-    pub fn entries(&self) -> impl ExactSizeIterator<Item = (&str, &str)> {
+    pub fn entries(&self) -> impl ExactSizeIterator<Item = (&str, &str)> + Clone {
         self.0.entries.iter().map(|(k, v)| (&**k, &**v))
     }
 

@@ -540,10 +540,11 @@ impl<A: Actor> BalancingPool<A> {
             pool: self.shared.clone(),
             worker: worker.clone(),
         };
-        let context = match RequestContext::for_send("balancing-pool", std::any::type_name::<M>()) {
-            Ok(context) => context,
-            Err(rejection) => return Err((msg, rejection.reason().to_owned())),
-        };
+        let context =
+            match RequestContext::for_send(|| "balancing-pool", std::any::type_name::<M>()) {
+                Ok(context) => context,
+                Err(rejection) => return Err((msg, rejection.reason().to_owned())),
+            };
         let envelope = Envelope::new(
             msg,
             ReplyTo::callback(move |result| {
