@@ -15,7 +15,7 @@ use clap::{Parser, Subcommand};
 #[global_allocator]
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
-use scenarios::{cluster, dispatcher, grain, local, raw_echo, remote};
+use scenarios::{cluster, dispatcher, grain, local, otel, raw_echo, remote};
 
 /// Rally's benchmark scenarios.
 #[derive(Debug, Parser)]
@@ -63,6 +63,9 @@ enum Scenario {
     Compare(compare::CompareArgs),
     /// Runs the remote scenarios on Rally and peers pinned to 2, 4, 8, 16… cores: one table.
     Scale(scale::ScaleArgs),
+    /// An OTLP/gRPC trace receiver that counts spans, for runs with `RALLY_BENCH_OTEL=1`
+    /// (feature `otel`; stops when stdin closes).
+    OtlpSink(otel::SinkArgs),
     /// Internal: node B of the remote scenarios, in a child process.
     #[command(hide = true)]
     RemoteEchoNode(remote::EchoNodeArgs),
@@ -98,6 +101,7 @@ fn main() -> anyhow::Result<()> {
         Scenario::Failover(args) => cluster::failover(&args),
         Scenario::Compare(args) => compare::run(&args),
         Scenario::Scale(args) => scale::run(&args),
+        Scenario::OtlpSink(args) => otel::sink(&args),
         Scenario::RemoteEchoNode(args) => remote::echo_node_main(&args),
         Scenario::RawEchoServer(args) => raw_echo::server_main(&args),
         Scenario::GrainMember(args) => grain::member_main(&args),

@@ -5,5 +5,6 @@ pub(crate) mod common;
 pub(crate) mod dispatcher;
 pub(crate) mod grain;
 pub(crate) mod local;
+pub(crate) mod otel;
 pub(crate) mod raw_echo;
 pub(crate) mod remote;

@@ -7,6 +7,9 @@ pub enum InstallError {
     /// The sampling ratio is not in 0.0..=1.0.
     #[error("sampling ratio {0} is not between 0.0 and 1.0")]
     SamplingRatio(f64),
+    /// `OTEL_TRACES_SAMPLER` / `OTEL_TRACES_SAMPLER_ARG` name no ratio sampler, or no number.
+    #[error("the sampler variables are not understood: {0}")]
+    Sampler(String),
     /// The OTLP exporter refused its settings (an endpoint that is not a URI, say).
     #[error("the OTLP exporter refused its settings: {0}")]
     Exporter(String),

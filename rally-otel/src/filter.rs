@@ -11,7 +11,9 @@ use opentelemetry::trace::{
 };
 use opentelemetry::{Context as OtelContext, KeyValue};
 use opentelemetry_sdk::trace::{SdkTracer, Span};
-use rally_actor::{CallFilter, Incoming, Kept, Outcome, Outgoing, Rejection, TraceParent};
+use rally_actor::{
+    CallFilter, Incoming, Kept, Outcome, Outgoing, Rejection, RequestContext, TraceParent,
+};
 
 /// Span attribute: the message's type name.
 pub const MESSAGE_TYPE: &str = "rally.message.type";
@@ -32,48 +34,114 @@ const GRAIN_TARGET: &str = "grain:";
 
 /// Makes the spans of every hop it sees; from [`Tracing::filter`](crate::Tracing::filter).
 ///
-/// A hop whose incoming trace is not recorded passes as it came (its `traceparent` says so
-/// downstream, at no cost); one without a trace starts one, recorded at the sampling ratio.
+/// A trace starts where a message is handled that came without one (from code that is not
+/// traced), or where code sends inside [`ActorSystem::in_context`] with a context that has no
+/// `traceparent` yet; it is recorded at the sampling ratio, and every later hop follows that
+/// decision. A hop of an unrecorded trace makes no span and passes its context as it came.
+/// The decision not to record rides on in a context the message carries anyway, but never
+/// makes one where there was none: a message from code that is not traced stays as small as it
+/// was, and the next hop decides again.
+///
+/// [`ActorSystem::in_context`]: rally_actor::ActorSystem::in_context
 #[derive(Debug)]
 pub struct TracingFilter {
     tracer: SdkTracer,
+    roots: RootSampler,
+}
+
+/// Whether a new trace is recorded: a draw against the ratio, made here so that the 99 hops
+/// in 100 that start no recorded trace (at 1%) never reach the SDK; the SDK's own sampler
+/// only follows parents.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct RootSampler {
+    /// A draw below this is recorded; `u64::MAX` with `all` for 1.0.
+    threshold: u64,
+    all: bool,
+}
+
+impl RootSampler {
+    /// Records `ratio` (0.0..=1.0) of the new traces.
+    pub(crate) fn new(ratio: f64) -> Self {
+        // The ratio of 2^64, saturating at 1.0 (the cast saturates).
+        let threshold = (ratio * 18_446_744_073_709_551_616.0) as u64;
+        Self {
+            threshold,
+            all: ratio >= 1.0,
+        }
+    }
+
+    fn records(self) -> bool {
+        self.all || rand::random::<u64>() < self.threshold
+    }
 }
 
 impl TracingFilter {
-    pub(crate) fn new(tracer: SdkTracer) -> Self {
-        Self { tracer }
+    pub(crate) fn new(tracer: SdkTracer, roots: RootSampler) -> Self {
+        Self { tracer, roots }
+    }
+
+    /// Starts a new trace where `context` (the message's, if any) has none: a recorded root
+    /// span named `name`, or `None` when the ratio says no. An unrecorded decision rides on in
+    /// a context the message carries anyway (so the hops after it follow it), but makes none
+    /// where there was none: the message stays as small as it was.
+    fn root(
+        &self,
+        name: &'static str,
+        kind: SpanKind,
+        at: Option<SystemTime>,
+        context: Option<&RequestContext>,
+        set_context: impl FnOnce(RequestContext),
+    ) -> Option<Span> {
+        if self.roots.records() {
+            return Some(self.start(name, kind, &OtelContext::new(), at));
+        }
+        if let Some(context) = context {
+            let unrecorded = TraceParent {
+                trace_id: rand::random(),
+                span_id: rand::random(),
+                flags: 0,
+            };
+            set_context(context.clone().with_traceparent(unrecorded));
+        }
+        None
     }
 
     /// A span named `name` (replaced by the full name once it is known to be recorded, so an
-    /// unrecorded one costs no formatting), child of `parent` or a root.
+    /// unrecorded one costs no formatting), child of `parent` or a root, from `at` (now when
+    /// `None`).
     fn start(
         &self,
         name: &'static str,
         kind: SpanKind,
         parent: &OtelContext,
-        at: SystemTime,
+        at: Option<SystemTime>,
     ) -> Span {
-        self.tracer
-            .span_builder(name)
-            .with_kind(kind)
-            .with_start_time(at)
-            .start_with_context(&self.tracer, parent)
+        let mut builder = self.tracer.span_builder(name).with_kind(kind);
+        if let Some(at) = at {
+            builder = builder.with_start_time(at);
+        }
+        builder.start_with_context(&self.tracer, parent)
     }
 }
 
 impl CallFilter for TracingFilter {
     fn on_send(&self, send: &mut Outgoing<'_>) -> Result<(), Rejection> {
-        let context = send.context().cloned().unwrap_or_default();
-        let parent = context.traceparent();
-        if parent.is_some_and(|p| !p.is_sampled()) {
+        // No context: code whose own hop was not recorded (see `before`), or outside any
+        // request; the message stays as it is, and the hop that handles it decides.
+        let Some(context) = send.context().cloned() else {
             return Ok(());
-        }
-        let mut span = self.start(
-            "send",
-            SpanKind::Producer,
-            &parent_context(parent),
-            SystemTime::now(),
-        );
+        };
+        let mut span = match context.traceparent() {
+            Some(p) if !p.is_sampled() => return Ok(()),
+            Some(p) => self.start("send", SpanKind::Producer, &parent_context(Some(p)), None),
+            None => {
+                let set = |c| send.set_context(c);
+                match self.root("send", SpanKind::Producer, None, Some(&context), set) {
+                    Some(span) => span,
+                    None => return Ok(()),
+                }
+            }
+        };
         if span.is_recording() {
             span.update_name(format!("send {}", send.message_type()));
             span.set_attributes(send_attributes(send.target(), send.message_type()));
@@ -85,39 +153,53 @@ impl CallFilter for TracingFilter {
     }
 
     fn before(&self, call: &mut Incoming<'_>) -> Result<Option<Kept>, Rejection> {
-        let context = call.context().cloned().unwrap_or_default();
-        let parent = context.traceparent();
-        if parent.is_some_and(|p| !p.is_sampled()) {
-            return Ok(None);
-        }
-        let now = SystemTime::now();
-        let waited_since = call.waited().and_then(|w| now.checked_sub(w));
-        let parent_cx = parent_context(parent);
-        // A hop that starts a trace has no parent for its wait: its `handle` span is the
-        // root, and starts when the message arrived.
-        let handle_start = if parent.is_none() {
-            waited_since.unwrap_or(now)
-        } else {
-            now
+        let parent = call.context().and_then(RequestContext::traceparent);
+        // The wait span's parent, start and end, when the arrival is known.
+        let (mut handle, wait) = match parent {
+            // A hop of an unrecorded trace: nothing to make, the context goes on as it came.
+            Some(p) if !p.is_sampled() => return Ok(None),
+            Some(p) => {
+                let now = SystemTime::now();
+                let parent = parent_context(Some(p));
+                let handle = self.start("handle", SpanKind::Consumer, &parent, Some(now));
+                let arrived = call.waited().and_then(|w| now.checked_sub(w));
+                (handle, arrived.map(|since| (parent, since, now)))
+            }
+            // A hop that starts a trace (its message came from code that was not traced): its
+            // `handle` span is the root, from the message's arrival when that is known.
+            None => {
+                let arrived = call.waited().map(|w| {
+                    let now = SystemTime::now();
+                    (now.checked_sub(w).unwrap_or(now), now)
+                });
+                let context = call.context().cloned();
+                let set = |c| call.set_context(c);
+                let at = arrived.map(|(since, _)| since);
+                let Some(handle) =
+                    self.root("handle", SpanKind::Consumer, at, context.as_ref(), set)
+                else {
+                    return Ok(None);
+                };
+                let wait = arrived.map(|(since, now)| {
+                    let parent = parent_context(Some(traceparent_of(handle.span_context())));
+                    (parent, since, now)
+                });
+                (handle, wait)
+            }
         };
-        let mut handle = self.start("handle", SpanKind::Consumer, &parent_cx, handle_start);
         if handle.is_recording() {
             let message_type = call.message_type();
             handle.update_name(format!("handle {message_type}"));
             let attributes = handle_attributes(call);
-            if let Some(since) = waited_since {
-                let wait_parent = if parent.is_none() {
-                    parent_context(Some(traceparent_of(handle.span_context())))
-                } else {
-                    parent_cx
-                };
-                let mut wait = self.start("wait", SpanKind::Internal, &wait_parent, since);
+            if let Some((parent, since, now)) = wait {
+                let mut wait = self.start("wait", SpanKind::Internal, &parent, Some(since));
                 wait.update_name(format!("wait {message_type}"));
                 wait.set_attributes(attributes.iter().cloned());
                 wait.end_with_timestamp(now);
             }
             handle.set_attributes(attributes);
         }
+        let context = call.context().cloned().unwrap_or_default();
         call.set_context(context.with_traceparent(traceparent_of(handle.span_context())));
         Ok(Some(Box::new(handle)))
     }

@@ -13,7 +13,7 @@ use opentelemetry_sdk::trace::span_processor_with_async_runtime::BatchSpanProces
 use opentelemetry_sdk::trace::{Sampler, SdkTracerProvider};
 
 use crate::error::{FlushError, InstallError};
-use crate::filter::TracingFilter;
+use crate::filter::{RootSampler, TracingFilter};
 
 /// The resource attribute that names the cluster member a process is (its member id, or any
 /// name the application gives it).
@@ -21,6 +21,30 @@ pub const MEMBER_ATTRIBUTE: &str = "rally.member";
 
 /// The instrumentation scope of every span Rally makes.
 const SCOPE: &str = "rally";
+/// The standard variables that choose the sampler, when the code sets no ratio.
+const SAMPLER_ENV: &str = "OTEL_TRACES_SAMPLER";
+const SAMPLER_ARG_ENV: &str = "OTEL_TRACES_SAMPLER_ARG";
+
+/// The ratio of new traces recorded, from the standard sampler variables (`sampler`, `arg`):
+/// the samplers that are a ratio (`always_on`, `always_off`, `traceidratio` and their
+/// `parentbased_` forms; Rally's hops always follow their caller's decision). Unset: 1.0.
+fn ratio_from_env(sampler: Option<&str>, arg: Option<&str>) -> Result<f64, InstallError> {
+    let ratio = || match arg {
+        // The specification's default when the argument is missing.
+        None => Ok(1.0),
+        Some(arg) => arg.trim().parse::<f64>().map_err(|_| {
+            InstallError::Sampler(format!("{SAMPLER_ARG_ENV}={arg:?} is not a number"))
+        }),
+    };
+    match sampler.map(str::trim) {
+        None | Some("" | "always_on" | "parentbased_always_on") => Ok(1.0),
+        Some("always_off" | "parentbased_always_off") => Ok(0.0),
+        Some("traceidratio" | "parentbased_traceidratio") => ratio(),
+        Some(other) => Err(InstallError::Sampler(format!(
+            "{SAMPLER_ENV}={other:?} is not a ratio sampler (always_on, always_off, traceidratio or their parentbased_ forms)"
+        ))),
+    }
+}
 
 /// Tracing installed: the exporter and its batch processor running on the tokio runtime that
 /// installed it, and the call filter that turns hops into spans ([`Tracing::filter`]).
@@ -217,7 +241,8 @@ impl TracingBuilder {
 
     /// The share of new traces recorded, from 0.0 (none) to 1.0 (all); a hop whose caller's
     /// trace was recorded (or not) follows that decision, so a trace is whole or absent.
-    /// Unset: `OTEL_TRACES_SAMPLER` and `OTEL_TRACES_SAMPLER_ARG`, else every trace.
+    /// Unset: `OTEL_TRACES_SAMPLER` (`always_on`, `always_off`, `traceidratio`, or their
+    /// `parentbased_` forms) with `OTEL_TRACES_SAMPLER_ARG`, else every trace.
     pub fn sampling_ratio(&mut self, ratio: f64) -> &mut Self {
         self.sampling_ratio = Some(ratio);
         self
@@ -234,6 +259,7 @@ impl TracingBuilder {
     /// # Errors
     ///
     /// [`InstallError::SamplingRatio`] for a ratio outside 0.0..=1.0,
+    /// [`InstallError::Sampler`] for sampler variables that are not a ratio,
     /// [`InstallError::Exporter`] for an endpoint that is not a URI, and
     /// [`InstallError::NoRuntime`] outside a tokio runtime.
     ///
@@ -248,10 +274,15 @@ impl TracingBuilder {
     /// # }
     /// ```
     pub fn install(&self) -> Result<Tracing, InstallError> {
-        if let Some(ratio) = self.sampling_ratio {
-            if !(0.0..=1.0).contains(&ratio) {
-                return Err(InstallError::SamplingRatio(ratio));
-            }
+        let ratio = match self.sampling_ratio {
+            Some(ratio) => ratio,
+            None => ratio_from_env(
+                std::env::var(SAMPLER_ENV).ok().as_deref(),
+                std::env::var(SAMPLER_ARG_ENV).ok().as_deref(),
+            )?,
+        };
+        if !(0.0..=1.0).contains(&ratio) {
+            return Err(InstallError::SamplingRatio(ratio));
         }
         if tokio::runtime::Handle::try_current().is_err() {
             return Err(InstallError::NoRuntime);
@@ -277,19 +308,48 @@ impl TracingBuilder {
             resource = resource.with_attribute(KeyValue::new(key.clone(), value.clone()));
         }
         let processor = BatchSpanProcessor::builder(exporter, Tokio).build();
-        let mut provider = SdkTracerProvider::builder()
+        // New traces are drawn by the filter (`RootSampler`); the SDK records what it is given
+        // and follows the parent of everything else.
+        let provider = SdkTracerProvider::builder()
             .with_span_processor(processor)
-            .with_resource(resource.build());
-        if let Some(ratio) = self.sampling_ratio {
-            provider = provider.with_sampler(Sampler::ParentBased(Box::new(
-                Sampler::TraceIdRatioBased(ratio),
-            )));
-        }
-        let provider = provider.build();
-        let filter = Arc::new(TracingFilter::new(provider.tracer(SCOPE)));
+            .with_resource(resource.build())
+            .with_sampler(Sampler::ParentBased(Box::new(Sampler::AlwaysOn)))
+            .build();
+        let filter = Arc::new(TracingFilter::new(
+            provider.tracer(SCOPE),
+            RootSampler::new(ratio),
+        ));
         Ok(Tracing {
             provider: Some(provider),
             filter,
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_standard_sampler_variables_give_a_ratio_or_a_typed_error() {
+        assert_eq!(ratio_from_env(None, None), Ok(1.0));
+        assert_eq!(ratio_from_env(Some("always_off"), None), Ok(0.0));
+        assert_eq!(
+            ratio_from_env(Some("parentbased_always_on"), Some("0.3")),
+            Ok(1.0)
+        );
+        assert_eq!(
+            ratio_from_env(Some("parentbased_traceidratio"), Some("0.01")),
+            Ok(0.01)
+        );
+        assert_eq!(ratio_from_env(Some("traceidratio"), None), Ok(1.0));
+        assert!(matches!(
+            ratio_from_env(Some("traceidratio"), Some("lots")),
+            Err(InstallError::Sampler(e)) if e.contains("lots")
+        ));
+        assert!(matches!(
+            ratio_from_env(Some("jaeger_remote"), None),
+            Err(InstallError::Sampler(e)) if e.contains("jaeger_remote")
+        ));
     }
 }

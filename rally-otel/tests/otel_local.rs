@@ -3,9 +3,6 @@
 //! unrecorded trace exports nothing and says so downstream), a failing handler's span, and the
 //! settings `install` refuses.
 
-#[path = "support/receiver.rs"]
-mod receiver;
-
 use std::time::Duration;
 
 use rally::otel::{InstallError, Tracing};
@@ -13,7 +10,7 @@ use rally::{
     Actor, ActorRef, ActorResult, ActorSystem, Context, Handler, Message, RequestContext,
     TraceParent,
 };
-use receiver::{CONSUMER, INTERNAL, PRODUCER, Received, Receiver};
+use rally_test::otlp::{CONSUMER, INTERNAL, PRODUCER, Received, Receiver};
 
 const SECOND: Duration = Duration::from_secs(5);
 

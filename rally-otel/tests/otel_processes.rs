@@ -14,9 +14,6 @@
 //! `@@ CHAINERR <n> <error>`, `@@ FLUSHED <ok|error>`) and takes commands on stdin
 //! (`chain <n>`: asks `front/f-<n>` to relay to `back/b-<n>`; `flush`).
 
-#[path = "support/receiver.rs"]
-mod receiver;
-
 use std::io::{BufRead, BufReader, Write};
 use std::process::{Child, ChildStdin, Command, Stdio};
 use std::sync::OnceLock;
@@ -28,7 +25,7 @@ use rally::otel::Tracing;
 use rally::remote::{RemoteConfig, RemoteMessage, RemoteNode};
 use rally::{Actor, ActorResult, ActorSystem, Context, Handler, Message, RequestContext};
 use rally_test::harness::{run, trial};
-use receiver::{CONSUMER, INTERNAL, PRODUCER, Received, Receiver};
+use rally_test::otlp::{CONSUMER, INTERNAL, PRODUCER, Received, Receiver};
 use serde::{Deserialize, Serialize};
 use tokio::sync::mpsc;
 

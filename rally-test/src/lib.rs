@@ -8,6 +8,8 @@
 //!   message that says what did not happen and why.
 //! - `harness` (feature `harness`): multi-process tests whose binary is also their child
 //!   process, without a vacuous `#[test]` for the child.
+//! - `otlp` (feature `otlp`): a real OTLP/gRPC trace receiver on loopback, to check the spans
+//!   `rally::otel` exports.
 //! - `sim` (feature `sim`, `rally::sim` in the facade): many nodes in one process on
 //!   simulated time and a simulated network, partitions, delays and crashes reproducible from
 //!   a seed.
@@ -37,6 +39,8 @@
 mod eventually;
 #[cfg(feature = "harness")]
 pub mod harness;
+#[cfg(feature = "otlp")]
+pub mod otlp;
 mod probe;
 #[cfg(feature = "sim")]
 pub mod sim;

@@ -281,6 +281,7 @@ pub(crate) async fn start_echo_node(
     echoes: usize,
 ) -> anyhow::Result<(ActorSystem, RemoteNode, Option<Membership>)> {
     let system = ActorSystem::new(if cluster { CLUSTER_SYSTEM } else { "echo" });
+    super::otel::traced(&system)?;
     let config = RemoteConfig::builder()
         .listen(host, port)
         .secret(SECRET.to_vec())
@@ -515,6 +516,7 @@ async fn start_client_node(
     echo_side: &EchoSide,
 ) -> anyhow::Result<(ActorSystem, RemoteNode, Option<impl Sized + use<>>)> {
     let system = ActorSystem::new(CLUSTER_SYSTEM);
+    super::otel::traced(&system)?;
     let config = RemoteConfig::builder()
         .listen("127.0.0.1", 0)
         .secret(SECRET.to_vec())

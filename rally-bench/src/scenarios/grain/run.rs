@@ -176,6 +176,7 @@ pub(crate) fn member_main(args: &MemberArgs) -> anyhow::Result<()> {
     let runtime = multi_thread_runtime();
     runtime.block_on(async {
         let system = ActorSystem::new(SYSTEM);
+        crate::scenarios::otel::traced(&system)?;
         let node = RemoteNode::start(
             &system,
             RemoteConfig::builder()
@@ -273,6 +274,7 @@ impl GrainCluster {
         )
         .await?;
         let system = ActorSystem::new(SYSTEM);
+        crate::scenarios::otel::traced(&system)?;
         let node = RemoteNode::start(
             &system,
             RemoteConfig::builder()

@@ -1,10 +1,25 @@
-//! A real OTLP/gRPC trace receiver for the tests: the official `opentelemetry-proto` service
-//! on loopback, keeping every span it is sent (flattened, with its resource's attributes).
-
-#![allow(dead_code, unreachable_pub)]
+//! A real OTLP/gRPC trace receiver for tests and benchmarks (feature `otlp`): the official
+//! `opentelemetry-proto` trace service on loopback, keeping every span it is sent (flattened,
+//! with its resource's attributes), or only counting them.
+//!
+//! # Example
+//!
+//! ```no_run
+//! use std::time::Duration;
+//! use rally_test::otlp::Receiver;
+//!
+//! # #[tokio::main] async fn main() {
+//! let mut receiver = Receiver::start().await;
+//! // … point the exporter at `receiver.endpoint()`, make and flush some spans …
+//! let spans = receiver.wait_for(Duration::from_secs(5), |spans| !spans.is_empty()).await;
+//! println!("{} from {}", spans[0].name, spans[0].service());
+//! # }
+//! ```
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use opentelemetry_proto::tonic::collector::trace::v1::trace_service_server::{
@@ -22,42 +37,65 @@ use tokio_stream::wrappers::TcpListenerStream;
 pub struct Received {
     /// The resource's attributes (`service.name`, `rally.member`, …).
     pub resource: BTreeMap<String, String>,
+    /// The span's name.
     pub name: String,
-    /// OTLP's `SpanKind` number: 1 internal, 2 server, 3 client, 4 producer, 5 consumer.
+    /// OTLP's `SpanKind` number: [`INTERNAL`], [`SERVER`], [`CLIENT`], [`PRODUCER`],
+    /// [`CONSUMER`].
     pub kind: i32,
+    /// 16 bytes.
     pub trace_id: Vec<u8>,
+    /// 8 bytes.
     pub span_id: Vec<u8>,
     /// Empty for a root.
     pub parent_span_id: Vec<u8>,
+    /// Nanoseconds since the Unix epoch.
     pub start_ns: u64,
+    /// Nanoseconds since the Unix epoch.
     pub end_ns: u64,
+    /// The span's attributes, each value as text.
     pub attributes: BTreeMap<String, String>,
     /// OTLP's status code: 0 unset, 1 ok, 2 error.
     pub status: i32,
 }
 
 impl Received {
+    /// The resource's `service.name` (empty when it has none).
     pub fn service(&self) -> &str {
         self.resource.get("service.name").map_or("", String::as_str)
     }
 
+    /// The span's attribute `key`.
     pub fn attribute(&self, key: &str) -> Option<&str> {
         self.attributes.get(key).map(String::as_str)
     }
 }
 
+/// OTLP's span kind: internal.
 pub const INTERNAL: i32 = 1;
+/// OTLP's span kind: server.
+pub const SERVER: i32 = 2;
+/// OTLP's span kind: client.
+pub const CLIENT: i32 = 3;
+/// OTLP's span kind: producer.
 pub const PRODUCER: i32 = 4;
+/// OTLP's span kind: consumer.
 pub const CONSUMER: i32 = 5;
 
-/// The receiver: listening on 127.0.0.1 until dropped.
+/// The receiver: listening until dropped.
+#[derive(Debug)]
 pub struct Receiver {
+    /// Where it listens.
     pub address: SocketAddr,
     spans: watch::Receiver<Vec<Received>>,
+    count: Arc<AtomicU64>,
     server: tokio::task::JoinHandle<()>,
 }
 
-struct Service(watch::Sender<Vec<Received>>);
+/// What the service does with what it is sent: keeps it, or only counts it.
+struct Service {
+    keep: Option<watch::Sender<Vec<Received>>>,
+    count: Arc<AtomicU64>,
+}
 
 #[tonic::async_trait]
 impl TraceService for Service {
@@ -65,8 +103,21 @@ impl TraceService for Service {
         &self,
         request: tonic::Request<ExportTraceServiceRequest>,
     ) -> Result<tonic::Response<ExportTraceServiceResponse>, tonic::Status> {
+        let request = request.into_inner();
+        let Some(keep) = &self.keep else {
+            let count: usize = request
+                .resource_spans
+                .iter()
+                .flat_map(|r| &r.scope_spans)
+                .map(|s| s.spans.len())
+                .sum();
+            self.count.fetch_add(count as u64, Ordering::Relaxed);
+            return Ok(tonic::Response::new(ExportTraceServiceResponse {
+                partial_success: None,
+            }));
+        };
         let mut received = Vec::new();
-        for resource_spans in request.into_inner().resource_spans {
+        for resource_spans in request.resource_spans {
             let resource = attributes(
                 resource_spans
                     .resource
@@ -90,7 +141,9 @@ impl TraceService for Service {
                 }
             }
         }
-        self.0.send_modify(|all| all.extend(received));
+        self.count
+            .fetch_add(received.len() as u64, Ordering::Relaxed);
+        keep.send_modify(|all| all.extend(received));
         Ok(tonic::Response::new(ExportTraceServiceResponse {
             partial_success: None,
         }))
@@ -114,25 +167,59 @@ fn text(value: AnyValue) -> String {
 }
 
 impl Receiver {
-    /// Listens on a free loopback port.
+    /// Listens on a free loopback port and keeps every span.
+    ///
+    /// # Panics
+    ///
+    /// When no loopback port is free, or outside a tokio runtime.
     pub async fn start() -> Self {
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
             .await
-            .expect("a loopback port");
-        let address = listener.local_addr().expect("bound");
+            .expect("a loopback port is free");
+        Self::serve(listener, true)
+    }
+
+    /// Listens on `address` and only counts the spans ([`Receiver::count`]): a sink for a
+    /// benchmark, whose memory does not grow with the spans.
+    ///
+    /// # Errors
+    ///
+    /// When `address` cannot be bound.
+    pub async fn counting(address: SocketAddr) -> std::io::Result<Self> {
+        let listener = tokio::net::TcpListener::bind(address).await?;
+        Ok(Self::serve(listener, false))
+    }
+
+    fn serve(listener: tokio::net::TcpListener, keep: bool) -> Self {
+        let address = listener
+            .local_addr()
+            .expect("a bound listener has an address");
         let (tx, spans) = watch::channel(Vec::new());
+        let count = Arc::new(AtomicU64::new(0));
+        let service = Service {
+            keep: keep.then_some(tx),
+            count: Arc::clone(&count),
+        };
         let server = tokio::spawn(async move {
-            tonic::transport::Server::builder()
-                .add_service(TraceServiceServer::new(Service(tx)))
+            if let Err(e) = tonic::transport::Server::builder()
+                .add_service(TraceServiceServer::new(service))
                 .serve_with_incoming(TcpListenerStream::new(listener))
                 .await
-                .expect("the receiver serves");
+            {
+                eprintln!("the OTLP receiver stopped: {e}");
+            }
         });
         Self {
             address,
             spans,
+            count,
             server,
         }
+    }
+
+    /// How many spans it was sent so far.
+    pub fn count(&self) -> u64 {
+        self.count.load(Ordering::Relaxed)
     }
 
     /// `http://127.0.0.1:<port>`, for `OTEL_EXPORTER_OTLP_ENDPOINT`.
@@ -140,12 +227,20 @@ impl Receiver {
         format!("http://{}", self.address)
     }
 
-    /// Every span received so far.
+    /// Every span received so far (none on a counting receiver).
     pub fn spans(&self) -> Vec<Received> {
         self.spans.borrow().clone()
     }
 
     /// Waits (at most `within`) until the spans received satisfy `done`; returns them.
+    ///
+    /// # Panics
+    ///
+    /// When they do not within `within`, with the spans received; on a counting receiver.
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe: nothing is consumed.
     pub async fn wait_for(
         &mut self,
         within: Duration,
