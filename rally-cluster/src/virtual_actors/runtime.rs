@@ -449,7 +449,7 @@ impl VirtualActorsBuilder {
     /// ```
     /// use std::sync::Arc;
     /// use rally::{CallFilter, Incoming, Kept, Rejection};
-    /// use rally::cluster::virtual_actors::{VirtualActor, VirtualActors};
+    /// use rally::cluster::virtual_actors::{VirtualActor, VirtualActorsBuilder};
     ///
     /// struct NeedsTenant;
     /// impl CallFilter for NeedsTenant {
@@ -460,7 +460,7 @@ impl VirtualActorsBuilder {
     ///         }
     ///     }
     /// }
-    /// fn host<K: VirtualActor>(builder: &mut rally::cluster::virtual_actors::VirtualActorsBuilder) {
+    /// fn host<K: VirtualActor>(builder: &mut VirtualActorsBuilder) {
     ///     builder.kind::<K>().call_filter::<K>(Arc::new(NeedsTenant));
     /// }
     /// ```
