@@ -386,6 +386,29 @@ impl Cluster {
             .get(identity)
     }
 
+    /// This member's virtual-actor runtime, once started (and until it stops): its figures
+    /// and listings, for an observer that is handed the cluster alone.
+    ///
+    /// # Example
+    ///
+    /// ```
+    /// use rally::cluster::{Cluster, ClusterConfig, MemberId};
+    /// use rally::cluster::provider::{MemoryNetwork, MemoryProvider};
+    /// use rally::remote::Incarnation;
+    ///
+    /// # #[tokio::main] async fn main() {
+    /// let me = MemberId::new("rally://doc@mem:1".parse().unwrap(), Incarnation(1), 1);
+    /// let cluster = Cluster::join_with(me, ClusterConfig::default(), MemoryProvider::new(&MemoryNetwork::new())).unwrap();
+    /// assert!(cluster.virtual_actors().is_none(), "not started");
+    /// # }
+    /// ```
+    pub fn virtual_actors(&self) -> Option<VirtualActors> {
+        self.grains
+            .lock()
+            .upgrade()
+            .map(VirtualActors::from_runtime)
+    }
+
     /// Records this member's virtual-actor runtime; false if one is already running.
     pub(crate) fn attach_grains(&self, inner: &Arc<GrainsInner>) -> bool {
         let mut grains = self.grains.lock();

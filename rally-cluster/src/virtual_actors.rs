@@ -88,6 +88,7 @@
 //! # }
 //! ```
 
+mod active;
 mod call;
 mod config;
 mod core;
@@ -110,6 +111,7 @@ pub(crate) fn now() -> std::time::Instant {
     tokio::time::Instant::now().into_std()
 }
 
+pub use active::{ActiveCursor, ActiveError, ActiveIdentity, ActivePage, MAX_ACTIVE_PAGE};
 pub use config::{VirtualActorsConfig, VirtualActorsConfigBuilder};
 pub use error::{AskError, GetError, Handled, TellError};
 pub use idempotent::{IdempotencyKey, Idempotent};

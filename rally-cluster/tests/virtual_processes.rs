@@ -30,6 +30,10 @@ fn main() -> std::process::ExitCode {
             across_processes_one_hop_then_a_kill_reactivates_elsewhere_after_the_bound_with_the_state,
         ),
         trial(
+            "the_active_identities_are_listed_across_processes_a_page_at_a_time_each_on_its_member",
+            the_active_identities_are_listed_across_processes_a_page_at_a_time_each_on_its_member,
+        ),
+        trial(
             "typed_state_written_before_the_reply_loses_no_acknowledged_deposit_when_a_member_is_killed",
             typed_state_written_before_the_reply_loses_no_acknowledged_deposit_when_a_member_is_killed,
         ),
@@ -125,6 +129,71 @@ fn two_hosts_and_a_client(db: &std::path::Path) -> Vec<(String, Spec, Option<Str
 fn stats(facts: &Out) -> (u64, u64, u64) {
     let n = |i: usize| facts.args[i].parse().unwrap();
     (n(0), n(1), n(2))
+}
+
+/// Item "what is active": a client lists the identities active on two hosting processes, 7 a
+/// page, through their `rally.grains.active` endpoints; every identity it activated is listed
+/// once, on the member that says it holds it, and each host's own count matches.
+async fn the_active_identities_are_listed_across_processes_a_page_at_a_time_each_on_its_member() {
+    let (_dir, db) = shared_store("active");
+    let specs = two_hosts_and_a_client(&db);
+    let (mut members, _) = start_cluster(&specs).await;
+    let hosts: Vec<String> = members[..2]
+        .iter()
+        .map(|m| m.ready.as_ref().unwrap().id(true).to_string())
+        .collect();
+    let [a, b, client] = &mut members[..] else {
+        unreachable!("three members")
+    };
+    let ids: Vec<String> = (0..40).map(|i| format!("listed-{i}")).collect();
+    for id in &ids {
+        ask_until_answered(client, id, 1).await;
+    }
+    // Bad input gets its typed error, and nothing else happens.
+    client.send(&format!("active {KIND} 0"));
+    let refused = client.expect("a refusal", |o| o.word == "ACTIVEERR").await;
+    assert!(
+        refused.args.join(" ").contains("between 1 and 1000"),
+        "{refused:?}"
+    );
+    client.send("active no-such-kind 5");
+    let refused = client.expect("a refusal", |o| o.word == "ACTIVEERR").await;
+    assert!(
+        refused.args.join(" ").contains("no member hosts kind"),
+        "{refused:?}"
+    );
+
+    client.send(&format!("active {KIND} 7"));
+    let done = client
+        .expect("the listing's end", |o| o.word == "ACTIVEDONE")
+        .await;
+    let listed: Vec<(String, String)> = client
+        .seen
+        .iter()
+        .filter(|o| o.word == "ACTIVE")
+        .map(|o| (o.args[0].clone(), o.args[1].clone()))
+        .collect();
+    assert_eq!(done.args[2], "0", "no member skipped");
+    let mut names: Vec<String> = listed.iter().map(|(id, _)| id.clone()).collect();
+    names.sort();
+    let mut expected = ids.clone();
+    expected.sort();
+    assert_eq!(names, expected, "each identity once");
+    assert_eq!(done.args[0], "40");
+    assert!(
+        done.args[1].parse::<u32>().unwrap() >= 6,
+        "40 in pages of 7: {done:?}"
+    );
+    for (host, process) in hosts.iter().zip([a, b]) {
+        process.send("stats");
+        let stats = process.expect("its figures", |o| o.word == "STATS").await;
+        let own: usize = stats.args[2].parse().unwrap();
+        let here = listed.iter().filter(|(_, m)| m == host).count();
+        assert_eq!(here, own, "{host} holds {own} by its own count");
+        assert!(own > 0, "both hosts hold some");
+    }
+    // Dropping a member process kills it.
+    drop(members);
 }
 
 async fn across_processes_one_hop_then_a_kill_reactivates_elsewhere_after_the_bound_with_the_state()

@@ -27,7 +27,9 @@
 //! `routing` (where a call goes, moves, stopping), `relay` (what another member refused),
 //! `timers`, `effect`.
 
+mod active;
 mod claim;
+mod clock;
 mod effect;
 mod relay;
 mod routing;
@@ -43,8 +45,10 @@ use std::collections::{HashMap, VecDeque};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+pub(crate) use self::active::{ActiveEntry, CorePage};
 pub(crate) use self::claim::LeaseKey;
 use self::claim::{Lease, Op};
+use self::clock::Clock;
 pub(crate) use self::effect::{Effect, OpId, StoreAnswer, StoreRequest};
 use self::slots::Slot;
 use self::timers::{Timer, Timers};
@@ -132,6 +136,8 @@ pub(crate) struct KindCore<T: Types> {
     /// When this member last stopped hosting or refused a call because it had.
     last_refused: Option<Instant>,
     counters: Counters,
+    /// Instants kept in slots are offsets on this clock (smaller than `Instant`s).
+    clock: Clock,
     /// Counts the calls finished by lives here: a life's last use is this count when its
     /// last call finished, an exact order of use for the cap (instants tie).
     uses: u64,
@@ -196,6 +202,7 @@ impl<T: Types> KindCore<T> {
             stopped: false,
             last_refused: None,
             counters: Counters::default(),
+            clock: Clock::new(now),
             uses: 0,
             mismatch_logged: std::collections::HashSet::new(),
         };

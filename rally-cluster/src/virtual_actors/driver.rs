@@ -20,7 +20,7 @@ use rally_state::Fence;
 use tokio::sync::{Notify, oneshot};
 
 use super::call::{BoxCall, Completion, Done, Held, TypedCall, typed_answer};
-use super::core::{Effect, KindCore, LifeId, StoreAnswer, StoreRequest, Types};
+use super::core::{CorePage, Effect, KindCore, LifeId, StoreAnswer, StoreRequest, Types};
 use super::error::AskError;
 use super::kind::{Activation, GrainMessages, Incoming, LifeState, VirtualActor};
 use super::outcome::Refusal;
@@ -151,6 +151,11 @@ impl<K: VirtualActor> KindDriver<K> {
 
     pub(crate) fn stats(&self) -> KindStats {
         self.core().stats()
+    }
+
+    /// A page of the kind's active identities here (a query: no effect).
+    pub(crate) fn active(&self, from: u32, limit: usize) -> CorePage {
+        self.core().active(from, limit, super::now())
     }
 
     /// A request from another member.

@@ -17,7 +17,7 @@ use rally_remote::{GrainRequest, GrainService, RemoteMessage, RemoteNode, Unique
 use rally_state::{MemoryStore, StateStore};
 
 use super::config::VirtualActorsConfig;
-use super::core::KindCore;
+use super::core::{CorePage, KindCore};
 use super::driver::KindDriver;
 use super::error::{AskError, GetError, TellError};
 use super::idempotent::{Idempotent, Next, Retry};
@@ -123,6 +123,7 @@ trait KindEntry: Send + Sync + 'static {
     fn stop(&self);
     fn stats(&self) -> KindStats;
     fn hosting(&self) -> bool;
+    fn active(&self, from: u32, limit: usize) -> CorePage;
     fn drained(&self) -> Pin<Box<dyn Future<Output = ()> + Send + '_>>;
     fn as_any(self: Arc<Self>) -> Arc<dyn Any + Send + Sync>;
 }
@@ -147,6 +148,9 @@ impl<K: VirtualActor> KindEntry for KindDriver<K> {
     }
     fn hosting(&self) -> bool {
         KindDriver::hosting(self)
+    }
+    fn active(&self, from: u32, limit: usize) -> CorePage {
+        KindDriver::active(self, from, limit)
     }
     fn drained(&self) -> Pin<Box<dyn Future<Output = ()> + Send + '_>> {
         Box::pin(KindDriver::drained(self))
@@ -248,6 +252,30 @@ impl Runtime {
 
     pub(crate) fn local(&self) -> &MemberId {
         &self.shared.local
+    }
+
+    /// A page of the active identities of `kind` here; `None` if this member does not host it.
+    pub(crate) fn active(&self, kind: &str, from: u32, limit: usize) -> Option<CorePage> {
+        let entry = self.kinds.read().get(kind).cloned()?;
+        entry.hosting().then(|| entry.active(from, limit))
+    }
+
+    /// Whether this member hosts `kind`.
+    pub(crate) fn hosts_locally(&self, kind: &str) -> bool {
+        self.kinds
+            .read()
+            .get(kind)
+            .is_some_and(|entry| entry.hosting())
+    }
+
+    /// The members that host `kind` in this member's view.
+    pub(crate) fn hosts(&self, kind: &str) -> Vec<MemberId> {
+        self.view.lock().hosts(kind)
+    }
+
+    /// A hosted kind whose name is close to `kind`.
+    pub(crate) fn similar_kind(&self, kind: &str) -> Option<String> {
+        self.view.lock().similar_kind(kind)
     }
 
     fn check_identity(&self, identity: &str) -> Result<(), GetError> {
@@ -354,7 +382,7 @@ impl Inbound for Runtime {
 /// ```
 #[derive(Clone)]
 pub struct VirtualActors {
-    runtime: Arc<Runtime>,
+    pub(super) runtime: Arc<Runtime>,
 }
 
 /// Builds a [`VirtualActors`]; see [`VirtualActors::builder`].
@@ -513,6 +541,7 @@ impl VirtualActorsBuilder {
         let service: Arc<dyn GrainService> = Arc::new(RemoteInbound(inbound));
         node.serve_grains(Arc::downgrade(&service));
         *grains.runtime.service.lock() = Some(service);
+        super::active::expose(node, &grains.runtime);
         Ok(grains)
     }
 

@@ -111,6 +111,31 @@ impl<V> SlotTable<V> {
             .filter_map(|entry| entry.as_ref().map(|(identity, value)| (identity, value)))
     }
 
+    /// The stored entries at position `from` and after, in the order of their positions, each
+    /// with its position. An entry keeps its position while it is stored, so a listing that
+    /// goes on from the position after the last it saw meets every entry stored throughout
+    /// exactly once (entries stored or removed meanwhile may or may not be met).
+    pub(crate) fn iter_from(&self, from: u32) -> impl Iterator<Item = (u32, &Arc<str>, &V)> {
+        let from = from as usize;
+        self.chunks
+            .iter()
+            .enumerate()
+            .skip(from / CHUNK)
+            .flat_map(|(c, chunk)| {
+                chunk
+                    .iter()
+                    .enumerate()
+                    .map(move |(i, entry)| (c * CHUNK + i, entry))
+            })
+            .skip_while(move |(at, _)| *at < from)
+            .filter_map(|(at, entry)| {
+                let at = u32::try_from(at).expect("positions are u32 (see `vacant`)");
+                entry
+                    .as_ref()
+                    .map(|(identity, value)| (at, identity, value))
+            })
+    }
+
     /// Every stored identity with its value, to change in place.
     pub(crate) fn iter_mut(&mut self) -> impl Iterator<Item = (&Arc<str>, &mut V)> {
         self.chunks
@@ -191,6 +216,40 @@ mod tests {
     use proptest::prelude::*;
 
     use super::*;
+
+    #[test]
+    fn a_listing_in_pages_meets_what_stayed_stored_exactly_once() {
+        let mut table = SlotTable::new();
+        for i in 0..40 {
+            table.insert(Arc::from(format!("id-{i}")), i);
+        }
+        let mut seen = Vec::new();
+        let mut from = 0;
+        let mut page = 0;
+        loop {
+            let entries: Vec<_> = table
+                .iter_from(from)
+                .take(7)
+                .map(|(at, id, _)| (at, id.to_string()))
+                .collect();
+            let Some((last, _)) = entries.last() else {
+                break;
+            };
+            from = last + 1;
+            seen.extend(entries.into_iter().map(|(_, id)| id));
+            // Between pages, some entries go and others come (reusing freed positions).
+            if page == 1 {
+                table.remove("id-30");
+                table.insert(Arc::from("new-a"), 100);
+            }
+            page += 1;
+        }
+        for i in (0..40).filter(|i| *i != 30) {
+            let id = format!("id-{i}");
+            assert_eq!(seen.iter().filter(|s| **s == id).count(), 1, "{id}");
+        }
+        assert!(seen.len() <= 41);
+    }
 
     #[test]
     fn stores_finds_replaces_and_removes() {

@@ -621,6 +621,10 @@ impl Life {
                     }
                 });
             }
+            (["active", kind, limit], Some(grains)) => {
+                let (kind, limit) = ((*kind).to_owned(), limit.parse().expect("a number"));
+                tokio::spawn(async move { list_active(&grains, &kind, limit).await });
+            }
             (["stats"], Some(grains)) => {
                 let (activations, forwarded, active) =
                     grains.stats().iter().fold((0, 0, 0), |(a, f, n), s| {
@@ -645,6 +649,37 @@ impl Life {
         drop((self.grains, self.node, self.system));
         say(&format!("STOPPED {} hosting={hosting}", self.me));
     }
+}
+
+/// Lists the active identities of `kind` in the whole cluster, `limit` a page: `ACTIVE
+/// <identity> <member>` for each, then `ACTIVEDONE <identities> <pages> <skipped members>`, or
+/// `ACTIVEERR <error>`.
+async fn list_active(grains: &VirtualActors, kind: &str, limit: usize) {
+    let (mut cursor, mut listed, mut pages, mut skipped) = (None, 0, 0, 0);
+    loop {
+        let page = match grains
+            .active_in_cluster(kind, cursor.as_ref(), limit, T)
+            .await
+        {
+            Ok(page) => page,
+            Err(e) => return say(&format!("ACTIVEERR {e}")),
+        };
+        pages += 1;
+        skipped += page.skipped.len();
+        assert!(
+            page.identities.len() <= limit,
+            "a page holds at most its limit"
+        );
+        for active in &page.identities {
+            listed += 1;
+            say(&format!("ACTIVE {} {}", active.identity, active.member));
+        }
+        match page.next {
+            Some(next) => cursor = Some(next),
+            None => break,
+        }
+    }
+    say(&format!("ACTIVEDONE {listed} {pages} {skipped}"));
 }
 
 async fn ask(grains: &VirtualActors, identity: &str, n: u64) {
