@@ -75,6 +75,8 @@ struct Extras<A: Actor> {
     /// The call filters of this actor (the system's, then its own), fixed at spawn: this
     /// actor's own `Arc`, so that taking it per message touches no line other actors share.
     filters: Option<Chain>,
+    /// The virtual actor this actor is a life of, for the filters.
+    grain: Option<(&'static str, Arc<str>)>,
 }
 
 impl<A: Actor> Default for Extras<A> {
@@ -91,6 +93,7 @@ impl<A: Actor> Default for Extras<A> {
             receive_timeout: None,
             tasks: Vec::new(),
             filters: None,
+            grain: None,
         }
     }
 }
@@ -138,12 +141,24 @@ impl<A: Actor> Context<A> {
         self.extras.get_or_insert_with(Box::default)
     }
 
-    /// Fixes the actor's call filters (at spawn).
-    pub(crate) fn set_filters(&mut self, filters: Option<Chain>) {
+    /// Fixes the actor's call filters, and the virtual actor it is a life of (kept only for
+    /// them), at spawn.
+    pub(crate) fn set_filters(
+        &mut self,
+        filters: Option<Chain>,
+        grain: Option<(&'static str, Arc<str>)>,
+    ) {
         self.filtered = filters.is_some();
         if filters.is_some() {
-            self.extras().filters = filters;
+            let extras = self.extras();
+            extras.filters = filters;
+            extras.grain = grain;
         }
+    }
+
+    /// The virtual actor this actor is a life of, when it has call filters.
+    pub(crate) fn grain(&self) -> Option<&(&'static str, Arc<str>)> {
+        self.extras.as_ref()?.grain.as_ref()
     }
 
     /// The actor's call filters, if it has any.

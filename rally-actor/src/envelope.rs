@@ -347,6 +347,7 @@ where
             message_type: std::any::type_name::<M>(),
             context,
             waited,
+            grain: ctx.grain().cloned(),
         };
         let kept = match &chain {
             Some(chain) => match filter::before(chain, &mut call) {

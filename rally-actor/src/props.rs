@@ -32,6 +32,7 @@ pub struct Props<A: Actor> {
     pub(crate) monitored: Option<bool>,
     pub(crate) watcher: Option<Arc<dyn TerminationSink>>,
     pub(crate) filters: Vec<Arc<dyn CallFilter>>,
+    pub(crate) grain: Option<(&'static str, Arc<str>)>,
 }
 
 pub(crate) enum Source<A> {
@@ -69,6 +70,7 @@ impl<A: Actor> Props<A> {
             monitored: None,
             watcher: None,
             filters: Vec::new(),
+            grain: None,
         }
     }
 
@@ -82,6 +84,7 @@ impl<A: Actor> Props<A> {
             monitored: None,
             watcher: None,
             filters: Vec::new(),
+            grain: None,
         }
     }
 
@@ -155,6 +158,14 @@ impl<A: Actor> Props<A> {
     /// [`CallFilter`] for an example).
     pub fn call_filter(mut self, filter: Arc<dyn CallFilter>) -> Self {
         self.filters.push(filter);
+        self
+    }
+
+    /// Says that this actor is a life of the virtual actor `identity` of `kind`, for the call
+    /// filters ([`Incoming::grain`](crate::Incoming::grain)); `rally::cluster::virtual_actors`
+    /// sets it on the activations it spawns. Kept only when the actor has call filters.
+    pub fn as_grain(mut self, kind: &'static str, identity: Arc<str>) -> Self {
+        self.grain = Some((kind, identity));
         self
     }
 

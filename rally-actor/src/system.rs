@@ -351,6 +351,7 @@ impl ActorSystem {
             monitored,
             watcher,
             filters,
+            grain,
         } = props;
         let dispatcher = match dispatcher {
             Some(name) => self
@@ -401,7 +402,7 @@ impl ActorSystem {
             );
         }
         let mut ctx = Context::new(actor.clone(), self.clone(), dispatcher.clone(), parent);
-        ctx.set_filters(filter::joined(self.filters().as_ref(), filters));
+        ctx.set_filters(filter::joined(self.filters().as_ref(), filters), grain);
         let cell = Cell {
             source,
             ctx,

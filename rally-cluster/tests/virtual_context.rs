@@ -82,10 +82,19 @@ impl Handler<Chain> for Hop {
     }
 }
 
+/// The virtual actors the filter saw messages for: (kind, identity).
+static FILTERED: LazyLock<Mutex<Vec<(String, String)>>> = LazyLock::new(|| Mutex::new(Vec::new()));
+
 /// Refuses what comes without a tenant.
 struct NeedsTenant;
 impl CallFilter for NeedsTenant {
     fn before(&self, call: &mut Incoming<'_>) -> Result<Option<Kept>, Rejection> {
+        if let Some((kind, identity)) = call.grain() {
+            FILTERED
+                .lock()
+                .unwrap()
+                .push((kind.to_owned(), identity.to_owned()));
+        }
         match call.context().and_then(|c| c.get("tenant")) {
             Some(_) => Ok(None),
             None => Err(Rejection::new("no tenant")),
@@ -229,4 +238,7 @@ async fn a_kinds_filter_rejects_on_the_hosting_member_and_the_caller_is_told_not
         .await
         .unwrap();
     assert_eq!(tenant, "acme");
+    // The filter knew which virtual actor each message was for.
+    let seen = FILTERED.lock().unwrap().clone();
+    assert_eq!(seen, vec![("hop".to_owned(), on_b.clone()); 2]);
 }

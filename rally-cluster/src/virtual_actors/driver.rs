@@ -578,7 +578,9 @@ impl<K: VirtualActor> KindDriver<K> {
             let result = match built {
                 Ok(Ok(actor)) => {
                     let props = filters.into_iter().flatten().fold(
-                        Props::new(actor).watched_by(Arc::clone(&state) as _),
+                        Props::new(actor)
+                            .watched_by(Arc::clone(&state) as _)
+                            .as_grain(K::KIND, Arc::clone(&identity)),
                         Props::call_filter,
                     );
                     system.spawn(props).map_err(|e| e.to_string())

@@ -477,7 +477,7 @@ impl VirtualActorsBuilder {
     /// ```
     /// use std::sync::Arc;
     /// use rally::{CallFilter, Incoming, Kept, Rejection};
-    /// use rally::cluster::virtual_actors::{VirtualActor, VirtualActors};
+    /// use rally::cluster::virtual_actors::{VirtualActor, VirtualActorsBuilder};
     ///
     /// struct NeedsTenant;
     /// impl CallFilter for NeedsTenant {
@@ -488,7 +488,7 @@ impl VirtualActorsBuilder {
     ///         }
     ///     }
     /// }
-    /// fn host<K: VirtualActor>(builder: &mut rally::cluster::virtual_actors::VirtualActorsBuilder) {
+    /// fn host<K: VirtualActor>(builder: &mut VirtualActorsBuilder) {
     ///     builder.kind::<K>().call_filter::<K>(Arc::new(NeedsTenant));
     /// }
     /// ```
