@@ -269,12 +269,17 @@ fn send_attributes(target: &str, message_type: &'static str) -> Vec<KeyValue> {
 }
 
 fn handle_attributes(call: &Incoming<'_>) -> Vec<KeyValue> {
-    vec![
+    let mut attributes = vec![
         KeyValue::new("messaging.system", "rally"),
         KeyValue::new("messaging.operation.type", "process"),
         KeyValue::new(ACTOR_PATH, call.actor_path().to_owned()),
         KeyValue::new(MESSAGE_TYPE, call.message_type()),
-    ]
+    ];
+    if let Some((kind, identity)) = call.grain() {
+        attributes.push(KeyValue::new(GRAIN_KIND, kind));
+        attributes.push(KeyValue::new(GRAIN_IDENTITY, identity.to_owned()));
+    }
+    attributes
 }
 
 #[cfg(test)]

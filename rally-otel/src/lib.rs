@@ -16,9 +16,9 @@
 //! | `wait <type>` | internal | the message's arrival | its handler's start | `send` |
 //! | `handle <type>` | consumer | the handler's start | its end | `send` |
 //!
-//! Each carries `rally.message.type` and where it went (`rally.target`, and for a virtual
-//! actor `rally.grain.kind` and `rally.grain.identity`) or who handled it
-//! (`rally.actor.path`). Each process's spans carry `service.name` and `rally.member`.
+//! Each carries `rally.message.type` and where it went (`rally.target`) or who handled it
+//! (`rally.actor.path`), and for a virtual actor `rally.grain.kind` and
+//! `rally.grain.identity`. Each process's spans carry `service.name` and `rally.member`.
 //!
 //! # Example
 //!

@@ -436,18 +436,23 @@ async fn a_chain_client_to_grain_a_to_grain_b_over_three_processes_is_one_trace_
             span.name
         );
     }
-    // The grains each send went to.
-    for (send, kind, identity) in [(send_a, "front", &front_id), (send_b, "back", &back_id)] {
-        assert_eq!(send.attribute("rally.grain.kind"), Some(kind), "{send:?}");
-        assert_eq!(
-            send.attribute("rally.grain.identity"),
-            Some(identity.as_str()),
-            "{send:?}"
-        );
+    // The grains each send went to, and the grain each handler is.
+    for (send, handle, kind, identity) in [
+        (send_a, handle_a, "front", &front_id),
+        (send_b, handle_b, "back", &back_id),
+    ] {
         assert_eq!(
             send.attribute("rally.target"),
             Some(format!("grain:{kind}/{identity}").as_str())
         );
+        for span in [send, handle] {
+            assert_eq!(span.attribute("rally.grain.kind"), Some(kind), "{span:?}");
+            assert_eq!(
+                span.attribute("rally.grain.identity"),
+                Some(identity.as_str()),
+                "{span:?}"
+            );
+        }
     }
     // The message types.
     for (span, message) in [
@@ -479,8 +484,8 @@ async fn a_chain_client_to_grain_a_to_grain_b_over_three_processes_is_one_trace_
         handle_b.end_ns <= handle_a.end_ns,
         "A's handler waits for B's answer"
     );
-    // Nothing else in the trace but the mailbox waits (where the runtime knew them): children
-    // of a send, on the handler's member, ending where the handler starts.
+    // Nothing else in the trace but the two mailbox waits (known for messages that carry a
+    // context): children of a send, on the handler's member, ending where the handler starts.
     let mut waits = 0;
     for (send, handle) in [(send_a, handle_a), (send_b, handle_b)] {
         for wait in trace
@@ -493,7 +498,8 @@ async fn a_chain_client_to_grain_a_to_grain_b_over_three_processes_is_one_trace_
             waits += 1;
         }
     }
-    assert_eq!(trace.len(), 4 + waits, "{trace:#?}");
+    assert_eq!(waits, 2, "{trace:#?}");
+    assert_eq!(trace.len(), 6, "{trace:#?}");
 }
 
 fn hex(bytes: &[u8]) -> String {
