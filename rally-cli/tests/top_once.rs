@@ -194,3 +194,72 @@ async fn top_once_shows_a_members_virtual_actors_and_membership() {
     );
     system.shutdown().await.unwrap();
 }
+
+/// `rally top --cluster --once` against a member serving the cluster dashboard: the member
+/// listed as up, and the kind's row with its active count.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn top_cluster_once_shows_the_dashboards_members_and_kinds() {
+    let system = ActorSystem::new("topc");
+    let node = RemoteNode::start(
+        &system,
+        RemoteConfig::builder()
+            .listen("127.0.0.1", 0)
+            .secret(b"top secret".to_vec())
+            .build()
+            .unwrap(),
+    )
+    .await
+    .unwrap();
+    let me = node.address().to_string();
+    let config = ClusterConfig::builder()
+        .seed(me.parse().unwrap())
+        .kind("cart")
+        .build()
+        .unwrap();
+    let cluster = Cluster::join(&system, &node, config.clone()).unwrap();
+    let grains = VirtualActors::builder(&cluster, &system)
+        .kind::<Cart>()
+        .membership(&config)
+        .start(&node)
+        .unwrap();
+    cluster.wait_until_up(T).await.unwrap();
+    for i in 0..3 {
+        let cart = grains.get::<Cart>(&format!("cart-{i}")).unwrap();
+        cart.ask(Touch, T).await.unwrap();
+    }
+    let dashboard =
+        rally::metrics::dashboard::serve(&cluster, &node, "127.0.0.1:0".parse().unwrap())
+            .await
+            .unwrap();
+    let addr = dashboard.local_addr().to_string();
+    // The first gathering comes after a second: ask until the kind's row is there.
+    let (row, text) = eventually("a row for the kind", T, async || {
+        let addr = addr.clone();
+        let output = tokio::task::spawn_blocking(move || {
+            Command::new(env!("CARGO_BIN_EXE_rally"))
+                .args(["top", "--cluster", "--once", "--endpoint", &addr])
+                .output()
+                .expect("the rally binary runs")
+        })
+        .await
+        .unwrap();
+        assert!(output.status.success(), "{output:?}");
+        let text = String::from_utf8_lossy(&output.stdout).into_owned();
+        match text.lines().find(|l| l.starts_with("cart ")) {
+            Some(row) => Ok((row.to_owned(), text.clone())),
+            None => Err(text),
+        }
+    })
+    .await;
+    let row: Vec<&str> = row.split_whitespace().collect();
+    // kind, members, active
+    assert_eq!(row[..3], ["cart", "1", "3"], "{text}");
+    assert!(text.contains("1 members, 1 up"), "{text}");
+    assert!(
+        text.lines()
+            .any(|l| l.starts_with(&format!("{me}#")) && l.contains(" up ")),
+        "{text}"
+    );
+    drop(dashboard);
+    system.shutdown().await.unwrap();
+}
