@@ -122,6 +122,18 @@ fn agent() -> ureq::Agent {
         .into()
 }
 
+/// What a test terminal shows, as one string.
+#[cfg(test)]
+pub(crate) fn screen(terminal: &ratatui::Terminal<ratatui::backend::TestBackend>) -> String {
+    terminal
+        .backend()
+        .buffer()
+        .content()
+        .iter()
+        .map(|cell| cell.symbol())
+        .collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -263,13 +275,7 @@ mod tests {
                 draw(frame, "127.0.0.1:1".parse().unwrap(), &report, &window)
             })
             .unwrap();
-        let screen: String = terminal
-            .backend()
-            .buffer()
-            .content()
-            .iter()
-            .map(|cell| cell.symbol())
-            .collect();
+        let screen = screen(&terminal);
         assert!(screen.contains("virtual actors"), "{screen}");
         assert!(screen.contains("cart"), "{screen}");
         assert!(screen.contains("members up 3"), "{screen}");
@@ -286,13 +292,7 @@ mod tests {
                 draw(frame, "127.0.0.1:1".parse().unwrap(), &report, &window)
             })
             .unwrap();
-        let screen: String = terminal
-            .backend()
-            .buffer()
-            .content()
-            .iter()
-            .map(|cell| cell.symbol())
-            .collect();
+        let screen = screen(&terminal);
         assert!(screen.contains("rally top"));
         assert!(screen.contains("no monitored actors"));
     }

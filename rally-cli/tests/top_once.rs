@@ -142,9 +142,18 @@ impl Handler<Touch> for Cart {
     }
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn top_once_shows_a_members_virtual_actors_and_membership() {
-    let system = ActorSystem::new("top");
+/// A one-member cluster on loopback hosting `cart`, with `carts` of them activated.
+struct Member {
+    system: ActorSystem,
+    node: RemoteNode,
+    cluster: Cluster,
+    /// Its address.
+    me: String,
+    _grains: VirtualActors,
+}
+
+async fn member_with_carts(name: &str, carts: usize) -> Member {
+    let system = ActorSystem::new(name);
     let node = RemoteNode::start(
         &system,
         RemoteConfig::builder()
@@ -171,10 +180,29 @@ async fn top_once_shows_a_members_virtual_actors_and_membership() {
         cluster.self_member().status == MemberStatus::Up
     })
     .await;
-    for i in 0..5 {
+    for i in 0..carts {
         let cart = grains.get::<Cart>(&format!("cart-{i}")).unwrap();
         cart.ask(Touch, T).await.unwrap();
     }
+    Member {
+        system,
+        node,
+        cluster,
+        me,
+        _grains: grains,
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn top_once_shows_a_members_virtual_actors_and_membership() {
+    // Every handle is kept until the end: dropping the cluster's would stop the member.
+    let Member {
+        system,
+        node: _node,
+        cluster: _cluster,
+        me,
+        _grains,
+    } = member_with_carts("top", 5).await;
     let endpoint = serve(&system, Duration::from_millis(100)).await;
     let addr = endpoint.local_addr().to_string();
     // The first report comes after one period: ask until it is there.
@@ -199,34 +227,13 @@ async fn top_once_shows_a_members_virtual_actors_and_membership() {
 /// listed as up, and the kind's row with its active count.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn top_cluster_once_shows_the_dashboards_members_and_kinds() {
-    let system = ActorSystem::new("topc");
-    let node = RemoteNode::start(
-        &system,
-        RemoteConfig::builder()
-            .listen("127.0.0.1", 0)
-            .secret(b"top secret".to_vec())
-            .build()
-            .unwrap(),
-    )
-    .await
-    .unwrap();
-    let me = node.address().to_string();
-    let config = ClusterConfig::builder()
-        .seed(me.parse().unwrap())
-        .kind("cart")
-        .build()
-        .unwrap();
-    let cluster = Cluster::join(&system, &node, config.clone()).unwrap();
-    let grains = VirtualActors::builder(&cluster, &system)
-        .kind::<Cart>()
-        .membership(&config)
-        .start(&node)
-        .unwrap();
-    cluster.wait_until_up(T).await.unwrap();
-    for i in 0..3 {
-        let cart = grains.get::<Cart>(&format!("cart-{i}")).unwrap();
-        cart.ask(Touch, T).await.unwrap();
-    }
+    let Member {
+        system,
+        node,
+        cluster,
+        me,
+        _grains,
+    } = member_with_carts("topc", 3).await;
     let dashboard =
         rally::metrics::dashboard::serve(&cluster, &node, "127.0.0.1:0".parse().unwrap())
             .await

@@ -11,7 +11,7 @@
 //!   the network).
 //!
 //! The serving member gathers the figures every second from every member in its view, through
-//! the endpoint each member exposes on its node ([`expose`]) and Rally's own connections; a
+//! the endpoint each member exposes on its node (`expose`) and Rally's own connections; a
 //! member that does not answer is listed with the reason. Every member runs its own period
 //! recorder, so the diagnosis of a member is made from its own counters.
 //!
@@ -23,7 +23,7 @@
 //! | `/api/active?kind=K&limit=N&cursor=C` | the same as JSON (`identities`, `next`, `skipped`) |
 //!
 //! The data types ([`ClusterView`] and its parts) are always here, so a client can read
-//! `/api/cluster` (`rally top --cluster` does); [`serve`] and [`expose`] need the `cluster`
+//! `/api/cluster` (`rally top --cluster` does); `serve` and `expose` need the `cluster`
 //! feature of `rally` (with `metrics`).
 
 #[cfg(feature = "cluster")]

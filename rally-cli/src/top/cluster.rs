@@ -208,14 +208,11 @@ mod tests {
         terminal
             .draw(|frame| draw(frame, "127.0.0.1:1".parse().unwrap(), &view))
             .unwrap();
-        let screen: String = terminal
-            .backend()
-            .buffer()
-            .content()
-            .iter()
-            .map(|cell| cell.symbol())
-            .collect();
-        assert!(screen.contains("cluster-wide: 10 now"), "the sparkline's title");
+        let screen = crate::top::screen(&terminal);
+        assert!(
+            screen.contains("cluster-wide: 10 now"),
+            "the sparkline's title"
+        );
         assert!(screen.contains("rally://s@h:2#b"), "the members below it");
     }
 }

@@ -12,7 +12,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use bytes::Bytes;
 use http_body_util::Full;
 use hyper::body::Incoming;
-use hyper::header::{CACHE_CONTROL, CONTENT_TYPE, HeaderValue};
+use hyper::header::{CACHE_CONTROL, HeaderValue};
 use hyper::server::conn::http1;
 use hyper::service::service_fn;
 use hyper::{Request, Response, StatusCode};
@@ -28,6 +28,7 @@ use super::member::{ENDPOINT, Figures, FiguresRequest, PERIOD};
 use super::page::{self, listing};
 use super::view::{Charts, ClusterView, KindView, MemberView};
 use super::{Dashboard, DashboardError};
+use crate::prometheus::respond;
 
 /// How long the charts reach back: five minutes of one point a second.
 const HISTORY: usize = 300;
@@ -389,15 +390,6 @@ fn asset(kind: &'static str, body: &'static str) -> Response<Full<Bytes>> {
     response
         .headers_mut()
         .insert(CACHE_CONTROL, HeaderValue::from_static("max-age=3600"));
-    response
-}
-
-fn respond(status: StatusCode, kind: &'static str, body: String) -> Response<Full<Bytes>> {
-    let mut response = Response::new(Full::new(Bytes::from(body)));
-    *response.status_mut() = status;
-    response
-        .headers_mut()
-        .insert(CONTENT_TYPE, HeaderValue::from_static(kind));
     response
 }
 
