@@ -12,6 +12,7 @@ use std::time::Duration;
 use crate::dead_letters::{DeadLetterReason, DeadLetters};
 use crate::envelope::{ReplyError, ReplySink, ReplyTo};
 use crate::mailbox::{EnqueueError, Mailbox, Overflow, SystemMsg};
+use crate::request_context::RequestContext;
 use crate::watch::TerminationSink;
 use crate::{Actor, AskError, Envelope, Handler, Message, SendError};
 
@@ -254,7 +255,10 @@ impl<A: Actor> ActorRef<A> {
         M: Message,
         A: Handler<M>,
     {
-        self.deliver_waiting(Envelope::new(msg, ReplyTo::ignore()))
+        let envelope = self
+            .envelope(msg, ReplyTo::ignore())
+            .map_err(|(msg, why)| SendError::Rejected(msg, why))?;
+        self.deliver_waiting(envelope)
             .await
             .map_err(|error| undelivered(error))
     }
@@ -278,7 +282,10 @@ impl<A: Actor> ActorRef<A> {
             return Err(AskError::InvalidTimeout);
         }
         let (reply, rx) = ReplyTo::channel();
-        if let Err(error) = self.deliver_waiting(Envelope::new(msg, reply)).await {
+        let envelope = self
+            .envelope(msg, reply)
+            .map_err(|(_, why)| AskError::Rejected(why))?;
+        if let Err(error) = self.deliver_waiting(envelope).await {
             return Err(match error.reason {
                 Undelivered::Stopped => AskError::Stopped,
                 Undelivered::Full => AskError::Full,
@@ -292,13 +299,7 @@ impl<A: Actor> ActorRef<A> {
             Ok(Err(_)) => Err(AskError::Failed(
                 "the reply destination was dropped unanswered".to_owned(),
             )),
-            Ok(Ok(reply)) => reply.map_err(|error| match error {
-                ReplyError::Stopped => AskError::Stopped,
-                ReplyError::MailboxFull => AskError::Full,
-                ReplyError::Failed(why) => AskError::Failed(why),
-                ReplyError::Undeliverable(why) => AskError::Undeliverable(why),
-                ReplyError::OutcomeUnknown(why) => AskError::OutcomeUnknown(why),
-            }),
+            Ok(Ok(reply)) => reply.map_err(AskError::from),
         }
     }
 
@@ -327,7 +328,23 @@ impl<A: Actor> ActorRef<A> {
         M: Message,
         A: Handler<M>,
     {
-        self.deliver(Envelope::new(msg, reply)).map_err(undelivered)
+        let envelope = self
+            .envelope(msg, reply)
+            .map_err(|(msg, why)| SendError::Rejected(msg, why))?;
+        self.deliver(envelope).map_err(undelivered)
+    }
+
+    /// The envelope of a message sent now: with the request context of the code running now,
+    /// after its call filters' `on_send` (which may reject it: the message comes back with why).
+    fn envelope<M>(&self, msg: M, reply: ReplyTo<M::Reply>) -> Result<Envelope<A>, (M, String)>
+    where
+        M: Message,
+        A: Handler<M>,
+    {
+        match RequestContext::for_send(|| self.path(), std::any::type_name::<M>()) {
+            Ok(context) => Ok(Envelope::new(msg, reply).in_context(context)),
+            Err(rejection) => Err((msg, rejection.into_reason())),
+        }
     }
 
     /// Delivers a prepared envelope (used by transports and by `send_with`).

@@ -8,7 +8,9 @@ use std::time::Duration;
 
 use tokio::task::AbortHandle;
 
+use crate::filter::Chain;
 use crate::mailbox::Mailbox;
+use crate::request_context::{RequestContext, Scope};
 use crate::supervision::RestartRecord;
 use crate::system::{ChildControl, ParentControl};
 use crate::watch::{LocalWatcher, TerminationSink};
@@ -28,6 +30,9 @@ pub struct Context<A: Actor> {
     dispatcher: Dispatcher,
     pub(crate) parent: Arc<dyn ParentControl>,
     pub(crate) stopping: bool,
+    /// Whether the actor has call filters (kept in `extras`): in the padding after `stopping`,
+    /// so that every actor's context stays as small as it was.
+    filtered: bool,
     /// The reply destination of the message being handled (a boxed `Option<ReplyTo<R>>`),
     /// until the handler takes it with `reply_later`.
     pub(crate) current_reply: Option<Box<dyn Any + Send>>,
@@ -67,6 +72,11 @@ struct Extras<A: Actor> {
     receive_timeout: Option<ReceiveTimeout<A>>,
     /// Futures started with `pipe`/`pipe_to`, aborted when the actor stops.
     tasks: Vec<AbortHandle>,
+    /// The call filters of this actor (the system's, then its own), fixed at spawn: this
+    /// actor's own `Arc`, so that taking it per message touches no line other actors share.
+    filters: Option<Chain>,
+    /// The virtual actor this actor is a life of, for the filters.
+    grain: Option<(&'static str, Arc<str>)>,
 }
 
 impl<A: Actor> Default for Extras<A> {
@@ -82,6 +92,8 @@ impl<A: Actor> Default for Extras<A> {
             stop_reason: None,
             receive_timeout: None,
             tasks: Vec::new(),
+            filters: None,
+            grain: None,
         }
     }
 }
@@ -120,12 +132,41 @@ impl<A: Actor> Context<A> {
             current_reply: None,
             reply_slots: ReplySlots::None,
             origin: None,
+            filtered: false,
             extras: None,
         }
     }
 
     fn extras(&mut self) -> &mut Extras<A> {
         self.extras.get_or_insert_with(Box::default)
+    }
+
+    /// Fixes the actor's call filters, and the virtual actor it is a life of (kept only for
+    /// them), at spawn.
+    pub(crate) fn set_filters(
+        &mut self,
+        filters: Option<Chain>,
+        grain: Option<(&'static str, Arc<str>)>,
+    ) {
+        self.filtered = filters.is_some();
+        if filters.is_some() {
+            let extras = self.extras();
+            extras.filters = filters;
+            extras.grain = grain;
+        }
+    }
+
+    /// The virtual actor this actor is a life of, when it has call filters.
+    pub(crate) fn grain(&self) -> Option<&(&'static str, Arc<str>)> {
+        self.extras.as_ref()?.grain.as_ref()
+    }
+
+    /// The actor's call filters, if it has any.
+    pub(crate) fn filters(&self) -> Option<&Chain> {
+        if !self.filtered {
+            return None;
+        }
+        self.extras.as_ref()?.filters.as_ref()
     }
 
     pub(crate) fn add_watcher(&mut self, watcher: Arc<dyn TerminationSink>) {
@@ -212,6 +253,39 @@ impl<A: Actor> Context<A> {
     /// ```
     pub fn origin(&self) -> Option<&(dyn Any + Send + Sync)> {
         self.origin.as_deref()
+    }
+
+    /// The request context the message being handled came with (or the one a call filter
+    /// set); `None` for a message sent outside any context, and outside handlers. The
+    /// messages the handler sends carry it on, from `pipe`/`pipe_to` too.
+    ///
+    /// # Example
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use rally::{Actor, ActorResult, ActorSystem, Context, Handler, Message, RequestContext};
+    ///
+    /// struct Whose;
+    /// impl Message for Whose { type Reply = Option<String>; }
+    /// struct Echo;
+    /// impl Actor for Echo {}
+    /// impl Handler<Whose> for Echo {
+    ///     async fn handle(&mut self, _: Whose, ctx: &mut Context<Self>) -> ActorResult<Option<String>> {
+    ///         Ok(ctx.request_context().and_then(|c| c.get("user").map(str::to_owned)))
+    ///     }
+    /// }
+    /// # #[tokio::main] async fn main() {
+    /// let system = ActorSystem::new("doc");
+    /// let echo = system.spawn(Echo).unwrap();
+    /// let second = Duration::from_secs(1);
+    /// assert_eq!(echo.ask(Whose, second).await, Ok(None));
+    /// let alice = RequestContext::new().with_entry("user", "alice").unwrap();
+    /// assert_eq!(system.in_context(alice, echo.ask(Whose, second)).await, Ok(Some("alice".to_owned())));
+    /// # }
+    /// ```
+    pub fn request_context(&self) -> Option<RequestContext> {
+        // Kept in the handler's scope, not here: every actor's context would grow for it.
+        RequestContext::current()
     }
 
     /// A handle to this actor.
@@ -532,13 +606,14 @@ impl<A: Actor> Context<A> {
         A: Handler<M>,
     {
         let target = self.myself.downgrade();
-        let handle = self.dispatcher.spawn(async move {
+        // In the handler's scope: the future's sends, and its message, carry its context.
+        let handle = self.dispatcher.spawn(Scope::carry(async move {
             let msg = future.await;
             if let Some(me) = target.upgrade() {
                 // Stopped meanwhile: the message is counted as a dead letter.
                 let _ = me.tell(msg);
             }
-        });
+        }));
         self.add_task(handle);
     }
 
@@ -569,11 +644,11 @@ impl<A: Actor> Context<A> {
         future: impl Future<Output = M> + Send + 'static,
         recipient: Recipient<M>,
     ) {
-        let handle = self.dispatcher.spawn(async move {
+        let handle = self.dispatcher.spawn(Scope::carry(async move {
             let msg = future.await;
             // A stopped recipient is counted as a dead letter.
             let _ = recipient.tell(msg);
-        });
+        }));
         self.add_task(handle);
     }
 

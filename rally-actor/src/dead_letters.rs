@@ -18,6 +18,8 @@ pub enum DeadLetterReason {
     OutboundFull,
     /// A transport could not deliver it (unreachable node, unknown recipient).
     Unreachable,
+    /// A call filter rejected it (see [`CallFilter`](crate::CallFilter)).
+    Rejected,
 }
 
 /// Published on the event stream for every dead letter. Subscribe with

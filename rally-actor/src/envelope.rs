@@ -3,11 +3,14 @@
 use std::any::{Any, TypeId};
 use std::fmt;
 use std::sync::Arc;
+use std::time::Instant;
 
 use futures_util::future::BoxFuture;
 use tokio::sync::oneshot;
 
 use crate::context::Deferred;
+use crate::filter::{self, Incoming, Outcome};
+use crate::request_context::{RequestContext, Scope};
 use crate::supervision::Failure;
 use crate::{Actor, ActorResult, Context, Handler, Message};
 
@@ -41,7 +44,48 @@ impl<A: Actor> Envelope<A> {
         M: Message,
         A: Handler<M>,
     {
-        Self(Box::new(Typed { msg, reply }))
+        Self(Box::new(Typed {
+            msg,
+            reply,
+            meta: None,
+        }))
+    }
+
+    /// The same envelope carrying `context` (a transport sets the one a message came with):
+    /// the handler reads it with [`Context::request_context`], and it follows the handler's
+    /// sends. The time of this call is when the message arrived, for
+    /// [`Incoming::waited`](crate::Incoming::waited). `None` leaves the envelope as it is.
+    ///
+    /// # Example
+    ///
+    /// ```
+    /// use rally::{Actor, ActorResult, Context, Envelope, Handler, Message, ReplyTo, RequestContext};
+    ///
+    /// struct Ping;
+    /// impl Message for Ping { type Reply = (); }
+    /// struct Echo;
+    /// impl Actor for Echo {}
+    /// impl Handler<Ping> for Echo {
+    ///     async fn handle(&mut self, _: Ping, _: &mut Context<Self>) -> ActorResult<()> { Ok(()) }
+    /// }
+    /// let context = RequestContext::new().with_entry("tenant", "acme").unwrap();
+    /// let envelope: Envelope<Echo> = Envelope::new(Ping, ReplyTo::ignore()).in_context(Some(context.clone()));
+    /// assert_eq!(envelope.context(), Some(&context));
+    /// ```
+    pub fn in_context(mut self, context: Option<RequestContext>) -> Self {
+        if let Some(context) = context {
+            self.0.set_meta(Box::new(Meta {
+                context,
+                arrived: Instant::now(),
+            }));
+        }
+        self
+    }
+
+    /// The request context the message carries, if any (a transport encodes it with the
+    /// message).
+    pub fn context(&self) -> Option<&RequestContext> {
+        self.0.meta().map(|meta| &meta.context)
     }
 
     /// Like [`new`](Self::new), for a message that a transport carried from elsewhere:
@@ -81,7 +125,11 @@ impl<A: Actor> Envelope<A> {
         A: Handler<M>,
     {
         Self(Box::new(Originated {
-            typed: Typed { msg, reply },
+            typed: Typed {
+                msg,
+                reply,
+                meta: None,
+            },
             origin,
         }))
     }
@@ -150,11 +198,22 @@ trait Erased<A: Actor>: Send {
     fn is_reply_wanted(&self) -> bool;
     fn into_reply(self: Box<Self>) -> ErasedReply;
     fn reject(self: Box<Self>, error: ReplyError) -> Box<dyn Any + Send>;
+    fn meta(&self) -> Option<&Meta>;
+    fn set_meta(&mut self, meta: Box<Meta>);
 }
 
 struct Typed<M: Message> {
     msg: M,
     reply: ReplyTo<M::Reply>,
+    /// Only for a message sent in a request context: one pointer otherwise.
+    meta: Option<Box<Meta>>,
+}
+
+/// What a message sent in a request context carries besides itself.
+struct Meta {
+    context: RequestContext,
+    /// When it was sent (or decoded from another node).
+    arrived: Instant,
 }
 
 /// Where a message came from, as the transport that carried it says (see
@@ -178,7 +237,10 @@ where
         ctx: &'a mut Context<A>,
     ) -> BoxFuture<'a, Result<(), Failure>> {
         let Originated { typed, origin } = *self;
-        handle_typed(typed.msg, typed.reply, Some(origin), actor, ctx)
+        match (typed.meta, ctx.filters()) {
+            (None, None) => handle_typed(typed.msg, typed.reply, Some(origin), actor, ctx),
+            (meta, _) => handle_filtered(typed.msg, typed.reply, Some(origin), meta, actor, ctx),
+        }
     }
 
     fn message(&self) -> &(dyn Any + Send) {
@@ -203,6 +265,14 @@ where
 
     fn reject(self: Box<Self>, error: ReplyError) -> Box<dyn Any + Send> {
         <Typed<M> as Erased<A>>::reject(Box::new(self.typed), error)
+    }
+
+    fn meta(&self) -> Option<&Meta> {
+        self.typed.meta.as_deref()
+    }
+
+    fn set_meta(&mut self, meta: Box<Meta>) {
+        self.typed.meta = Some(meta);
     }
 }
 
@@ -248,6 +318,73 @@ where
     })
 }
 
+/// [`handle_typed`] for a message that carries a request context or comes to an actor with
+/// call filters: the filters' `before`, the handler in the message's [`Scope`] (so that its
+/// sends carry the context and pass the filters' `on_send`), then their `after`. Apart from
+/// `handle_typed` so that a plain message's boxed future stays as small as it was.
+fn handle_filtered<'a, A, M>(
+    msg: M,
+    reply: ReplyTo<M::Reply>,
+    origin: Option<Origin>,
+    meta: Option<Box<Meta>>,
+    actor: &'a mut A,
+    ctx: &'a mut Context<A>,
+) -> BoxFuture<'a, Result<(), Failure>>
+where
+    A: Handler<M>,
+    M: Message,
+{
+    Box::pin(async move {
+        let chain = ctx.filters().cloned();
+        let path = ctx.myself().path().clone();
+        let (context, waited) = match meta {
+            Some(meta) => (Some(meta.context), Some(meta.arrived.elapsed())),
+            None => (None, None),
+        };
+        let mut call = Incoming {
+            actor: &path,
+            id: ctx.id(),
+            message_type: std::any::type_name::<M>(),
+            context,
+            waited,
+            grain: ctx.grain().cloned(),
+        };
+        let kept = match &chain {
+            Some(chain) => match filter::before(chain, &mut call) {
+                Ok(kept) => kept,
+                Err(rejection) => {
+                    if !reply.is_wanted() {
+                        ctx.system().dead_letters().record(
+                            &path,
+                            call.message_type,
+                            crate::DeadLetterReason::Rejected,
+                        );
+                    }
+                    reply.send(Err(ReplyError::Rejected(rejection.into_reason())));
+                    return Ok(());
+                }
+            },
+            None => Vec::new(),
+        };
+        let scope = Scope {
+            context: call.context.clone(),
+            filters: chain.clone(),
+        };
+        let handled = scope
+            .run(handle_typed(msg, reply, origin, actor, &mut *ctx))
+            .await;
+        if let Some(chain) = &chain {
+            let outcome = match &handled {
+                Ok(()) => Outcome::Ok,
+                Err(failure) if failure.panicked => Outcome::Panicked(&failure.message),
+                Err(failure) => Outcome::Failed(&failure.message),
+            };
+            filter::after(chain, &call, outcome, kept);
+        }
+        handled
+    })
+}
+
 /// The handler's run, then the reply: everything [`handle_typed`] guards.
 async fn handle_and_reply<A, M>(
     msg: M,
@@ -264,13 +401,14 @@ where
     let origin = ctx.origin.take();
     if let Some(stashed) = ctx.take_stash_request() {
         let reply = reply.unwrap_or_else(ReplyTo::ignore);
+        let context = ctx.request_context();
         return match (stashed.downcast::<M>(), origin) {
             (Ok(msg), Some(origin)) => {
-                ctx.push_stashed(Envelope::with_origin(*msg, reply, origin));
+                ctx.push_stashed(Envelope::with_origin(*msg, reply, origin).in_context(context));
                 Ok(())
             }
             (Ok(msg), None) => {
-                ctx.push_stashed(Envelope::new(*msg, reply));
+                ctx.push_stashed(Envelope::new(*msg, reply).in_context(context));
                 Ok(())
             }
             (Err(_), _) => {
@@ -309,8 +447,11 @@ where
         actor: &'a mut A,
         ctx: &'a mut Context<A>,
     ) -> BoxFuture<'a, Result<(), Failure>> {
-        let Typed { msg, reply } = *self;
-        handle_typed(msg, reply, None, actor, ctx)
+        let Typed { msg, reply, meta } = *self;
+        match (meta, ctx.filters()) {
+            (None, None) => handle_typed(msg, reply, None, actor, ctx),
+            (meta, _) => handle_filtered(msg, reply, None, meta, actor, ctx),
+        }
     }
 
     fn message(&self) -> &(dyn Any + Send) {
@@ -322,7 +463,7 @@ where
     }
 
     fn into_parts(self: Box<Self>) -> (Box<dyn Any + Send>, ErasedReply) {
-        let Typed { msg, reply } = *self;
+        let Typed { msg, reply, .. } = *self;
         (Box::new(msg), ErasedReply(Box::new(reply)))
     }
 
@@ -335,9 +476,17 @@ where
     }
 
     fn reject(self: Box<Self>, error: ReplyError) -> Box<dyn Any + Send> {
-        let Typed { msg, reply } = *self;
+        let Typed { msg, reply, .. } = *self;
         reply.send(Err(error));
         Box::new(msg)
+    }
+
+    fn meta(&self) -> Option<&Meta> {
+        self.meta.as_deref()
+    }
+
+    fn set_meta(&mut self, meta: Box<Meta>) {
+        self.meta = Some(meta);
     }
 }
 
@@ -377,6 +526,9 @@ pub enum ReplyError {
     /// may not have been handled (it will not be handled twice).
     #[error("the message was sent but its outcome is unknown: {0}")]
     OutcomeUnknown(String),
+    /// A call filter rejected the message before its handler: it was not handled.
+    #[error("the message was rejected: {0}")]
+    Rejected(String),
 }
 
 /// Receives a reply on behalf of someone; implemented by [`Recipient`](crate::Recipient) targets

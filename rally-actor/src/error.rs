@@ -22,13 +22,15 @@ pub enum SendError<M> {
     /// A transport refused the message (for example, its type is not registered for remoting,
     /// it failed to encode, or it exceeds the maximum message size).
     Refused(M, String),
+    /// A call filter's `on_send` rejected it, with the reason; nothing was sent.
+    Rejected(M, String),
 }
 
 impl<M> SendError<M> {
     /// The message that was not sent.
     pub fn into_inner(self) -> M {
         match self {
-            Self::Stopped(m) | Self::Full(m) | Self::Refused(m, _) => m,
+            Self::Stopped(m) | Self::Full(m) | Self::Refused(m, _) | Self::Rejected(m, _) => m,
         }
     }
 
@@ -38,6 +40,7 @@ impl<M> SendError<M> {
             Self::Stopped(m) => SendError::Stopped(f(m)),
             Self::Full(m) => SendError::Full(f(m)),
             Self::Refused(m, why) => SendError::Refused(f(m), why),
+            Self::Rejected(m, why) => SendError::Rejected(f(m), why),
         }
     }
 }
@@ -54,6 +57,7 @@ impl<M> fmt::Display for SendError<M> {
             Self::Stopped(_) => f.write_str("the actor has stopped"),
             Self::Full(_) => f.write_str("the actor's mailbox is full"),
             Self::Refused(_, why) => write!(f, "the message was refused: {why}"),
+            Self::Rejected(_, why) => write!(f, "the message was rejected: {why}"),
         }
     }
 }
@@ -87,6 +91,25 @@ pub enum AskError {
     /// failed) before its reply came: it may or may not have been handled. Never handled twice.
     #[error("the message was sent but its outcome is unknown: {0}")]
     OutcomeUnknown(String),
+    /// A call filter rejected the message (on send, or before its handler): it was not
+    /// handled, and sending it again is safe.
+    #[error("the message was rejected: {0}")]
+    Rejected(String),
+}
+
+impl From<crate::ReplyError> for AskError {
+    /// What an asker is told when the reply destination got `error` instead of a reply.
+    fn from(error: crate::ReplyError) -> Self {
+        use crate::ReplyError;
+        match error {
+            ReplyError::Stopped => Self::Stopped,
+            ReplyError::MailboxFull => Self::Full,
+            ReplyError::Failed(why) => Self::Failed(why),
+            ReplyError::Undeliverable(why) => Self::Undeliverable(why),
+            ReplyError::OutcomeUnknown(why) => Self::OutcomeUnknown(why),
+            ReplyError::Rejected(why) => Self::Rejected(why),
+        }
+    }
 }
 
 /// Why an actor could not be spawned.

@@ -83,6 +83,7 @@ mod dispatch;
 mod envelope;
 mod error;
 mod event_stream;
+mod filter;
 pub mod hold;
 mod mailbox;
 mod message;
@@ -90,6 +91,7 @@ pub mod monitor;
 mod panic;
 mod pool;
 mod props;
+mod request_context;
 mod routing;
 mod runner;
 mod supervision;
@@ -112,12 +114,17 @@ pub use dispatch::{
 pub use envelope::{Envelope, ErasedReply, Origin, ReplyError, ReplySink, ReplyTo};
 pub use error::{AskError, LookupError, SendError, ShutdownError, SpawnError};
 pub use event_stream::EventStream;
+pub use filter::{CallFilter, Incoming, Kept, Outcome, Outgoing, Rejection};
 pub use mailbox::{MailboxConfig, Overflow};
 pub use message::{Message, Terminated, TerminationReason};
 pub use monitor::{Monitor, MonitoringConfig};
 pub use panic::{CatchPanic, catch_panic};
 pub use pool::Pool;
 pub use props::Props;
+pub use request_context::{
+    ContextError, MAX_CONTEXT_BYTES, MAX_CONTEXT_ENTRIES, MAX_CONTEXT_KEY_LEN, RequestContext,
+    TraceParent,
+};
 pub use routing::{BalancingPool, Resizer, Router, Routing};
 pub use supervision::{Backoff, Directive, Failure, Scope, SupervisorStrategy};
 pub use system::ActorSystem;

@@ -155,7 +155,8 @@ where
         if self.routing == Routing::SmallestMailbox {
             return self.forward_counted(msg, reply, ctx);
         }
-        let mut envelope = Envelope::new(msg, reply);
+        // A forward, not a new send: the message keeps the context it came with.
+        let mut envelope = Envelope::new(msg, reply).in_context(ctx.request_context());
         // A routee its supervisor stopped leaves the pool; the message goes to the next one.
         while !self.routees.is_empty() {
             let routee = self.pick();
@@ -225,7 +226,8 @@ impl<A: Actor> Pool<A> {
                     original.send(result);
                 }
             });
-            match self.routees[routee].deliver(Envelope::new(msg, counted)) {
+            let envelope = Envelope::new(msg, counted).in_context(ctx.request_context());
+            match self.routees[routee].deliver(envelope) {
                 Ok(()) => return ctx.deferred(),
                 Err(error) => {
                     let (back, wrapper) = error.envelope.into_parts();

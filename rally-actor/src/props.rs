@@ -2,7 +2,7 @@
 
 use std::sync::Arc;
 
-use crate::{Actor, MailboxConfig, TerminationSink};
+use crate::{Actor, CallFilter, MailboxConfig, TerminationSink};
 
 /// Spawn options for an actor of type `A`.
 ///
@@ -31,6 +31,8 @@ pub struct Props<A: Actor> {
     pub(crate) dispatcher: Option<String>,
     pub(crate) monitored: Option<bool>,
     pub(crate) watcher: Option<Arc<dyn TerminationSink>>,
+    pub(crate) filters: Vec<Arc<dyn CallFilter>>,
+    pub(crate) grain: Option<(&'static str, Arc<str>)>,
 }
 
 pub(crate) enum Source<A> {
@@ -67,6 +69,8 @@ impl<A: Actor> Props<A> {
             dispatcher: None,
             monitored: None,
             watcher: None,
+            filters: Vec::new(),
+            grain: None,
         }
     }
 
@@ -79,6 +83,8 @@ impl<A: Actor> Props<A> {
             dispatcher: None,
             monitored: None,
             watcher: None,
+            filters: Vec::new(),
+            grain: None,
         }
     }
 
@@ -145,6 +151,21 @@ impl<A: Actor> Props<A> {
     /// ```
     pub fn watched_by(mut self, watcher: Arc<dyn TerminationSink>) -> Self {
         self.watcher = Some(watcher);
+        self
+    }
+
+    /// Adds a call filter for this actor's messages and sends, after the system's (see
+    /// [`CallFilter`] for an example).
+    pub fn call_filter(mut self, filter: Arc<dyn CallFilter>) -> Self {
+        self.filters.push(filter);
+        self
+    }
+
+    /// Says that this actor is a life of the virtual actor `identity` of `kind`, for the call
+    /// filters ([`Incoming::grain`](crate::Incoming::grain)); `rally::cluster::virtual_actors`
+    /// sets it on the activations it spawns. Kept only when the actor has call filters.
+    pub fn as_grain(mut self, kind: &'static str, identity: Arc<str>) -> Self {
+        self.grain = Some((kind, identity));
         self
     }
 

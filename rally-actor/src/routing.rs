@@ -14,6 +14,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use crate::envelope::ReplyError;
+use crate::request_context::RequestContext;
 use crate::sync::Mutex;
 use crate::{
     Actor, ActorRef, ActorSystem, AskError, Envelope, Handler, Message, Props, ReplyTo, SendError,
@@ -492,8 +493,10 @@ impl<A: Actor> BalancingPool<A> {
         M: Message,
         A: Handler<M>,
     {
-        self.submit(msg, ReplyTo::ignore());
-        Ok(())
+        match self.submit(msg, ReplyTo::ignore()) {
+            Ok(()) => Ok(()),
+            Err((msg, why)) => Err(SendError::Rejected(msg, why)),
+        }
     }
 
     /// Sends `msg` as [`tell`](Self::tell) does and waits for the reply.
@@ -514,23 +517,20 @@ impl<A: Actor> BalancingPool<A> {
             return Err(AskError::InvalidTimeout);
         }
         let (reply, rx) = ReplyTo::channel();
-        self.submit(msg, reply);
+        self.submit(msg, reply)
+            .map_err(|(_, why)| AskError::Rejected(why))?;
         match tokio::time::timeout(timeout, rx).await {
             Err(_) => Err(AskError::Timeout(timeout)),
             Ok(Err(_)) => Err(AskError::Failed(
                 "the reply destination was dropped unanswered".to_owned(),
             )),
-            Ok(Ok(reply)) => reply.map_err(|error| match error {
-                ReplyError::Stopped => AskError::Stopped,
-                ReplyError::MailboxFull => AskError::Full,
-                ReplyError::Failed(why) => AskError::Failed(why),
-                ReplyError::Undeliverable(why) => AskError::Undeliverable(why),
-                ReplyError::OutcomeUnknown(why) => AskError::OutcomeUnknown(why),
-            }),
+            Ok(Ok(reply)) => reply.map_err(AskError::from),
         }
     }
 
-    fn submit<M>(&self, msg: M, reply: ReplyTo<M::Reply>)
+    /// Hands `msg` to an idle worker or queues it, with the request context of the code
+    /// running now; a call filter's rejection gives the message back with why.
+    fn submit<M>(&self, msg: M, reply: ReplyTo<M::Reply>) -> Result<(), (M, String)>
     where
         M: Message,
         A: Handler<M>,
@@ -540,13 +540,19 @@ impl<A: Actor> BalancingPool<A> {
             pool: self.shared.clone(),
             worker: worker.clone(),
         };
+        let context =
+            match RequestContext::for_send(|| "balancing-pool", std::any::type_name::<M>()) {
+                Ok(context) => context,
+                Err(rejection) => return Err((msg, rejection.reason().to_owned())),
+            };
         let envelope = Envelope::new(
             msg,
             ReplyTo::callback(move |result| {
                 reply.send(result);
                 drop(done);
             }),
-        );
+        )
+        .in_context(context);
         let mut state = self.shared.lock();
         match state.idle.pop() {
             Some(idle) => {
@@ -555,6 +561,7 @@ impl<A: Actor> BalancingPool<A> {
             }
             None => state.queue.push_back((envelope, worker)),
         }
+        Ok(())
     }
 }
 

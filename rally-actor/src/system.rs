@@ -2,6 +2,7 @@
 
 use std::any::Any;
 use std::collections::HashMap;
+use std::future::Future;
 use std::hash::{BuildHasher, RandomState};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
@@ -11,15 +12,17 @@ use hashbrown::HashTable;
 use tokio::sync::Notify;
 
 use crate::dispatch::DispatcherError;
+use crate::filter::{self, Chain};
 use crate::mailbox::{Mailbox, SystemMsg};
 use crate::monitor::{ActorCounters, Monitor, Probe, Slot, Timed};
+use crate::request_context::{RequestContext, Scope};
 use crate::runner::{self, Cell};
 use crate::supervision::{Decision, Failure, RestartRecord};
 use crate::sync::Mutex;
 use crate::watch::TerminationSink;
 use crate::{
-    Actor, ActorId, ActorRef, Context, DeadLetters, Dispatcher, EventStream, LookupError, Props,
-    ShutdownError, SpawnError, SystemConfig,
+    Actor, ActorId, ActorRef, CallFilter, Context, DeadLetters, Dispatcher, EventStream,
+    LookupError, Props, ShutdownError, SpawnError, SystemConfig,
 };
 
 /// A running group of actors sharing configuration, dispatchers, a registry, an event stream
@@ -62,6 +65,10 @@ struct Inner {
     spawn_watchers: Mutex<HashMap<ActorId, Arc<dyn TerminationSink>>>,
     /// How many are kept: an actor that stops looks in the table only when there are some.
     spawn_watched: AtomicUsize,
+    /// The system's call filters, for actors spawned from now on.
+    filters: Mutex<Option<Chain>>,
+    /// Whether there are any: a spawn looks at `filters` only then.
+    filtered: AtomicBool,
 }
 
 struct Registered {
@@ -186,6 +193,8 @@ impl ActorSystem {
                 monitor,
                 spawn_watchers: Mutex::new(HashMap::new()),
                 spawn_watched: AtomicUsize::new(0),
+                filters: Mutex::new(None),
+                filtered: AtomicBool::new(false),
             }),
         }
     }
@@ -341,6 +350,8 @@ impl ActorSystem {
             dispatcher,
             monitored,
             watcher,
+            filters,
+            grain,
         } = props;
         let dispatcher = match dispatcher {
             Some(name) => self
@@ -390,7 +401,8 @@ impl ActorSystem {
                 },
             );
         }
-        let ctx = Context::new(actor.clone(), self.clone(), dispatcher.clone(), parent);
+        let mut ctx = Context::new(actor.clone(), self.clone(), dispatcher.clone(), parent);
+        ctx.set_filters(filter::joined(self.filters().as_ref(), filters), grain);
         let cell = Cell {
             source,
             ctx,
@@ -414,6 +426,76 @@ impl ActorSystem {
             None => dispatcher.spawn_actor(runner::run(cell)),
         }
         Ok(actor)
+    }
+
+    /// Adds a call filter for every actor spawned from now on (after the filters added before
+    /// it) and for the sends made inside [`in_context`](Self::in_context). Add the system's
+    /// filters before spawning: an actor's filters are fixed when it starts.
+    ///
+    /// # Example
+    ///
+    /// ```
+    /// use std::sync::Arc;
+    /// use std::sync::atomic::{AtomicUsize, Ordering};
+    /// use std::time::Duration;
+    /// use rally::{Actor, ActorResult, ActorSystem, CallFilter, Context, Handler, Incoming, Kept, Message, Outcome};
+    ///
+    /// #[derive(Default)]
+    /// struct Count(AtomicUsize);
+    /// impl CallFilter for Count {
+    ///     fn after(&self, _: &Incoming<'_>, outcome: Outcome<'_>, _: Option<Kept>) {
+    ///         if outcome == Outcome::Ok { self.0.fetch_add(1, Ordering::Relaxed); }
+    ///     }
+    /// }
+    /// struct Ping;
+    /// impl Message for Ping { type Reply = (); }
+    /// struct Echo;
+    /// impl Actor for Echo {}
+    /// impl Handler<Ping> for Echo {
+    ///     async fn handle(&mut self, _: Ping, _: &mut Context<Self>) -> ActorResult<()> { Ok(()) }
+    /// }
+    /// # #[tokio::main] async fn main() {
+    /// let system = ActorSystem::new("doc");
+    /// let count = Arc::new(Count::default());
+    /// system.add_call_filter(count.clone());
+    /// let echo = system.spawn(Echo).unwrap();
+    /// echo.ask(Ping, Duration::from_secs(1)).await.unwrap();
+    /// assert_eq!(count.0.load(Ordering::Relaxed), 1);
+    /// # }
+    /// ```
+    pub fn add_call_filter(&self, filter: Arc<dyn CallFilter>) {
+        let mut filters = self.inner.filters.lock();
+        *filters = filter::joined(filters.as_ref(), vec![filter]);
+        self.inner.filtered.store(true, Ordering::Release);
+    }
+
+    /// The system's call filters, if any.
+    fn filters(&self) -> Option<Chain> {
+        if !self.inner.filtered.load(Ordering::Acquire) {
+            return None;
+        }
+        self.inner.filters.lock().clone()
+    }
+
+    /// Runs `future` on behalf of a request: every message it sends (to local, remote and
+    /// virtual actors) carries `context`, and passes the system's call filters' `on_send`.
+    /// Handlers see the context with [`Context::request_context`](crate::Context::request_context)
+    /// and carry it on in their own sends.
+    ///
+    /// # Cancel safety
+    ///
+    /// Dropping the returned future drops `future`; nothing else is left behind.
+    ///
+    /// # Example
+    ///
+    /// See [`Context::request_context`](crate::Context::request_context).
+    pub async fn in_context<F: Future>(&self, context: RequestContext, future: F) -> F::Output {
+        Scope {
+            context: Some(context),
+            filters: self.filters(),
+        }
+        .run(future)
+        .await
     }
 
     /// The watcher fixed at `actor`'s spawn, taken as it stops.

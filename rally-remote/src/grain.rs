@@ -13,7 +13,7 @@ use std::sync::{Arc, Weak};
 use std::time::{Duration, Instant};
 
 use bytes::BytesMut;
-use rally_actor::ReplyError;
+use rally_actor::{ReplyError, RequestContext};
 use rally_wire::{
     GrainFlags, GrainOutcome, NodeAddress, ReplyStatus, UniqueAddress, decode_grain_outcome,
     write_grain_outcome,
@@ -68,6 +68,8 @@ pub struct GrainRequest<'a> {
     pub wait: Option<Duration>,
     /// Its flags.
     pub flags: GrainFlags,
+    /// The request context it carries, if any.
+    pub context: Option<&'a RequestContext>,
     /// The encoded message.
     pub payload: &'a [u8],
 }
@@ -90,8 +92,14 @@ impl<'a> GrainRequest<'a> {
             hops,
             wait,
             flags,
+            context: None,
             payload,
         }
+    }
+
+    /// The same request carrying `context`.
+    pub fn in_context(self, context: Option<&'a RequestContext>) -> Self {
+        Self { context, ..self }
     }
 }
 
@@ -276,6 +284,8 @@ pub struct GrainSend<'a> {
     pub wait: Option<Duration>,
     /// Its flags.
     pub flags: GrainFlags,
+    /// The request context it carries, if any.
+    pub context: Option<&'a RequestContext>,
 }
 
 impl GrainPeer {
@@ -337,6 +347,7 @@ impl GrainPeer {
             request.hops,
             wait_ms,
             request.flags,
+            request.context,
             |buf| crate::outbound::guarded_encode(encode, buf),
         );
         match pushed {

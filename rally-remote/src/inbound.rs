@@ -278,6 +278,7 @@ impl<C: ReadContext> Connection<C> {
                 recipient,
                 manifest,
                 request_id,
+                context,
                 payload,
             } => {
                 let route = (request_id != 0).then(|| {
@@ -310,7 +311,8 @@ impl<C: ReadContext> Connection<C> {
                 };
                 // A message this node cannot decode or deliver is dropped and counted; the
                 // connection lives on (it is the sender's bug, not a protocol violation).
-                if let Err(error) = target.deliver(manifest, payload, route, origin) {
+                let context = context.as_ref().map(crate::context::read);
+                if let Err(error) = target.deliver(manifest, payload, route, origin, context) {
                     let status = match &error {
                         DeliverError::UnknownManifest(_) => {
                             counters.unknown_manifest.fetch_add(1, Ordering::Relaxed);
@@ -340,8 +342,10 @@ impl<C: ReadContext> Connection<C> {
                 hops,
                 wait_ms,
                 flags,
+                context,
                 payload,
             } => {
+                let context = context.as_ref().map(crate::context::read);
                 let version = node.grains_version();
                 if !matches!(grains, Some((seen, _)) if *seen == version) {
                     *grains = Some(node.grain_service());
@@ -360,6 +364,7 @@ impl<C: ReadContext> Connection<C> {
                             hops,
                             wait: (wait_ms > 0).then(|| std::time::Duration::from_millis(wait_ms)),
                             flags,
+                            context: context.as_ref(),
                             payload,
                         },
                         (request_id != 0).then(|| {

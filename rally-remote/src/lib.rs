@@ -26,6 +26,7 @@ mod association;
 pub mod codec;
 mod config;
 mod connection;
+mod context;
 mod deploy;
 mod events;
 mod grain;

@@ -39,7 +39,7 @@ use loom::sync::{Mutex, MutexGuard};
 use std::sync::{Mutex, MutexGuard};
 
 use bytes::{Buf, BytesMut};
-use rally_actor::ReplyError;
+use rally_actor::{ReplyError, RequestContext};
 use rally_wire::{
     EncodeError, ManifestKey, OutboundEncoder, RecipientKey, ReplyQueued, ReplyStatus,
     SystemMessage,
@@ -447,6 +447,7 @@ impl OutboundLane {
         recipient: RecipientKey<'_>,
         manifest: &'static str,
         request_id: u64,
+        context: Option<&RequestContext>,
         encode: impl FnOnce(&mut BytesMut) -> Result<(), postcard::Error>,
     ) -> Result<u64, PushError> {
         let manifest = ManifestKey {
@@ -454,11 +455,14 @@ impl OutboundLane {
             name: manifest,
         };
         let sequence = self.push(Some(generation), |state| {
-            let sequence = state
-                .encoder
-                .push_message(recipient, manifest, request_id, |buf| {
-                    guarded_encode(encode, buf)
-                })?;
+            let write_context = context.map(crate::context::writer);
+            let sequence = state.encoder.push_message(
+                recipient,
+                manifest,
+                request_id,
+                write_context.as_ref().map(|w| w as &dyn Fn(&mut BytesMut)),
+                |buf| guarded_encode(encode, buf),
+            )?;
             state.messages += 1;
             Ok::<_, EncodeError>(sequence)
         })??;
@@ -478,6 +482,7 @@ impl OutboundLane {
         hops: u8,
         wait_ms: u64,
         flags: rally_wire::GrainFlags,
+        context: Option<&RequestContext>,
         encode: impl FnOnce(&mut BytesMut) -> Result<(), String>,
     ) -> Result<u64, PushError> {
         let key = |name: &'static str| ManifestKey {
@@ -485,6 +490,7 @@ impl OutboundLane {
             name,
         };
         let sequence = self.push(Some(generation), |state| {
+            let write_context = context.map(crate::context::writer);
             let sequence = state.encoder.push_grain_request(
                 key(kind),
                 manifest.map(key),
@@ -493,6 +499,7 @@ impl OutboundLane {
                 hops,
                 wait_ms,
                 flags,
+                write_context.as_ref().map(|w| w as &dyn Fn(&mut BytesMut)),
                 encode,
             )?;
             state.messages += 1;
@@ -956,6 +963,19 @@ impl ReplyRoute {
     /// when this returns (it is dropped), before the writer this reply woke on this thread
     /// runs: that writer looks at the other replies owed.
     pub(crate) fn send<R: Serialize>(self, result: Result<R, ReplyError>) {
+        if let Err(ReplyError::Rejected(why)) = &result {
+            // The filter's reason travels with the status.
+            let pushed = self.lane().push(Some(self.generation), |state| {
+                state.replies += 1;
+                state
+                    .encoder
+                    .push_status_reply(self.request_id, ReplyStatus::Rejected, why);
+            });
+            if let Err(error) = pushed {
+                tracing::debug!(%error, request = self.request_id, "a reply could not be queued");
+            }
+            return;
+        }
         let outcome = match &result {
             Ok(value) => self
                 .lane()
@@ -1055,7 +1075,7 @@ mod tests {
         ));
         assert_eq!(lane.attach(1, 1 << 16), Some(0));
         let to = rally_wire::RecipientKey { id: 1, name: "a" };
-        lane.push_message(1, to, "m", 0, |buf| {
+        lane.push_message(1, to, "m", 0, None, |buf| {
             buf.extend_from_slice(&[7; 4096]);
             Ok(())
         })
@@ -1263,7 +1283,7 @@ mod tests {
         let sender = lane.clone();
         std::thread::spawn(move || {
             let to = rally_wire::RecipientKey { id: 1, name: "a" };
-            sender.push_message(1, to, "m", 0, |buf| {
+            sender.push_message(1, to, "m", 0, None, |buf| {
                 buf.extend_from_slice(&[7; 8]);
                 Ok(())
             })
@@ -1492,6 +1512,7 @@ mod loom_tests {
                         rally_wire::RecipientKey { id: 1, name: "a" },
                         "m",
                         0,
+                        None,
                         |buf| {
                             buf.extend_from_slice(&[0; 8]);
                             Err(postcard::Error::SerializeBufferFull)
@@ -1535,6 +1556,7 @@ mod loom_tests {
                             rally_wire::RecipientKey { id: 1, name: "a" },
                             ManifestKey { id: 1, name: "m" },
                             0,
+                            None,
                             |buf| {
                                 buf.extend_from_slice(&[0; 8]);
                                 Err("cannot encode".to_owned())

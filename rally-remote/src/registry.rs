@@ -9,6 +9,7 @@ use std::sync::Arc;
 use bytes::BytesMut;
 use rally_actor::{
     Actor, ActorRef, Envelope, ErasedReply, Handler, Message, Origin, Pool, ReplyError, ReplyTo,
+    RequestContext,
 };
 
 use rustc_hash::FxHashMap;
@@ -104,8 +105,13 @@ pub enum DeliverError {
 
 type EncodeFn = fn(&(dyn Any + Send), &mut BytesMut) -> Result<(), postcard::Error>;
 type CompleteFn = fn(ErasedReply, Result<&[u8], ReplyError>);
-type DeliverFn<A> =
-    fn(&[u8], &ActorRef<A>, Option<ReplyRoute>, &Origin) -> Result<(), DeliverError>;
+type DeliverFn<A> = fn(
+    &[u8],
+    &ActorRef<A>,
+    Option<ReplyRoute>,
+    &Origin,
+    Option<RequestContext>,
+) -> Result<(), DeliverError>;
 
 /// How to encode one message type and decode its reply (the sending side).
 pub(crate) struct Outgoing {
@@ -243,6 +249,7 @@ fn deliver<A, M>(
     target: &ActorRef<A>,
     reply: Option<ReplyRoute>,
     origin: &Origin,
+    context: Option<RequestContext>,
 ) -> Result<(), DeliverError>
 where
     A: Handler<M>,
@@ -259,7 +266,7 @@ where
         None => ReplyTo::ignore(),
     };
     target
-        .deliver(Envelope::with_origin(msg, typed_reply, origin.clone()))
+        .deliver(Envelope::with_origin(msg, typed_reply, origin.clone()).in_context(context))
         .map_err(|e| DeliverError::Undelivered(format!("{:?}", e.reason)))
 }
 
@@ -273,6 +280,7 @@ pub(crate) trait Exposed: Send + Sync + 'static {
         payload: &[u8],
         reply: Option<ReplyRoute>,
         origin: &Origin,
+        context: Option<RequestContext>,
     ) -> Result<(), DeliverError>;
     /// Registers a watcher (see `rally_actor::TerminationSink`).
     fn watch(&self, watcher: Arc<dyn rally_actor::TerminationSink>);
@@ -294,13 +302,14 @@ impl<A: Actor> Exposed for ExposedActor<A> {
         payload: &[u8],
         reply: Option<ReplyRoute>,
         origin: &Origin,
+        context: Option<RequestContext>,
     ) -> Result<(), DeliverError> {
         let deliver = self
             .table
             .incoming
             .get(manifest)
             .ok_or_else(|| DeliverError::UnknownManifest(manifest.to_owned()))?;
-        deliver(payload, &self.actor, reply, origin)
+        deliver(payload, &self.actor, reply, origin, context)
     }
 
     fn watch(&self, watcher: Arc<dyn rally_actor::TerminationSink>) {
@@ -368,6 +377,9 @@ fn reply_result(status: rally_wire::ReplyStatus, payload: &[u8]) -> Result<&[u8]
         }
         ReplyStatus::UnknownRecipient => Err(ReplyError::Undeliverable(
             "no actor is exposed under that name on the remote node".to_owned(),
+        )),
+        ReplyStatus::Rejected => Err(ReplyError::Rejected(
+            String::from_utf8_lossy(payload).into_owned(),
         )),
         other => Err(ReplyError::Undeliverable(format!(
             "the remote node answered {other:?}"

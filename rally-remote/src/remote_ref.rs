@@ -78,6 +78,7 @@ impl<A: Actor> ExternalTarget<A> for RemoteRef<A> {
             },
             outgoing.manifest,
             request_id,
+            envelope.context(),
             |buf| (outgoing.encode)(envelope.message(), buf),
         );
         match pushed {

@@ -110,6 +110,7 @@ fn send(identity: &str) -> GrainSend<'_> {
         hops: 1,
         wait: Some(T),
         flags: GrainFlags::default(),
+        context: None,
     }
 }
 

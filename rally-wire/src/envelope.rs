@@ -85,6 +85,8 @@ pub enum ReplyStatus {
     EncodeFailed = 5,
     /// The manifest is not registered for the recipient.
     UnknownManifest = 6,
+    /// A call filter of the recipient rejected the message; its reason is the payload.
+    Rejected = 7,
 }
 
 impl ReplyStatus {
@@ -97,6 +99,7 @@ impl ReplyStatus {
             4 => Self::HandlerFailed,
             5 => Self::EncodeFailed,
             6 => Self::UnknownManifest,
+            7 => Self::Rejected,
             _ => return None,
         })
     }

@@ -13,8 +13,9 @@ pub const MAGIC: [u8; 4] = *b"RALY";
 /// Version 2 added the frame maximum to Hello and Challenge; version 3 the cluster name to
 /// Hello (and to the MACs) and `Reject{WrongCluster}`; version 4 the `Undelivered` system
 /// message (a version 3 node would take it for a protocol violation) and the grain request
-/// frame.
-pub const VERSION: u16 = 4;
+/// frame; version 5 the frames in a request context (`MessageInContext`,
+/// `GrainRequestInContext`), the `Rejected` reply status and grain outcome.
+pub const VERSION: u16 = 5;
 /// Bytes in the preface.
 pub const PREFACE_LEN: usize = 6;
 /// Bytes before a frame's body: the length and the kind.
@@ -63,7 +64,7 @@ pub enum PrefaceError {
 /// ```
 /// use rally_wire::{PrefaceError, check_preface};
 ///
-/// assert!(check_preface(b"RALY\x00\x04").is_ok());
+/// assert!(check_preface(b"RALY\x00\x05").is_ok());
 /// assert!(matches!(check_preface(b"GET / "), Err(PrefaceError::WrongMagic { .. })));
 /// assert_eq!(check_preface(&[0x16, 0x03, 0x01, 0x00, 0xa5, 0x01]), Err(PrefaceError::Tls));
 /// ```
@@ -98,7 +99,7 @@ pub fn check_preface(bytes: &[u8; PREFACE_LEN]) -> Result<(), PrefaceError> {
 /// use rally_wire::is_tls_record;
 ///
 /// assert!(is_tls_record(&[0x15, 0x03, 0x03, 0x00, 0x02, 0x02, 0x32])); // a fatal alert
-/// assert!(!is_tls_record(b"RALY\x00\x04"));
+/// assert!(!is_tls_record(b"RALY\x00\x05"));
 /// ```
 pub fn is_tls_record(bytes: &[u8]) -> bool {
     matches!(bytes, [0x15 | 0x16, 0x03, 0x01..=0x04, ..])
@@ -128,6 +129,11 @@ pub enum FrameKind {
     DefineManifest = 0x13,
     /// A request for a virtual actor (see [`GrainHeader`](crate::GrainHeader)).
     GrainRequest = 0x14,
+    /// A user message with a request context (see [`ContextView`](crate::ContextView)) before
+    /// its header.
+    MessageInContext = 0x15,
+    /// A grain request with a request context before its header.
+    GrainRequestInContext = 0x16,
     /// Liveness for the failure detector.
     Heartbeat = 0x20,
     /// Watch, unwatch, terminated.
@@ -150,6 +156,8 @@ impl FrameKind {
             0x12 => Self::DefineRecipient,
             0x13 => Self::DefineManifest,
             0x14 => Self::GrainRequest,
+            0x15 => Self::MessageInContext,
+            0x16 => Self::GrainRequestInContext,
             0x20 => Self::Heartbeat,
             0x21 => Self::System,
             0x22 => Self::Leave,

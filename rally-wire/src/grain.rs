@@ -184,6 +184,8 @@ impl GrainOutcome {
     pub const OVERLOADED: Self = Self(28);
     /// Not handled: the activation it was handed to had stopped before it took it.
     pub const ENDED: Self = Self(29);
+    /// Not handled: a call filter of the kind rejected it; the rest is its reason.
+    pub const REJECTED: Self = Self(30);
     /// Unknown: a member that passed it on lost track of it; the rest is why.
     pub const UNKNOWN: Self = Self(64);
 

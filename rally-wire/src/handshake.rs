@@ -972,13 +972,13 @@ mod tests {
         );
         let mut out = BytesMut::new();
         let mut server = ServerHandshake::new(config(2, b"k"), [2; 32]);
-        server.on_preface(b"RALY\x00\x04", &mut out).unwrap();
+        server.on_preface(b"RALY\x00\x05", &mut out).unwrap();
         assert!(matches!(
             server.on_frame(FrameKind::Proof, &[0; 32], &mut out),
             Err(HandshakeError::UnexpectedFrame { .. })
         ));
         let mut server = ServerHandshake::new(config(2, b"k"), [2; 32]);
-        server.on_preface(b"RALY\x00\x04", &mut out).unwrap();
+        server.on_preface(b"RALY\x00\x05", &mut out).unwrap();
         assert!(matches!(
             server.on_frame(FrameKind::Hello, &[3, b'a'], &mut out),
             Err(HandshakeError::Decode(_))

@@ -34,6 +34,7 @@
 #![doc(test(attr(deny(warnings), allow(dead_code, unused_variables))))]
 
 mod codec;
+mod context;
 mod envelope;
 mod failure_detector;
 mod frame;
@@ -44,6 +45,10 @@ mod session;
 mod tables;
 
 pub use codec::{DecodeError, Reader, put_str, put_varint};
+pub use context::{
+    ContextView, MAX_CONTEXT_BYTES, MAX_CONTEXT_ENTRIES, MAX_CONTEXT_KEY_LEN, WireTrace,
+    write_context,
+};
 pub use envelope::{
     MAX_MANIFEST_LEN, MAX_RECIPIENT_LEN, MessageHeader, ReplyHeader, ReplyStatus, SystemMessage,
     decode_define_manifest, decode_define_recipient, decode_heartbeat, decode_message,

@@ -80,6 +80,7 @@ mod tests {
                                 RecipientKey { id: to as u64, name: NAMES[to] },
                                 ManifestKey { id: manifest, name: MANIFESTS[manifest] },
                                 0,
+                                None,
                                 |buf| { buf.extend_from_slice(&value.to_le_bytes()); Ok(()) },
                             )
                             .unwrap();

@@ -43,6 +43,7 @@
 //! | `rally-metrics` | period reports, the diagnosis, the `/metrics` endpoint | `rally::metrics` (feature `metrics`) |
 //! | `rally-cluster` | membership, member events, downing, the cluster singleton, virtual actors | `rally::cluster` (feature `cluster`) |
 //! | `rally-state` | state stores for virtual actors: in memory, SQLite, PostgreSQL | `rally::state` (feature `state`) |
+//! | `rally-otel` | OpenTelemetry tracing: the call filter that makes spans, the OTLP exporter | `rally::otel` (feature `otel`) |
 //! | `rally-test` | probes, paused time, the multi-node simulation | `rally::sim` (feature `sim`); the rest a dev-dependency of yours |
 //!
 //! # Features
@@ -58,6 +59,7 @@
 //! | `state` | no | `rally::state`: state stores for virtual actors, in memory and in one SQLite file (bundled SQLite, built from C) |
 //! | `state-postgres` | no | `rally::state::PostgresStore`, for members on many machines (turns on `state`) |
 //! | `sim` | no | `rally::sim`: N nodes in one process on simulated time and network, for tests (turns on `cluster`) |
+//! | `otel` | no | `rally::otel`: OpenTelemetry tracing, every hop a span, exported over OTLP/gRPC |
 //!
 //! # Logs
 //!
@@ -80,6 +82,10 @@ pub use rally_actor::{
     BalancingPool, CatchPanic, DispatcherConfig, DispatcherError, DispatcherKind, Monitor,
     MonitoringConfig, Pool, PoolStatus, Resizer, Router, Routing, SystemConfigBuilder,
     SystemConfigError, catch_panic, config_text, hold, monitor, sync,
+};
+pub use rally_actor::{
+    CallFilter, ContextError, Incoming, Kept, MAX_CONTEXT_BYTES, MAX_CONTEXT_ENTRIES,
+    MAX_CONTEXT_KEY_LEN, Outcome, Outgoing, Rejection, RequestContext, TraceParent,
 };
 
 /// Actors on other nodes: [`RemoteNode`](remote::RemoteNode), registration of remote message
@@ -121,6 +127,14 @@ pub mod sim {
     pub use rally_test::sim::*;
 }
 
+/// OpenTelemetry tracing: every hop of a message (send, mailbox wait, handler) a span, linked
+/// into one trace across actors, members and virtual actors, exported over OTLP/gRPC
+/// ([`Tracing`](otel::Tracing)).
+#[cfg(feature = "otel")]
+pub mod otel {
+    pub use rally_otel::*;
+}
+
 /// The names most actor code needs.
 pub mod prelude {
     pub use rally_actor::prelude::*;
@@ -143,10 +157,10 @@ pub struct ReadmeDoctests;
 #[cfg(all(doctest, feature = "cluster", feature = "state"))]
 pub struct ClusterGuideDoctests;
 
-/// The examples of `docs/observability.md` (the cluster dashboard, what is active), compiled as
-/// doc tests so they stay true.
+/// The examples of `docs/observability.md` (tracing, the cluster dashboard, what is active),
+/// compiled as doc tests so they stay true.
 #[doc = include_str!("../../docs/observability.md")]
-#[cfg(all(doctest, feature = "cluster", feature = "metrics"))]
+#[cfg(all(doctest, feature = "cluster", feature = "metrics", feature = "otel"))]
 pub struct ObservabilityDoctests;
 
 /// The example of `docs/testing.md` (a partition test on the simulation), compiled and run as

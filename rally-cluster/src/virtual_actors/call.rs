@@ -9,7 +9,7 @@ use rally_actor::sync::Mutex;
 use std::time::Instant;
 
 use bytes::BytesMut;
-use rally_actor::{ActorRef, Envelope, Handler, ReplyError, ReplyTo};
+use rally_actor::{ActorRef, Envelope, Handler, ReplyError, ReplyTo, RequestContext};
 use rally_remote::codec;
 use rally_remote::{GrainAnswer, GrainOutcome, Handled, RemoteMessage};
 use tokio::sync::oneshot;
@@ -51,6 +51,8 @@ pub(crate) trait Call<K: VirtualActor>: Send {
     fn encode(&self, buf: &mut BytesMut) -> Result<(), String>;
     /// Another member's final answer for it.
     fn answer(self: Box<Self>, answer: GrainAnswer<'_>);
+    /// The request context it carries, if any.
+    fn context(&self) -> Option<&RequestContext>;
 }
 
 impl<K: VirtualActor> CallMeta for BoxCall<K> {
@@ -146,6 +148,8 @@ pub(crate) struct TypedCall<M: RemoteMessage> {
     pub(crate) hops: u8,
     pub(crate) handed_over: bool,
     pub(crate) kind: &'static str,
+    /// The request context it carries to the activation, if any.
+    pub(crate) context: Option<RequestContext>,
 }
 
 /// What the caller of an ask on this member waits on: its answer, and where the call is.
@@ -166,6 +170,7 @@ impl<M: RemoteMessage> TypedCall<M> {
             hops: 0,
             handed_over: false,
             kind,
+            context: None,
         };
         (call, (answer, held))
     }
@@ -179,7 +184,13 @@ impl<M: RemoteMessage> TypedCall<M> {
             hops: 0,
             handed_over: false,
             kind,
+            context: None,
         }
+    }
+
+    /// The same call carrying `context`.
+    pub(crate) fn in_context(self, context: Option<RequestContext>) -> Self {
+        Self { context, ..self }
     }
 }
 
@@ -221,6 +232,7 @@ fn life_error(error: ReplyError, kind: &str) -> AskError {
 fn life_refusal(error: &ReplyError) -> Refusal {
     match error {
         ReplyError::MailboxFull => Refusal::Overloaded,
+        ReplyError::Rejected(why) => Refusal::Rejected(why.clone()),
         ReplyError::Undeliverable(why) => Refusal::Unreachable(why.clone()),
         _ => Refusal::Ended,
     }
@@ -279,6 +291,7 @@ where
             hops,
             handed_over,
             kind,
+            context,
         } = *self;
         // The reply and the completion stay reachable here until the life takes the message:
         // a life that had stopped refuses it, and the call goes back whole.
@@ -293,7 +306,8 @@ where
                     drop(done);
                 }
             }),
-        );
+        )
+        .in_context(context.clone());
         match actor.deliver(envelope) {
             Ok(()) => Ok(()),
             Err(refused) => {
@@ -312,6 +326,7 @@ where
                     hops,
                     handed_over,
                     kind,
+                    context,
                 }))
             }
         }
@@ -334,6 +349,10 @@ where
 
     fn manifest(&self) -> &'static str {
         M::MANIFEST
+    }
+
+    fn context(&self) -> Option<&RequestContext> {
+        self.context.as_ref()
     }
 
     fn encode(&self, buf: &mut BytesMut) -> Result<(), String> {

@@ -11,7 +11,7 @@ use rally_actor::sync::{Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 use bytes::BytesMut;
-use rally_actor::{ActorRef, DeadLetterReason, Handler, Props};
+use rally_actor::{ActorRef, DeadLetterReason, Handler, Props, RequestContext};
 use rally_remote::{
     GrainAnswer, GrainAsk, GrainFlags, GrainOutcome, GrainRequest, GrainSend, Handled,
     RemoteMessage, UniqueAddress,
@@ -187,6 +187,7 @@ impl<K: VirtualActor> KindDriver<K> {
             hops: request.hops,
             deadline: request.wait.map(|wait| now + wait),
             handed_over: request.flags.has(GrainFlags::HANDED_OVER),
+            context: request.context.cloned(),
         };
         match self.messages.decode(manifest, request.payload, incoming) {
             Ok(call) => {
@@ -211,6 +212,7 @@ impl<K: VirtualActor> KindDriver<K> {
         msg: M,
         timeout: Duration,
         route: &Mutex<Option<(u64, Peer)>>,
+        context: Option<RequestContext>,
     ) -> Result<M::Reply, AskError>
     where
         M: RemoteMessage,
@@ -223,9 +225,12 @@ impl<K: VirtualActor> KindDriver<K> {
         // Any timeout works: one past what an instant can hold waits "forever".
         let until = start.checked_add(timeout).unwrap_or(start + FAR);
         if let Some(peer) = self.direct_peer(identity, route) {
-            return self.ask_direct(&peer, identity, msg, until, timeout).await;
+            return self
+                .ask_direct(&peer, identity, msg, until, timeout, context)
+                .await;
         }
         let (call, (answer, held)) = TypedCall::ask(K::KIND, msg, until.into_std());
+        let call = call.in_context(context);
         self.request(Arc::clone(identity), Box::new(call));
         self.answer(answer, &held, identity, until, timeout).await
     }
@@ -248,14 +253,14 @@ impl<K: VirtualActor> KindDriver<K> {
     }
 
     /// A tell from a sender on this member.
-    pub(crate) fn tell<M>(&self, identity: &Arc<str>, msg: M)
+    pub(crate) fn tell<M>(&self, identity: &Arc<str>, msg: M, context: Option<RequestContext>)
     where
         M: RemoteMessage,
         K: Handler<M>,
     {
         self.request(
             Arc::clone(identity),
-            Box::new(TypedCall::tell(K::KIND, msg)),
+            Box::new(TypedCall::tell(K::KIND, msg).in_context(context)),
         );
     }
 
@@ -298,6 +303,7 @@ impl<K: VirtualActor> KindDriver<K> {
         msg: M,
         until: tokio::time::Instant,
         timeout: Duration,
+        context: Option<RequestContext>,
     ) -> Result<M::Reply, AskError>
     where
         M: RemoteMessage,
@@ -311,6 +317,7 @@ impl<K: VirtualActor> KindDriver<K> {
             hops: 1,
             wait: Some(until.saturating_duration_since(tokio::time::Instant::now())),
             flags: GrainFlags::default(),
+            context: context.as_ref(),
         };
         peer.ask(
             &request,
@@ -333,7 +340,8 @@ impl<K: VirtualActor> KindDriver<K> {
         if matches!(refusal, Refusal::Unreachable(_)) {
             self.shared.transport.forget(peer.member());
         }
-        let (mut call, (answer, held)) = TypedCall::ask(K::KIND, msg, until.into_std());
+        let (call, (answer, held)) = TypedCall::ask(K::KIND, msg, until.into_std());
+        let mut call = call.in_context(context);
         // It took the hop the refusal takes back.
         call.hops = 1;
         let from = peer.member().clone();
@@ -428,6 +436,7 @@ impl<K: VirtualActor> KindDriver<K> {
                     hops: 1,
                     wait: Some(self.shared.config.deactivation_timeout),
                     flags: GrainFlags(GrainFlags::HANDOVER_DONE),
+                    context: None,
                 };
                 peer.ask(
                     &request,
@@ -503,6 +512,14 @@ impl<K: VirtualActor> KindDriver<K> {
                 .deadline()
                 .map(|deadline| deadline.saturating_duration_since(super::now())),
             flags,
+            context: None,
+        };
+        // The context is cloned (a reference count) only when there is one: the request
+        // borrows it while the call moves into the ask.
+        let context = call.context().cloned();
+        let request = GrainSend {
+            context: context.as_ref(),
+            ..request
         };
         if call.deadline().is_none() {
             if let Err(why) = peer.tell(&request, |buf| call.encode(buf)) {
@@ -548,6 +565,7 @@ impl<K: VirtualActor> KindDriver<K> {
         );
         let driver = self.me.clone();
         let system = self.shared.system.clone();
+        let filters = self.shared.kind_filters.get(K::KIND).cloned();
         run_or_spawn(async move {
             // Polled here (a task of its own cost a spawn and a wake-up per activation); a
             // panicking hook is caught, not a dead runtime.
@@ -558,9 +576,15 @@ impl<K: VirtualActor> KindDriver<K> {
             // watcher table), and the hold keeps that after the core hears it started.
             let started = state.hold();
             let result = match built {
-                Ok(Ok(actor)) => system
-                    .spawn(Props::new(actor).watched_by(Arc::clone(&state) as _))
-                    .map_err(|e| e.to_string()),
+                Ok(Ok(actor)) => {
+                    let props = filters.into_iter().flatten().fold(
+                        Props::new(actor)
+                            .watched_by(Arc::clone(&state) as _)
+                            .as_grain(K::KIND, Arc::clone(&identity)),
+                        Props::call_filter,
+                    );
+                    system.spawn(props).map_err(|e| e.to_string())
+                }
                 Ok(Err(e)) => Err(e.to_string()),
                 Err(panic) => Err(format!("the activation hook panicked: {panic}")),
             };

@@ -48,6 +48,9 @@ pub enum TellError {
     /// This member's virtual-actor runtime has stopped (it left or was downed).
     #[error("the virtual-actor runtime of this member has stopped")]
     Stopped,
+    /// A call filter rejected the message as it was sent, with its reason; nothing was sent.
+    #[error("the message was rejected: {0}")]
+    Rejected(String),
 }
 
 /// Why an [`ask`](super::GrainRef::ask) has no reply, and whether the message was handled
@@ -134,6 +137,10 @@ pub enum AskError {
     /// Not handled: the activation had stopped before it took the message.
     #[error("the activation stopped before it took the message")]
     ActivationStopped,
+    /// Not handled: a call filter rejected the message (on this member as it was sent, or on
+    /// the hosting member before the handler), with its reason.
+    #[error("the message was rejected: {0}")]
+    Rejected(String),
     /// Handled: the handler failed (returned an error or panicked).
     #[error("the handler failed: {0}")]
     Failed(String),
@@ -184,6 +191,7 @@ impl AskError {
             }
             Refusal::Overloaded => Self::Overloaded,
             Refusal::Ended => Self::ActivationStopped,
+            Refusal::Rejected(why) => Self::Rejected(why),
         }
     }
 }
@@ -211,6 +219,7 @@ mod tests {
             Refusal::InvalidIdentity("x".into()),
             Refusal::Overloaded,
             Refusal::Ended,
+            Refusal::Rejected("no".into()),
         ] {
             let (code, text) = refusal.to_wire();
             assert_eq!(code.handled(), Handled::No, "{refusal}");

@@ -10,7 +10,9 @@ use std::sync::{Arc, Weak};
 use rally_actor::sync::Mutex;
 use std::time::Instant;
 
-use rally_actor::{Actor, ActorId, ActorResult, Handler, Terminated, TerminationSink};
+use rally_actor::{
+    Actor, ActorId, ActorResult, Handler, RequestContext, Terminated, TerminationSink,
+};
 use rally_remote::RemoteMessage;
 use rally_state::{Epoch, Fence, StateStore, StoreError};
 
@@ -346,6 +348,7 @@ pub(crate) struct Incoming {
     pub(crate) hops: u8,
     pub(crate) deadline: Option<Instant>,
     pub(crate) handed_over: bool,
+    pub(crate) context: Option<RequestContext>,
 }
 
 impl<K: VirtualActor> GrainMessages<K> {
@@ -419,5 +422,6 @@ where
         hops: incoming.hops,
         handed_over: incoming.handed_over,
         kind: K::KIND,
+        context: incoming.context,
     }))
 }

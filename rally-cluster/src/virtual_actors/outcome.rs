@@ -45,6 +45,8 @@ pub(crate) enum Refusal {
     Overloaded,
     /// The activation it was handed to had stopped before it took it.
     Ended,
+    /// A call filter rejected it (on the sending member, or before the handler), with why.
+    Rejected(String),
 }
 
 impl Refusal {
@@ -75,6 +77,7 @@ impl Refusal {
             Self::InvalidIdentity(why) => (GrainOutcome::INVALID_IDENTITY, text(why)),
             Self::Overloaded => (GrainOutcome::OVERLOADED, String::new()),
             Self::Ended => (GrainOutcome::ENDED, String::new()),
+            Self::Rejected(why) => (GrainOutcome::REJECTED, text(why)),
         }
     }
 
@@ -98,6 +101,7 @@ impl Refusal {
             GrainOutcome::INVALID_IDENTITY => Self::InvalidIdentity(text),
             GrainOutcome::OVERLOADED => Self::Overloaded,
             GrainOutcome::ENDED => Self::Ended,
+            GrainOutcome::REJECTED => Self::Rejected(text),
             other => Self::Undecodable(format!("refused with code {} ({text})", other.0)),
         }
     }
@@ -133,6 +137,7 @@ impl fmt::Display for Refusal {
             Self::InvalidIdentity(why) => write!(f, "invalid identity: {why}"),
             Self::Overloaded => f.write_str("too many calls wait for the identity"),
             Self::Ended => f.write_str("the activation had stopped before it took the call"),
+            Self::Rejected(why) => write!(f, "rejected by a call filter: {why}"),
         }
     }
 }

@@ -12,7 +12,7 @@ use std::sync::{Arc, Weak};
 use rally_actor::sync::{Mutex, RwLock};
 use std::time::Duration;
 
-use rally_actor::{ActorSystem, Handler};
+use rally_actor::{ActorSystem, CallFilter, Handler, Rejection, RequestContext};
 use rally_remote::{GrainRequest, GrainService, RemoteMessage, RemoteNode, UniqueAddress};
 use rally_state::{MemoryStore, StateStore};
 
@@ -136,6 +136,8 @@ pub(crate) struct Shared {
     pub(crate) store: Arc<dyn StateStore>,
     pub(crate) config: VirtualActorsConfig,
     pub(crate) transport: Transport,
+    /// Each kind's call filters, after the actor system's.
+    pub(crate) kind_filters: HashMap<&'static str, Vec<Arc<dyn CallFilter>>>,
 }
 
 /// One kind's driver, erased over the kind.
@@ -416,6 +418,7 @@ pub struct VirtualActorsBuilder {
     config: VirtualActorsConfig,
     membership: ClusterConfig,
     kinds: Vec<(&'static str, MakeKind)>,
+    kind_filters: HashMap<&'static str, Vec<Arc<dyn CallFilter>>>,
 }
 
 impl VirtualActors {
@@ -434,6 +437,7 @@ impl VirtualActors {
             config: VirtualActorsConfig::default(),
             membership: cluster.config().clone(),
             kinds: Vec::new(),
+            kind_filters: HashMap::new(),
         }
     }
 
@@ -484,6 +488,36 @@ impl VirtualActorsBuilder {
             K::KIND,
             Box::new(|runtime: &Runtime, hosting| runtime.make::<K>(hosting)),
         ));
+        self
+    }
+
+    /// Adds a call filter for kind `K`'s activations on this member: it runs around their
+    /// handlers and on their sends, after the actor system's filters
+    /// (`rally::ActorSystem::add_call_filter`). A rejection reaches the caller as
+    /// [`AskError::Rejected`] (not handled).
+    ///
+    /// # Example
+    ///
+    /// ```
+    /// use std::sync::Arc;
+    /// use rally::{CallFilter, Incoming, Kept, Rejection};
+    /// use rally::cluster::virtual_actors::{VirtualActor, VirtualActorsBuilder};
+    ///
+    /// struct NeedsTenant;
+    /// impl CallFilter for NeedsTenant {
+    ///     fn before(&self, call: &mut Incoming<'_>) -> Result<Option<Kept>, Rejection> {
+    ///         match call.context().and_then(|c| c.get("tenant")) {
+    ///             Some(_) => Ok(None),
+    ///             None => Err(Rejection::new("no tenant")),
+    ///         }
+    ///     }
+    /// }
+    /// fn host<K: VirtualActor>(builder: &mut VirtualActorsBuilder) {
+    ///     builder.kind::<K>().call_filter::<K>(Arc::new(NeedsTenant));
+    /// }
+    /// ```
+    pub fn call_filter<K: VirtualActor>(&mut self, filter: Arc<dyn CallFilter>) -> &mut Self {
+        self.kind_filters.entry(K::KIND).or_default().push(filter);
         self
     }
 
@@ -579,6 +613,7 @@ impl VirtualActorsBuilder {
             store: Arc::clone(&self.store),
             config: self.config.clone(),
             transport,
+            kind_filters: self.kind_filters.clone(),
         });
         let view = Ownership::new(local, &self.membership, self.config.deactivation_timeout);
         let runtime = Arc::new(Runtime {
@@ -654,7 +689,10 @@ impl<K: VirtualActor> GrainRef<K> {
         if self.driver.is_stopped() {
             return Err(TellError::Stopped);
         }
-        self.driver.tell(&self.identity, msg);
+        let context = self
+            .context_for::<M>()
+            .map_err(|rejection| TellError::Rejected(rejection.reason().to_owned()))?;
+        self.driver.tell(&self.identity, msg, context);
         Ok(())
     }
 
@@ -675,9 +713,20 @@ impl<K: VirtualActor> GrainRef<K> {
         M: RemoteMessage,
         K: Handler<M>,
     {
+        let context = self
+            .context_for::<M>()
+            .map_err(|rejection| AskError::Rejected(rejection.reason().to_owned()))?;
         self.driver
-            .ask(&self.identity, msg, timeout, &self.route)
+            .ask(&self.identity, msg, timeout, &self.route, context)
             .await
+    }
+
+    /// The request context a message sent now carries (see `rally::RequestContext::for_send`).
+    fn context_for<M: RemoteMessage>(&self) -> Result<Option<RequestContext>, Rejection> {
+        RequestContext::for_send(
+            || format!("grain:{}/{}", K::KIND, self.identity),
+            std::any::type_name::<M>(),
+        )
     }
 
     /// Asks until there is a definite answer or `deadline` has passed: sends the same message

@@ -4,6 +4,7 @@
 use std::time::{Duration, Instant};
 
 use crate::codec::DecodeError;
+use crate::context::ContextView;
 use crate::envelope::{
     ReplyStatus, SystemMessage, decode_define_manifest, decode_define_recipient, decode_heartbeat,
     decode_message, decode_reply, decode_system,
@@ -29,6 +30,8 @@ pub enum InboundFrame<'a> {
         manifest: &'a str,
         /// Non-zero when a reply is wanted.
         request_id: u64,
+        /// The request context it carries, if any.
+        context: Option<ContextView<'a>>,
         /// The encoded payload.
         payload: &'a [u8],
     },
@@ -57,6 +60,8 @@ pub enum InboundFrame<'a> {
         wait_ms: u64,
         /// Its flags.
         flags: GrainFlags,
+        /// The request context it carries, if any.
+        context: Option<ContextView<'a>>,
         /// The encoded message.
         payload: &'a [u8],
     },
@@ -240,6 +245,19 @@ impl InboundDecoder {
         on: &mut impl FnMut(InboundFrame<'_>),
     ) -> Result<(), InboundError> {
         let bad = |error| InboundError::Decode { kind, error };
+        // A frame in a request context is the ordinary frame after a context block.
+        let (kind, context, body) = match kind {
+            FrameKind::MessageInContext | FrameKind::GrainRequestInContext => {
+                let (context, rest) = ContextView::split(body).map_err(bad)?;
+                let plain = if kind == FrameKind::MessageInContext {
+                    FrameKind::Message
+                } else {
+                    FrameKind::GrainRequest
+                };
+                (plain, Some(context), rest)
+            }
+            other => (other, None, body),
+        };
         match kind {
             FrameKind::Message => {
                 let (header, payload) = decode_message(body).map_err(bad)?;
@@ -262,6 +280,7 @@ impl InboundDecoder {
                     recipient,
                     manifest,
                     request_id: header.request_id,
+                    context,
                     payload,
                 });
             }
@@ -287,6 +306,7 @@ impl InboundDecoder {
                     hops: header.hops,
                     wait_ms: header.wait_ms,
                     flags: header.flags,
+                    context,
                     payload,
                 });
             }

@@ -157,7 +157,9 @@ impl OutboundEncoder {
     }
 
     /// Queues a message for `recipient`, its payload written by `encode`; returns its sequence
-    /// number. Definitions of a new recipient or manifest go first.
+    /// number. Definitions of a new recipient or manifest go first. With `context` (which
+    /// writes a block with [`write_context`](crate::write_context)) the frame is a
+    /// `MessageInContext`; without, an ordinary `Message`, not a byte longer.
     ///
     /// # Errors
     ///
@@ -167,6 +169,7 @@ impl OutboundEncoder {
         recipient: RecipientKey<'_>,
         manifest: ManifestKey<'_>,
         request_id: u64,
+        context: Option<&dyn Fn(&mut BytesMut)>,
         encode: impl FnOnce(&mut BytesMut) -> Result<(), String>,
     ) -> Result<u64, EncodeError> {
         let start = self.buf.len();
@@ -183,7 +186,14 @@ impl OutboundEncoder {
             }
         };
         let (manifest_id, new_manifest) = self.define_manifest(manifest);
-        let mark = begin_frame(&mut self.buf, FrameKind::Message);
+        let mark = match context {
+            None => begin_frame(&mut self.buf, FrameKind::Message),
+            Some(write) => {
+                let mark = begin_frame(&mut self.buf, FrameKind::MessageInContext);
+                write(&mut self.buf);
+                mark
+            }
+        };
         write_message_header(
             &mut self.buf,
             &MessageHeader {
@@ -219,7 +229,8 @@ impl OutboundEncoder {
 
     /// Queues a grain request for `identity` of `kind`, its message (`manifest`, `None` for an
     /// end-of-handover marker) written by `encode`; returns its sequence number. The kind and
-    /// the manifest share the manifest table; their definitions go first when new.
+    /// the manifest share the manifest table; their definitions go first when new. `context`
+    /// as for [`push_message`](Self::push_message).
     ///
     /// # Errors
     ///
@@ -234,6 +245,7 @@ impl OutboundEncoder {
         hops: u8,
         wait_ms: u64,
         flags: GrainFlags,
+        context: Option<&dyn Fn(&mut BytesMut)>,
         encode: impl FnOnce(&mut BytesMut) -> Result<(), String>,
     ) -> Result<u64, EncodeError> {
         let start = self.buf.len();
@@ -243,7 +255,14 @@ impl OutboundEncoder {
             Some(manifest) => self.define_manifest(manifest),
             None => (0, None),
         };
-        let mark = begin_frame(&mut self.buf, FrameKind::GrainRequest);
+        let mark = match context {
+            None => begin_frame(&mut self.buf, FrameKind::GrainRequest),
+            Some(write) => {
+                let mark = begin_frame(&mut self.buf, FrameKind::GrainRequestInContext);
+                write(&mut self.buf);
+                mark
+            }
+        };
         let header = GrainHeader {
             request_id,
             kind: kind_id,
@@ -300,6 +319,22 @@ impl OutboundEncoder {
                 self.manifests.forget_newest(manifest.name);
             }
         }
+    }
+
+    /// Queues a reply to request `request_id` with a status that is not `Ok` and a short text
+    /// saying why (a call filter's reason for `Rejected`), cut to 512 bytes (the smallest frame maximum a peer may set is 1 KiB).
+    pub fn push_status_reply(&mut self, request_id: u64, status: ReplyStatus, text: &str) {
+        let mark = begin_frame(&mut self.buf, FrameKind::Reply);
+        write_reply_header(&mut self.buf, &ReplyHeader { request_id, status });
+        let mut end = text.len().min(512);
+        while !text.is_char_boundary(end) {
+            end -= 1;
+        }
+        self.buf.extend_from_slice(&text.as_bytes()[..end]);
+        let max = self.max_frame();
+        finish_frame(&mut self.buf, mark, max)
+            .expect("a status reply is at most 512 bytes and a header, below any maximum");
+        self.frames = self.frames.saturating_add(1);
     }
 
     /// Queues the reply to request `request_id`: a value written by `encode`, or a status. A
@@ -454,19 +489,56 @@ mod tests {
     const M: ManifestKey<'static> = ManifestKey { id: 1, name: "m" };
 
     #[test]
+    fn a_message_without_a_context_is_the_frame_it_always_was_and_one_with_carries_it_first() {
+        let mut encoder = OutboundEncoder::new(1 << 20);
+        encoder
+            .push_message(to("a"), M, 0, None, |_| Ok(()))
+            .unwrap();
+        let mut defined = BytesMut::new();
+        encoder.take(&mut defined);
+        // Steady state: a 5-byte frame header, 3 header bytes, the payload.
+        encoder
+            .push_message(to("a"), M, 0, None, |buf| {
+                buf.extend_from_slice(b"hi");
+                Ok(())
+            })
+            .unwrap();
+        let mut plain = BytesMut::new();
+        encoder.take(&mut plain);
+        assert_eq!(plain.len(), 5 + 3 + 2);
+        assert_eq!(frames(&plain)[0].0, FrameKind::Message);
+        let write = |out: &mut BytesMut| {
+            crate::write_context(out, None, [("tenant", "acme")].into_iter());
+        };
+        encoder
+            .push_message(to("a"), M, 0, Some(&write), |buf| {
+                buf.extend_from_slice(b"hi");
+                Ok(())
+            })
+            .unwrap();
+        let mut traced = BytesMut::new();
+        encoder.take(&mut traced);
+        let (kind, body) = frames(&traced).remove(0);
+        assert_eq!(kind, FrameKind::MessageInContext);
+        let (context, rest) = crate::ContextView::split(&body).unwrap();
+        assert_eq!(context.entries().collect::<Vec<_>>(), [("tenant", "acme")]);
+        assert_eq!(&rest[3..], b"hi");
+    }
+
+    #[test]
     fn a_refused_first_message_leaves_no_definitions_behind() {
         let mut encoder = OutboundEncoder::new(64);
-        let refused = encoder.push_message(to("a"), M, 0, |buf| {
+        let refused = encoder.push_message(to("a"), M, 0, None, |buf| {
             buf.extend_from_slice(&[0; 100]);
             Ok(())
         });
         assert!(matches!(refused, Err(EncodeError::TooLarge { .. })));
         assert!(encoder.is_empty());
-        let failed = encoder.push_message(to("a"), M, 0, |_| Err("no".into()));
+        let failed = encoder.push_message(to("a"), M, 0, None, |_| Err("no".into()));
         assert_eq!(failed, Err(EncodeError::Encode("no".into())));
         assert!(encoder.is_empty());
         // The next message defines both names again, with the first ids.
-        assert_eq!(encoder.push_message(to("a"), M, 0, |_| Ok(())), Ok(1));
+        assert_eq!(encoder.push_message(to("a"), M, 0, None, |_| Ok(())), Ok(1));
         let mut wire = BytesMut::new();
         encoder.take(&mut wire);
         let kinds: Vec<FrameKind> = frames(&wire).into_iter().map(|(k, _)| k).collect();
@@ -509,13 +581,13 @@ mod tests {
     fn a_smaller_peer_maximum_drops_queued_messages_above_it() {
         let mut encoder = OutboundEncoder::new(1 << 20);
         encoder
-            .push_message(to("a"), M, 0, |b| {
+            .push_message(to("a"), M, 0, None, |b| {
                 b.extend_from_slice(&[1; 10]);
                 Ok(())
             })
             .unwrap();
         encoder
-            .push_message(to("a"), M, 0, |b| {
+            .push_message(to("a"), M, 0, None, |b| {
                 b.extend_from_slice(&[1; 5000]);
                 Ok(())
             })
@@ -525,7 +597,7 @@ mod tests {
         let mut wire = BytesMut::new();
         assert_eq!(encoder.take(&mut wire).messages, 1);
         assert_eq!(frames(&wire).len(), 3);
-        let refused = encoder.push_message(to("a"), M, 0, |b| {
+        let refused = encoder.push_message(to("a"), M, 0, None, |b| {
             b.extend_from_slice(&[1; 5000]);
             Ok(())
         });
@@ -538,10 +610,14 @@ mod tests {
     #[test]
     fn sequence_numbers_tell_what_was_handed_over() {
         let mut encoder = OutboundEncoder::new(1024);
-        let first = encoder.push_message(to("a"), M, 1, |_| Ok(())).unwrap();
+        let first = encoder
+            .push_message(to("a"), M, 1, None, |_| Ok(()))
+            .unwrap();
         let mut wire = BytesMut::new();
         encoder.take(&mut wire);
-        let second = encoder.push_message(to("a"), M, 2, |_| Ok(())).unwrap();
+        let second = encoder
+            .push_message(to("a"), M, 2, None, |_| Ok(()))
+            .unwrap();
         assert!(first <= encoder.handed());
         assert!(second > encoder.handed());
         assert_eq!(encoder.reset_after_disconnect(), 1);

@@ -1,0 +1,665 @@
+//! Call filters: code that runs around every handled message and on every send, registered for
+//! a whole system ([`ActorSystem::add_call_filter`]), for one actor ([`Props::call_filter`]) or
+//! for a kind of virtual actor. Tracing (`rally::otel`) is one.
+//!
+//! [`ActorSystem::add_call_filter`]: crate::ActorSystem::add_call_filter
+//! [`Props::call_filter`]: crate::Props::call_filter
+
+use std::any::Any;
+use std::sync::Arc;
+use std::time::Duration;
+
+use crate::ActorId;
+use crate::request_context::{RequestContext, Scope};
+
+/// What a filter keeps from [`CallFilter::before`] to [`CallFilter::after`] (a span, a timer).
+pub type Kept = Box<dyn Any + Send>;
+
+/// The filters an actor's messages pass, in order: the system's, then the actor's own. A
+/// thin pointer: it sits in every actor's context.
+pub(crate) type Chain = Arc<Vec<Arc<dyn CallFilter>>>;
+
+/// Code that runs before and after an actor handles a message, and when code sends one.
+///
+/// Filters run in order: the system's first (in the order they were added), then the actor's
+/// or the virtual-actor kind's; `after` runs in the reverse order, for the filters whose
+/// `before` ran. A filter that rejects a message stops it: the handler does not run, and the
+/// asker gets `AskError::Rejected` with the filter's reason (a `tell` goes to dead letters).
+/// Hooks are synchronous and run on the actor's task: keep them short.
+///
+/// # Example
+///
+/// A filter that refuses messages without a tenant, and sees what it admitted:
+///
+/// ```
+/// use std::sync::Arc;
+/// use std::sync::atomic::{AtomicUsize, Ordering};
+/// use std::time::Duration;
+/// use rally::{Actor, ActorResult, ActorSystem, AskError, CallFilter, Context, Handler, Incoming, Kept, Message, Props, Rejection, RequestContext};
+///
+/// #[derive(Default)]
+/// struct NeedsTenant { admitted: AtomicUsize }
+/// impl CallFilter for NeedsTenant {
+///     fn before(&self, call: &mut Incoming<'_>) -> Result<Option<Kept>, Rejection> {
+///         match call.context().and_then(|c| c.get("tenant")) {
+///             Some(_) => { self.admitted.fetch_add(1, Ordering::Relaxed); Ok(None) }
+///             None => Err(Rejection::new("no tenant")),
+///         }
+///     }
+/// }
+///
+/// struct Ping;
+/// impl Message for Ping { type Reply = String; }
+/// struct Echo;
+/// impl Actor for Echo {}
+/// impl Handler<Ping> for Echo {
+///     async fn handle(&mut self, _: Ping, ctx: &mut Context<Self>) -> ActorResult<String> {
+///         Ok(ctx.request_context().and_then(|c| c.get("tenant").map(str::to_owned)).unwrap_or_default())
+///     }
+/// }
+///
+/// # #[tokio::main] async fn main() {
+/// let system = ActorSystem::new("doc");
+/// let filter = Arc::new(NeedsTenant::default());
+/// let echo = system.spawn(Props::new(Echo).call_filter(filter.clone())).unwrap();
+/// let second = Duration::from_secs(1);
+/// assert!(matches!(echo.ask(Ping, second).await, Err(AskError::Rejected(why)) if why == "no tenant"));
+/// let acme = RequestContext::new().with_entry("tenant", "acme").unwrap();
+/// let answer = system.in_context(acme, echo.ask(Ping, second)).await;
+/// assert_eq!(answer, Ok("acme".to_owned()));
+/// assert_eq!(filter.admitted.load(Ordering::Relaxed), 1);
+/// # }
+/// ```
+pub trait CallFilter: Send + Sync + 'static {
+    /// Before a message is handled: may replace the context the handler sees (and its sends
+    /// carry), and may keep a value until [`after`](Self::after).
+    ///
+    /// # Errors
+    ///
+    /// A [`Rejection`] stops the message: not handled, the asker told why.
+    fn before(&self, call: &mut Incoming<'_>) -> Result<Option<Kept>, Rejection> {
+        let _ = call;
+        Ok(None)
+    }
+
+    /// After the handler returned (or panicked, or a later filter rejected the message), with
+    /// what `before` kept.
+    fn after(&self, call: &Incoming<'_>, outcome: Outcome<'_>, kept: Option<Kept>) {
+        let _ = (call, outcome, kept);
+    }
+
+    /// When code that runs on an actor with this filter (or inside
+    /// [`ActorSystem::in_context`](crate::ActorSystem::in_context) of a system with it) sends a
+    /// message: may replace the context the message carries.
+    ///
+    /// # Errors
+    ///
+    /// A [`Rejection`] stops the send: `tell` returns `SendError::Rejected`, `ask`
+    /// `AskError::Rejected`; nothing left.
+    fn on_send(&self, send: &mut Outgoing<'_>) -> Result<(), Rejection> {
+        let _ = send;
+        Ok(())
+    }
+}
+
+/// A message about to be handled, as a [`CallFilter`] sees it.
+#[derive(Debug)]
+pub struct Incoming<'a> {
+    pub(crate) actor: &'a str,
+    pub(crate) id: ActorId,
+    pub(crate) message_type: &'static str,
+    pub(crate) context: Option<RequestContext>,
+    pub(crate) waited: Option<Duration>,
+    pub(crate) grain: Option<(&'static str, Arc<str>)>,
+}
+
+impl Incoming<'_> {
+    /// For a life of a virtual actor, its kind and identity.
+    pub fn grain(&self) -> Option<(&'static str, &str)> {
+        self.grain
+            .as_ref()
+            .map(|(kind, identity)| (*kind, &**identity))
+    }
+
+    /// The handling actor's path.
+    pub fn actor_path(&self) -> &str {
+        self.actor
+    }
+
+    /// The handling actor's id.
+    pub fn actor_id(&self) -> ActorId {
+        self.id
+    }
+
+    /// The message's type name.
+    pub fn message_type(&self) -> &'static str {
+        self.message_type
+    }
+
+    /// The context the message came with, or the one an earlier filter set.
+    pub fn context(&self) -> Option<&RequestContext> {
+        self.context.as_ref()
+    }
+
+    /// Replaces the context the handler sees and its sends carry.
+    pub fn set_context(&mut self, context: RequestContext) {
+        self.context = Some(context);
+    }
+
+    /// How long the message waited between its arrival (its send, or its decoding for one from
+    /// another node) and this handler; known for messages that carry a context.
+    pub fn waited(&self) -> Option<Duration> {
+        self.waited
+    }
+}
+
+/// A message about to be sent, as a [`CallFilter`] sees it.
+#[derive(Debug)]
+pub struct Outgoing<'a> {
+    pub(crate) target: &'a str,
+    pub(crate) message_type: &'static str,
+    pub(crate) context: Option<RequestContext>,
+}
+
+impl Outgoing<'_> {
+    /// Where it goes: an actor's path (with its node for a remote one), or
+    /// `grain:<kind>/<identity>` for a virtual actor.
+    pub fn target(&self) -> &str {
+        self.target
+    }
+
+    /// The message's type name.
+    pub fn message_type(&self) -> &'static str {
+        self.message_type
+    }
+
+    /// The context it will carry.
+    pub fn context(&self) -> Option<&RequestContext> {
+        self.context.as_ref()
+    }
+
+    /// Replaces the context it will carry.
+    pub fn set_context(&mut self, context: RequestContext) {
+        self.context = Some(context);
+    }
+}
+
+/// What became of a message a filter admitted.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Outcome<'a> {
+    /// The handler returned `Ok` (or deferred its reply).
+    Ok,
+    /// The handler returned an error.
+    Failed(&'a str),
+    /// The handler panicked.
+    Panicked(&'a str),
+    /// A later filter rejected the message; the handler did not run.
+    Rejected(&'a str),
+}
+
+/// A filter's refusal of a message, with the reason the sender is told.
+///
+/// # Example
+///
+/// ```
+/// use rally::Rejection;
+///
+/// assert_eq!(Rejection::new("over quota").reason(), "over quota");
+/// ```
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Rejection(String);
+
+impl Rejection {
+    /// A rejection for `reason`.
+    pub fn new(reason: impl Into<String>) -> Self {
+        Self(reason.into())
+    }
+
+    /// Why.
+    pub fn reason(&self) -> &str {
+        &self.0
+    }
+
+    pub(crate) fn into_reason(self) -> String {
+        self.0
+    }
+}
+
+impl RequestContext {
+    /// The context a message sent now to `target` carries, after the call filters of the
+    /// code running now: `Ok(None)` outside any context and filter (nothing to carry, and
+    /// `target` is not called). For transports and virtual actors that send on their own path;
+    /// `ActorRef`'s sends call it.
+    ///
+    /// # Errors
+    ///
+    /// The [`Rejection`] of a filter's [`on_send`](CallFilter::on_send).
+    ///
+    /// # Example
+    ///
+    /// ```
+    /// use rally::{ActorSystem, RequestContext};
+    ///
+    /// # #[tokio::main] async fn main() {
+    /// assert_eq!(RequestContext::for_send(|| "grain:Account/42", "Deposit"), Ok(None));
+    /// let system = ActorSystem::new("doc");
+    /// let context = RequestContext::new().with_entry("tenant", "acme").unwrap();
+    /// let carried = system
+    ///     .in_context(context.clone(), async { RequestContext::for_send(|| "grain:Account/42", "Deposit") })
+    ///     .await;
+    /// assert_eq!(carried, Ok(Some(context)));
+    /// # }
+    /// ```
+    pub fn for_send<T: AsRef<str>>(
+        target: impl FnOnce() -> T,
+        message_type: &'static str,
+    ) -> Result<Option<RequestContext>, Rejection> {
+        Scope::with_current(|scope| {
+            let Some(scope) = scope else {
+                return Ok(None);
+            };
+            let Some(filters) = &scope.filters else {
+                return Ok(scope.context.clone());
+            };
+            let target = target();
+            let mut send = Outgoing {
+                target: target.as_ref(),
+                message_type,
+                context: scope.context.clone(),
+            };
+            for filter in filters.iter() {
+                filter.on_send(&mut send)?;
+            }
+            Ok(send.context)
+        })
+    }
+}
+
+/// Runs the `before` hooks in order. On a rejection, the `after` hooks of the filters that
+/// admitted the message run (told of the rejection) and the rejection comes back.
+pub(crate) fn before(
+    chain: &Chain,
+    call: &mut Incoming<'_>,
+) -> Result<Vec<Option<Kept>>, Rejection> {
+    let mut kept = Vec::with_capacity(chain.len());
+    for filter in chain.iter() {
+        match filter.before(call) {
+            Ok(value) => kept.push(value),
+            Err(rejection) => {
+                after(chain, call, Outcome::Rejected(rejection.reason()), kept);
+                return Err(rejection);
+            }
+        }
+    }
+    Ok(kept)
+}
+
+/// Runs the `after` hooks of the filters that admitted the message, last first.
+pub(crate) fn after(
+    chain: &Chain,
+    call: &Incoming<'_>,
+    outcome: Outcome<'_>,
+    kept: Vec<Option<Kept>>,
+) {
+    for (filter, kept) in chain.iter().zip(kept).rev() {
+        filter.after(call, outcome, kept);
+    }
+}
+
+/// A new chain of `first` then `then` (each actor gets its own `Arc`), or `None` when both
+/// are empty.
+pub(crate) fn joined(first: Option<&Chain>, then: Vec<Arc<dyn CallFilter>>) -> Option<Chain> {
+    if first.is_none() && then.is_empty() {
+        return None;
+    }
+    Some(Arc::new(
+        first
+            .into_iter()
+            .flat_map(|chain| chain.iter().cloned())
+            .chain(then)
+            .collect(),
+    ))
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use std::time::Duration;
+
+    use super::*;
+    use crate::sync::Mutex;
+    use crate::{
+        Actor, ActorRef, ActorResult, ActorSystem, AskError, Context, Handler, Message, Props,
+        SendError,
+    };
+
+    const SECOND: Duration = Duration::from_secs(5);
+
+    /// Logs every hook it sees, under its name, and rejects what its rule says.
+    struct Logged {
+        name: &'static str,
+        log: Arc<Mutex<Vec<String>>>,
+        reject_before: Option<&'static str>,
+        reject_send: Option<&'static str>,
+    }
+
+    impl Logged {
+        fn new(name: &'static str, log: &Arc<Mutex<Vec<String>>>) -> Self {
+            Self {
+                name,
+                log: log.clone(),
+                reject_before: None,
+                reject_send: None,
+            }
+        }
+    }
+
+    fn short(type_name: &str) -> &str {
+        type_name.rsplit("::").next().unwrap_or(type_name)
+    }
+
+    impl CallFilter for Logged {
+        fn before(&self, call: &mut Incoming<'_>) -> Result<Option<Kept>, Rejection> {
+            let what = short(call.message_type());
+            self.log.lock().push(format!("{} before {what}", self.name));
+            if self.reject_before == Some(what) {
+                return Err(Rejection::new(format!("{} says no", self.name)));
+            }
+            Ok(Some(Box::new(self.name)))
+        }
+
+        fn after(&self, call: &Incoming<'_>, outcome: Outcome<'_>, kept: Option<Kept>) {
+            let kept = kept.and_then(|k| k.downcast::<&str>().ok()).map(|k| *k);
+            assert_eq!(kept, Some(self.name), "each filter gets back what it kept");
+            let outcome = match outcome {
+                Outcome::Ok => "ok".to_owned(),
+                Outcome::Failed(why) => format!("failed: {why}"),
+                Outcome::Panicked(_) => "panicked".to_owned(),
+                Outcome::Rejected(why) => format!("rejected: {why}"),
+            };
+            let what = short(call.message_type());
+            self.log
+                .lock()
+                .push(format!("{} after {what} {outcome}", self.name));
+        }
+
+        fn on_send(&self, send: &mut Outgoing<'_>) -> Result<(), Rejection> {
+            let what = short(send.message_type());
+            self.log.lock().push(format!("{} send {what}", self.name));
+            if self.reject_send == Some(what) {
+                return Err(Rejection::new(format!(
+                    "{} will not send {what}",
+                    self.name
+                )));
+            }
+            Ok(())
+        }
+    }
+
+    struct Tenant;
+    impl Message for Tenant {
+        type Reply = Option<String>;
+    }
+    struct Fail;
+    impl Message for Fail {
+        type Reply = ();
+    }
+    struct Panic;
+    impl Message for Panic {
+        type Reply = ();
+    }
+
+    /// Answers the tenant of its context; asks `next` (when it has one) and answers that.
+    struct Hop {
+        next: Option<ActorRef<Hop>>,
+    }
+    impl Actor for Hop {}
+    impl Handler<Tenant> for Hop {
+        async fn handle(
+            &mut self,
+            _: Tenant,
+            ctx: &mut Context<Self>,
+        ) -> ActorResult<Option<String>> {
+            if let Some(next) = &self.next {
+                return Ok(next.ask(Tenant, SECOND).await?);
+            }
+            Ok(ctx
+                .request_context()
+                .and_then(|c| c.get("tenant").map(str::to_owned)))
+        }
+    }
+    impl Handler<Fail> for Hop {
+        async fn handle(&mut self, _: Fail, _: &mut Context<Self>) -> ActorResult<()> {
+            Err("on purpose".into())
+        }
+    }
+    impl Handler<Panic> for Hop {
+        async fn handle(&mut self, _: Panic, _: &mut Context<Self>) -> ActorResult<()> {
+            panic!("on purpose")
+        }
+    }
+
+    fn acme() -> RequestContext {
+        RequestContext::new().with_entry("tenant", "acme").unwrap()
+    }
+
+    #[tokio::test]
+    async fn a_context_follows_a_request_from_actor_to_actor_and_nothing_is_carried_outside_one() {
+        let system = ActorSystem::new("filters");
+        let last = system.spawn(Hop { next: None }).unwrap();
+        let middle = system
+            .spawn(Hop {
+                next: Some(last.clone()),
+            })
+            .unwrap();
+        let first = system.spawn(Hop { next: Some(middle) }).unwrap();
+        assert_eq!(first.ask(Tenant, SECOND).await, Ok(None));
+        let answer = system.in_context(acme(), first.ask(Tenant, SECOND)).await;
+        assert_eq!(answer, Ok(Some("acme".to_owned())));
+        // The next request without a context sees none: nothing lingers in the actors.
+        assert_eq!(first.ask(Tenant, SECOND).await, Ok(None));
+    }
+
+    #[tokio::test]
+    async fn filters_run_system_first_then_the_actors_and_after_in_reverse() {
+        let log = Arc::new(Mutex::new(Vec::new()));
+        let system = ActorSystem::new("filters");
+        system.add_call_filter(Arc::new(Logged::new("system", &log)));
+        let hop = system
+            .spawn(Props::new(Hop { next: None }).call_filter(Arc::new(Logged::new("own", &log))))
+            .unwrap();
+        assert_eq!(hop.ask(Tenant, SECOND).await, Ok(None));
+        assert!(matches!(
+            hop.ask(Fail, SECOND).await,
+            Err(AskError::Failed(_))
+        ));
+        assert!(matches!(
+            hop.ask(Panic, SECOND).await,
+            Err(AskError::Failed(_))
+        ));
+        let seen = log.lock().clone();
+        assert_eq!(
+            seen,
+            [
+                "system before Tenant",
+                "own before Tenant",
+                "own after Tenant ok",
+                "system after Tenant ok",
+                "system before Fail",
+                "own before Fail",
+                "own after Fail failed: on purpose",
+                "system after Fail failed: on purpose",
+                "system before Panic",
+                "own before Panic",
+                "own after Panic panicked",
+                "system after Panic panicked",
+            ]
+        );
+    }
+
+    #[tokio::test]
+    async fn a_rejection_before_the_handler_reaches_the_asker_and_a_rejected_tell_is_a_dead_letter()
+    {
+        let log = Arc::new(Mutex::new(Vec::new()));
+        let system = ActorSystem::new("filters");
+        system.add_call_filter(Arc::new(Logged::new("system", &log)));
+        let strict = Logged {
+            reject_before: Some("Tenant"),
+            ..Logged::new("strict", &log)
+        };
+        let hop = system
+            .spawn(Props::new(Hop { next: None }).call_filter(Arc::new(strict)))
+            .unwrap();
+        let dead_before = system.dead_letters().count();
+        assert_eq!(
+            hop.ask(Tenant, SECOND).await,
+            Err(AskError::Rejected("strict says no".to_owned()))
+        );
+        hop.tell(Tenant).unwrap();
+        // A later ask is handled after the tell: by then its dead letter is counted.
+        let _ = hop.ask(Tenant, SECOND).await;
+        assert_eq!(system.dead_letters().count(), dead_before + 1);
+        // The handler never ran; the filter before the rejecting one was told.
+        assert_eq!(
+            log.lock()[..3],
+            [
+                "system before Tenant",
+                "strict before Tenant",
+                "system after Tenant rejected: strict says no",
+            ]
+        );
+    }
+
+    #[tokio::test]
+    async fn a_rejection_on_send_stops_the_message_and_gives_it_back() {
+        let log = Arc::new(Mutex::new(Vec::new()));
+        let system = ActorSystem::new("filters");
+        let handled = Arc::new(AtomicUsize::new(0));
+        struct Count(Arc<AtomicUsize>);
+        impl CallFilter for Count {
+            fn before(&self, _: &mut Incoming<'_>) -> Result<Option<Kept>, Rejection> {
+                self.0.fetch_add(1, Ordering::SeqCst);
+                Ok(None)
+            }
+        }
+        let last = system
+            .spawn(Props::new(Hop { next: None }).call_filter(Arc::new(Count(handled.clone()))))
+            .unwrap();
+        let gate = Logged {
+            reject_send: Some("Tenant"),
+            ..Logged::new("gate", &log)
+        };
+        system.add_call_filter(Arc::new(gate));
+        // A send inside the system's context passes its filters' on_send.
+        let told = system.in_context(acme(), async { last.tell(Tenant) }).await;
+        assert!(
+            matches!(told, Err(SendError::Rejected(Tenant, why)) if why == "gate will not send Tenant")
+        );
+        let asked = system.in_context(acme(), last.ask(Tenant, SECOND)).await;
+        assert_eq!(
+            asked,
+            Err(AskError::Rejected("gate will not send Tenant".to_owned()))
+        );
+        // A handler's send passes its actor's filters (the system's, added before it started).
+        let first = system
+            .spawn(Hop {
+                next: Some(last.clone()),
+            })
+            .unwrap();
+        assert!(
+            matches!(first.ask(Tenant, SECOND).await, Err(AskError::Failed(why)) if why.contains("gate will not send"))
+        );
+        assert_eq!(
+            handled.load(Ordering::SeqCst),
+            0,
+            "nothing reached the last actor"
+        );
+        // Outside any context, sends pass no filter.
+        assert_eq!(last.ask(Tenant, SECOND).await, Ok(None));
+        assert_eq!(handled.load(Ordering::SeqCst), 1);
+    }
+
+    #[tokio::test]
+    async fn a_filter_can_set_the_context_the_handler_sees_and_knows_how_long_a_message_waited() {
+        struct Stamp(Arc<Mutex<Option<Duration>>>);
+        impl CallFilter for Stamp {
+            fn before(&self, call: &mut Incoming<'_>) -> Result<Option<Kept>, Rejection> {
+                *self.0.lock() = call.waited();
+                let stamped = call.context().cloned().unwrap_or_default();
+                call.set_context(stamped.with_entry("tenant", "stamped").unwrap());
+                Ok(None)
+            }
+        }
+        let waited = Arc::new(Mutex::new(None));
+        let system = ActorSystem::new("filters");
+        let hop = system
+            .spawn(Props::new(Hop { next: None }).call_filter(Arc::new(Stamp(waited.clone()))))
+            .unwrap();
+        assert_eq!(
+            hop.ask(Tenant, SECOND).await,
+            Ok(Some("stamped".to_owned()))
+        );
+        assert_eq!(
+            *waited.lock(),
+            None,
+            "a message without a context has no arrival time"
+        );
+        let answer = system.in_context(acme(), hop.ask(Tenant, SECOND)).await;
+        assert_eq!(answer, Ok(Some("stamped".to_owned())));
+        assert!(waited.lock().is_some());
+    }
+
+    /// Defers its reply, pipes a future that asks `next`, and answers from the piped result.
+    struct Deferring {
+        next: ActorRef<Hop>,
+        pending: Option<crate::ReplyTo<Option<String>>>,
+    }
+    struct Answer(Option<String>);
+    impl Message for Answer {
+        type Reply = ();
+    }
+    impl Actor for Deferring {}
+    impl Handler<Tenant> for Deferring {
+        async fn handle(
+            &mut self,
+            _: Tenant,
+            ctx: &mut Context<Self>,
+        ) -> ActorResult<Option<String>> {
+            self.pending = ctx.reply_later();
+            let next = self.next.clone();
+            ctx.pipe(async move { Answer(next.ask(Tenant, SECOND).await.ok().flatten()) });
+            ctx.deferred()
+        }
+    }
+    impl Handler<Answer> for Deferring {
+        async fn handle(&mut self, answer: Answer, ctx: &mut Context<Self>) -> ActorResult<()> {
+            // The piped message came back in the context too.
+            let own = ctx
+                .request_context()
+                .and_then(|c| c.get("tenant").map(str::to_owned));
+            assert_eq!(own, answer.0);
+            if let Some(reply) = self.pending.take() {
+                reply.send(Ok(answer.0));
+            }
+            Ok(())
+        }
+    }
+
+    #[tokio::test]
+    async fn sends_from_a_piped_future_after_reply_later_carry_the_context() {
+        let system = ActorSystem::new("filters");
+        let next = system.spawn(Hop { next: None }).unwrap();
+        let deferring = system
+            .spawn(Deferring {
+                next,
+                pending: None,
+            })
+            .unwrap();
+        let answer = system
+            .in_context(acme(), deferring.ask(Tenant, SECOND))
+            .await;
+        assert_eq!(answer, Ok(Some("acme".to_owned())));
+        assert_eq!(deferring.ask(Tenant, SECOND).await, Ok(None));
+    }
+}

@@ -1,0 +1,295 @@
+//! The export pipeline: the OTLP/gRPC exporter, the batch processor on tokio, the sampler and
+//! the resource that names the process; [`Tracing`] owns it and flushes it when it ends.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use opentelemetry::KeyValue;
+use opentelemetry::trace::TracerProvider as _;
+use opentelemetry_otlp::{SpanExporter, WithExportConfig};
+use opentelemetry_sdk::Resource;
+use opentelemetry_sdk::runtime::Tokio;
+use opentelemetry_sdk::trace::span_processor_with_async_runtime::BatchSpanProcessor;
+use opentelemetry_sdk::trace::{Sampler, SdkTracerProvider};
+
+use crate::error::{FlushError, InstallError};
+use crate::filter::TracingFilter;
+
+/// The resource attribute that names the cluster member a process is (its member id, or any
+/// name the application gives it).
+pub const MEMBER_ATTRIBUTE: &str = "rally.member";
+
+/// The instrumentation scope of every span Rally makes.
+const SCOPE: &str = "rally";
+
+/// Tracing installed: the exporter and its batch processor running on the tokio runtime that
+/// installed it, and the call filter that turns hops into spans ([`Tracing::filter`]).
+///
+/// Dropping it flushes what is buffered (on a multi-thread runtime) and stops the exporter;
+/// [`Tracing::shutdown`] does the same and says whether it worked.
+///
+/// # Example
+///
+/// ```no_run
+/// use rally::ActorSystem;
+/// use rally::otel::Tracing;
+///
+/// # #[tokio::main] async fn main() {
+/// let system = ActorSystem::new("shop");
+/// let tracing = Tracing::builder()
+///     .endpoint("http://tempo.internal:4317")
+///     .service_name("shop-frontend")
+///     .sampling_ratio(0.01)
+///     .install()
+///     .expect("a valid configuration");
+/// system.add_call_filter(tracing.filter());
+/// // … the application runs …
+/// tracing.shutdown().await.expect("the last spans exported");
+/// # }
+/// ```
+#[derive(Debug)]
+pub struct Tracing {
+    provider: Option<SdkTracerProvider>,
+    filter: Arc<TracingFilter>,
+}
+
+/// Settings of [`Tracing`]: each one left unset is taken from the standard `OTEL_*`
+/// environment variables, as every OpenTelemetry SDK reads them.
+#[derive(Debug, Clone, Default)]
+pub struct TracingBuilder {
+    endpoint: Option<String>,
+    service_name: Option<String>,
+    member: Option<String>,
+    sampling_ratio: Option<f64>,
+    timeout: Option<Duration>,
+    attributes: Vec<(String, String)>,
+}
+
+impl Tracing {
+    /// A builder with nothing set: everything from the environment (see [`TracingBuilder`]).
+    ///
+    /// # Example
+    ///
+    /// ```no_run
+    /// # #[tokio::main] async fn main() {
+    /// // OTEL_EXPORTER_OTLP_ENDPOINT, OTEL_SERVICE_NAME, OTEL_TRACES_SAMPLER(_ARG) decide.
+    /// let tracing = rally::otel::Tracing::builder().install().unwrap();
+    /// # }
+    /// ```
+    pub fn builder() -> TracingBuilder {
+        TracingBuilder::default()
+    }
+
+    /// The call filter that makes the spans, for [`ActorSystem::add_call_filter`]
+    /// (every actor of the system), `Props::call_filter` (one actor) or a grain kind's
+    /// `call_filter` (one kind).
+    ///
+    /// [`ActorSystem::add_call_filter`]: rally_actor::ActorSystem::add_call_filter
+    ///
+    /// # Example
+    ///
+    /// ```no_run
+    /// # #[tokio::main] async fn main() {
+    /// let system = rally::ActorSystem::new("shop");
+    /// let tracing = rally::otel::Tracing::builder().install().unwrap();
+    /// system.add_call_filter(tracing.filter());
+    /// # }
+    /// ```
+    pub fn filter(&self) -> Arc<TracingFilter> {
+        Arc::clone(&self.filter)
+    }
+
+    /// Exports every span ended so far; returns once the backend has answered (or the export
+    /// timed out).
+    ///
+    /// # Errors
+    ///
+    /// [`FlushError`] when the export failed or tracing was shut down.
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancelling the wait does not cancel the flush.
+    ///
+    /// # Example
+    ///
+    /// ```no_run
+    /// # #[tokio::main] async fn main() {
+    /// let tracing = rally::otel::Tracing::builder().install().unwrap();
+    /// tracing.flush().await.unwrap();
+    /// # }
+    /// ```
+    pub async fn flush(&self) -> Result<(), FlushError> {
+        let provider = self.provider.clone().ok_or(FlushError::ShutDown)?;
+        // The processor's answer is awaited by blocking: off the runtime's workers, so that
+        // the processor's own task (on this runtime) can run meanwhile.
+        tokio::task::spawn_blocking(move || provider.force_flush())
+            .await
+            .map_err(|e| FlushError::Export(e.to_string()))?
+            .map_err(|e| FlushError::Export(e.to_string()))
+    }
+
+    /// Exports what is buffered and stops the exporter.
+    ///
+    /// # Errors
+    ///
+    /// [`FlushError`] when the last export failed.
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancelling the wait does not cancel the shutdown.
+    ///
+    /// # Example
+    ///
+    /// ```no_run
+    /// # #[tokio::main] async fn main() {
+    /// let tracing = rally::otel::Tracing::builder().install().unwrap();
+    /// tracing.shutdown().await.unwrap();
+    /// # }
+    /// ```
+    pub async fn shutdown(mut self) -> Result<(), FlushError> {
+        let provider = self.provider.take().ok_or(FlushError::ShutDown)?;
+        tokio::task::spawn_blocking(move || provider.shutdown())
+            .await
+            .map_err(|e| FlushError::Export(e.to_string()))?
+            .map_err(|e| FlushError::Export(e.to_string()))
+    }
+}
+
+impl Drop for Tracing {
+    fn drop(&mut self) {
+        let Some(provider) = self.provider.take() else {
+            return;
+        };
+        // The batch processor is a task of the runtime that installed it, answering through a
+        // channel: waiting for it blocks this thread, which must not be the only one that can
+        // run that task.
+        match tokio::runtime::Handle::try_current().map(|h| h.runtime_flavor()) {
+            Ok(tokio::runtime::RuntimeFlavor::MultiThread) => {
+                if let Err(e) = tokio::task::block_in_place(|| provider.shutdown()) {
+                    tracing::warn!("rally-otel: the last spans were not exported: {e}");
+                }
+            }
+            Ok(_) => tracing::warn!(
+                "rally-otel: Tracing dropped on a current-thread runtime: buffered spans are \
+                 lost (call `Tracing::shutdown().await` instead)"
+            ),
+            Err(_) => {
+                if let Err(e) = provider.shutdown() {
+                    tracing::warn!("rally-otel: the last spans were not exported: {e}");
+                }
+            }
+        }
+    }
+}
+
+impl TracingBuilder {
+    /// Where the OTLP/gRPC receiver listens (an OpenTelemetry Collector, Jaeger, Tempo…),
+    /// e.g. `http://localhost:4317`. Unset: `OTEL_EXPORTER_OTLP_TRACES_ENDPOINT`, else
+    /// `OTEL_EXPORTER_OTLP_ENDPOINT`, else `http://localhost:4317`.
+    pub fn endpoint(&mut self, endpoint: impl Into<String>) -> &mut Self {
+        self.endpoint = Some(endpoint.into());
+        self
+    }
+
+    /// The `service.name` of this process's spans. Unset: `OTEL_SERVICE_NAME`, else
+    /// `service.name` in `OTEL_RESOURCE_ATTRIBUTES`, else `unknown_service`.
+    pub fn service_name(&mut self, name: impl Into<String>) -> &mut Self {
+        self.service_name = Some(name.into());
+        self
+    }
+
+    /// The [`MEMBER_ATTRIBUTE`] (`rally.member`) of this process's spans: which cluster member
+    /// made them (typically `cluster.self_member().id`).
+    pub fn member(&mut self, member: impl Into<String>) -> &mut Self {
+        self.member = Some(member.into());
+        self
+    }
+
+    /// Another resource attribute of this process's spans (`deployment.environment`, say).
+    pub fn resource_attribute(
+        &mut self,
+        key: impl Into<String>,
+        value: impl Into<String>,
+    ) -> &mut Self {
+        self.attributes.push((key.into(), value.into()));
+        self
+    }
+
+    /// The share of new traces recorded, from 0.0 (none) to 1.0 (all); a hop whose caller's
+    /// trace was recorded (or not) follows that decision, so a trace is whole or absent.
+    /// Unset: `OTEL_TRACES_SAMPLER` and `OTEL_TRACES_SAMPLER_ARG`, else every trace.
+    pub fn sampling_ratio(&mut self, ratio: f64) -> &mut Self {
+        self.sampling_ratio = Some(ratio);
+        self
+    }
+
+    /// How long one export may take. Unset: `OTEL_EXPORTER_OTLP_TIMEOUT`, else 10 s.
+    pub fn export_timeout(&mut self, timeout: Duration) -> &mut Self {
+        self.timeout = Some(timeout);
+        self
+    }
+
+    /// Starts the exporter on the current tokio runtime.
+    ///
+    /// # Errors
+    ///
+    /// [`InstallError::SamplingRatio`] for a ratio outside 0.0..=1.0,
+    /// [`InstallError::Exporter`] for an endpoint that is not a URI, and
+    /// [`InstallError::NoRuntime`] outside a tokio runtime.
+    ///
+    /// # Example
+    ///
+    /// ```
+    /// use rally::otel::{InstallError, Tracing};
+    ///
+    /// # #[tokio::main] async fn main() {
+    /// let refused = Tracing::builder().sampling_ratio(1.5).install();
+    /// assert!(matches!(refused, Err(InstallError::SamplingRatio(_))));
+    /// # }
+    /// ```
+    pub fn install(&self) -> Result<Tracing, InstallError> {
+        if let Some(ratio) = self.sampling_ratio {
+            if !(0.0..=1.0).contains(&ratio) {
+                return Err(InstallError::SamplingRatio(ratio));
+            }
+        }
+        if tokio::runtime::Handle::try_current().is_err() {
+            return Err(InstallError::NoRuntime);
+        }
+        let mut exporter = SpanExporter::builder().with_tonic();
+        if let Some(endpoint) = &self.endpoint {
+            exporter = exporter.with_endpoint(endpoint);
+        }
+        if let Some(timeout) = self.timeout {
+            exporter = exporter.with_timeout(timeout);
+        }
+        let exporter = exporter
+            .build()
+            .map_err(|e| InstallError::Exporter(e.to_string()))?;
+        let mut resource = Resource::builder();
+        if let Some(name) = &self.service_name {
+            resource = resource.with_service_name(name.clone());
+        }
+        if let Some(member) = &self.member {
+            resource = resource.with_attribute(KeyValue::new(MEMBER_ATTRIBUTE, member.clone()));
+        }
+        for (key, value) in &self.attributes {
+            resource = resource.with_attribute(KeyValue::new(key.clone(), value.clone()));
+        }
+        let processor = BatchSpanProcessor::builder(exporter, Tokio).build();
+        let mut provider = SdkTracerProvider::builder()
+            .with_span_processor(processor)
+            .with_resource(resource.build());
+        if let Some(ratio) = self.sampling_ratio {
+            provider = provider.with_sampler(Sampler::ParentBased(Box::new(
+                Sampler::TraceIdRatioBased(ratio),
+            )));
+        }
+        let provider = provider.build();
+        let filter = Arc::new(TracingFilter::new(provider.tracer(SCOPE)));
+        Ok(Tracing {
+            provider: Some(provider),
+            filter,
+        })
+    }
+}

@@ -1,0 +1,286 @@
+//! Tracing in one process, exported over OTLP/gRPC to a real receiver on loopback: the spans of
+//! a chain of local actors and how they link, sampling that follows the caller's decision (an
+//! unrecorded trace exports nothing and says so downstream), a failing handler's span, and the
+//! settings `install` refuses.
+
+#[path = "support/receiver.rs"]
+mod receiver;
+
+use std::time::Duration;
+
+use rally::otel::{InstallError, Tracing};
+use rally::{
+    Actor, ActorRef, ActorResult, ActorSystem, Context, Handler, Message, RequestContext,
+    TraceParent,
+};
+use receiver::{CONSUMER, INTERNAL, PRODUCER, Received, Receiver};
+
+const SECOND: Duration = Duration::from_secs(5);
+
+/// The first actor of the chain: asks the second.
+struct First {
+    next: ActorRef<Second>,
+}
+impl Actor for First {}
+
+/// The second: answers with the traceparent its handler sees, or fails when asked to.
+struct Second;
+impl Actor for Second {}
+
+struct Start {
+    fail: bool,
+}
+impl Message for Start {
+    type Reply = Option<TraceParent>;
+}
+
+struct Leaf {
+    fail: bool,
+}
+impl Message for Leaf {
+    type Reply = Option<TraceParent>;
+}
+
+impl Handler<Start> for First {
+    async fn handle(
+        &mut self,
+        msg: Start,
+        _: &mut Context<Self>,
+    ) -> ActorResult<Option<TraceParent>> {
+        match self.next.ask(Leaf { fail: msg.fail }, SECOND).await {
+            Ok(seen) => Ok(seen),
+            Err(e) if msg.fail => Err(e.to_string().into()),
+            Err(e) => panic!("the second actor answers: {e}"),
+        }
+    }
+}
+
+impl Handler<Leaf> for Second {
+    async fn handle(
+        &mut self,
+        msg: Leaf,
+        ctx: &mut Context<Self>,
+    ) -> ActorResult<Option<TraceParent>> {
+        if msg.fail {
+            return Err("the leaf refuses".into());
+        }
+        Ok(ctx.request_context().and_then(|c| c.traceparent()))
+    }
+}
+
+/// A system traced to `receiver` as service `service`, with the chain spawned after the
+/// filter; its `Tracing`, and the first actor.
+async fn traced_chain(
+    receiver: &Receiver,
+    service: &str,
+    ratio: f64,
+) -> (ActorSystem, Tracing, ActorRef<First>) {
+    let system = ActorSystem::new(service);
+    let tracing = Tracing::builder()
+        .endpoint(receiver.endpoint())
+        .service_name(service)
+        .member(format!("{service}-member"))
+        .sampling_ratio(ratio)
+        .install()
+        .expect("valid settings");
+    system.add_call_filter(tracing.filter());
+    let second = system.spawn(Second).expect("spawns");
+    let first = system.spawn(First { next: second }).expect("spawns");
+    (system, tracing, first)
+}
+
+fn of<'a>(spans: &'a [Received], service: &str, kind: i32, name: &str) -> Vec<&'a Received> {
+    spans
+        .iter()
+        .filter(|s| s.service() == service && s.kind == kind && s.name.starts_with(name))
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_local_chain_is_one_trace_of_send_wait_and_handle_spans_linked_in_order() {
+    let mut receiver = Receiver::start().await;
+    let (system, tracing, first) = traced_chain(&receiver, "local-chain", 1.0).await;
+    let seen = system
+        .in_context(
+            RequestContext::new(),
+            first.ask(Start { fail: false }, SECOND),
+        )
+        .await
+        .expect("answered")
+        .expect("the leaf's handler sees a traceparent");
+    tracing.flush().await.expect("exported");
+    let spans = receiver
+        .wait_for(SECOND, |s| {
+            of(s, "local-chain", CONSUMER, "handle").len() >= 2
+        })
+        .await;
+    let [send_start] = of(&spans, "local-chain", PRODUCER, "send")
+        .into_iter()
+        .filter(|s| s.parent_span_id.is_empty())
+        .collect::<Vec<_>>()[..]
+    else {
+        panic!("one root send: {spans:#?}")
+    };
+    let child_of = |parent: &Received, kind: i32| -> Vec<&Received> {
+        spans
+            .iter()
+            .filter(|s| s.kind == kind && s.parent_span_id == parent.span_id)
+            .collect()
+    };
+    let [handle_start] = child_of(send_start, CONSUMER)[..] else {
+        panic!("one handler of Start: {spans:#?}")
+    };
+    let [send_leaf] = child_of(handle_start, PRODUCER)[..] else {
+        panic!("one send from Start's handler: {spans:#?}")
+    };
+    let [handle_leaf] = child_of(send_leaf, CONSUMER)[..] else {
+        panic!("one handler of Leaf: {spans:#?}")
+    };
+    assert!(send_start.name.contains("Start") && handle_start.name.contains("Start"));
+    assert!(send_leaf.name.contains("Leaf") && handle_leaf.name.contains("Leaf"));
+    // One trace, and what the leaf's handler sees is its own span, recorded.
+    for s in [handle_start, send_leaf, handle_leaf] {
+        assert_eq!(s.trace_id, send_start.trace_id);
+    }
+    assert_eq!(seen.trace_id.to_vec(), send_start.trace_id);
+    assert_eq!(seen.span_id.to_vec(), handle_leaf.span_id);
+    assert!(seen.is_sampled());
+    // In order, and each handler's span covers the sends it made.
+    assert!(send_start.start_ns <= handle_start.start_ns);
+    assert!(handle_start.start_ns <= send_leaf.start_ns && send_leaf.end_ns <= handle_start.end_ns);
+    assert!(
+        send_leaf.start_ns <= handle_leaf.start_ns && handle_leaf.end_ns <= handle_start.end_ns
+    );
+    // The process's resource and the spans' attributes.
+    assert_eq!(
+        handle_leaf.resource.get("rally.member").map(String::as_str),
+        Some("local-chain-member")
+    );
+    assert!(
+        handle_leaf
+            .attribute("rally.actor.path")
+            .is_some_and(|p| !p.is_empty())
+    );
+    assert!(
+        send_leaf
+            .attribute("rally.target")
+            .is_some_and(|t| !t.is_empty())
+    );
+    // Each message's time in the mailbox (known for messages that carry a context): a child
+    // of its send, from after the send to the handler's start.
+    for (send, handle) in [(send_start, handle_start), (send_leaf, handle_leaf)] {
+        let [wait] = child_of(send, INTERNAL)[..] else {
+            panic!("one wait for {}: {spans:#?}", send.name)
+        };
+        assert!(wait.name.starts_with("wait "), "{wait:?}");
+        assert!(send.start_ns <= wait.start_ns && wait.start_ns <= wait.end_ns);
+        assert_eq!(
+            wait.end_ns, handle.start_ns,
+            "the wait ends where the handler starts"
+        );
+    }
+    eprintln!(
+        "OBSERVED a local chain: {}",
+        spans
+            .iter()
+            .map(|s| format!("{} ({} ns)", s.name, s.end_ns - s.start_ns))
+            .collect::<Vec<_>>()
+            .join(", ")
+    );
+    drop(receiver);
+    system.shutdown().await.expect("stops");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_unrecorded_trace_exports_nothing_and_tells_the_next_hop_so() {
+    let mut receiver = Receiver::start().await;
+    let (off_system, off, off_first) = traced_chain(&receiver, "never-sampled", 0.0).await;
+    let (on_system, on, on_first) = traced_chain(&receiver, "always-sampled", 1.0).await;
+    let mut seen = Vec::new();
+    for _ in 0..20 {
+        let tp = off_system
+            .in_context(
+                RequestContext::new(),
+                off_first.ask(Start { fail: false }, SECOND),
+            )
+            .await
+            .expect("answered")
+            .expect("the decision travels with the request");
+        seen.push(tp);
+    }
+    assert!(seen.iter().all(|tp| !tp.is_sampled()), "{seen:?}");
+    // A recorded request after them, through the same receiver: once its spans are there,
+    // the unrecorded ones would have been too.
+    on_system
+        .in_context(
+            RequestContext::new(),
+            on_first.ask(Start { fail: false }, SECOND),
+        )
+        .await
+        .expect("answered");
+    off.flush().await.expect("nothing to export is no error");
+    on.flush().await.expect("exported");
+    let spans = receiver
+        .wait_for(SECOND, |s| {
+            of(s, "always-sampled", CONSUMER, "handle").len() >= 2
+        })
+        .await;
+    let unrecorded: Vec<&Received> = spans
+        .iter()
+        .filter(|s| s.service() == "never-sampled")
+        .collect();
+    assert!(unrecorded.is_empty(), "{unrecorded:#?}");
+    off_system.shutdown().await.expect("stops");
+    on_system.shutdown().await.expect("stops");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failing_handler_ends_its_span_with_the_error() {
+    let mut receiver = Receiver::start().await;
+    let (system, tracing, first) = traced_chain(&receiver, "failing", 1.0).await;
+    let answer = system
+        .in_context(
+            RequestContext::new(),
+            first.ask(Start { fail: true }, SECOND),
+        )
+        .await;
+    assert!(answer.is_err(), "{answer:?}");
+    tracing.flush().await.expect("exported");
+    let spans = receiver
+        .wait_for(SECOND, |s| of(s, "failing", CONSUMER, "handle").len() >= 2)
+        .await;
+    for handle in of(&spans, "failing", CONSUMER, "handle") {
+        assert_eq!(handle.status, 2, "an error status: {handle:?}");
+        assert_eq!(
+            handle.attribute("rally.outcome"),
+            Some("failed"),
+            "{handle:?}"
+        );
+    }
+    system.shutdown().await.expect("stops");
+}
+
+#[tokio::test]
+async fn install_refuses_a_ratio_out_of_range_and_an_endpoint_that_is_not_a_uri() {
+    for ratio in [-0.1, 1.5, f64::NAN] {
+        let refused = Tracing::builder().sampling_ratio(ratio).install();
+        assert!(
+            matches!(refused, Err(InstallError::SamplingRatio(r)) if r.to_bits() == ratio.to_bits()),
+            "{ratio}: {refused:?}"
+        );
+    }
+    let refused = Tracing::builder().endpoint("not a uri").install();
+    assert!(
+        matches!(refused, Err(InstallError::Exporter(_))),
+        "{refused:?}"
+    );
+}
+
+#[test]
+fn install_outside_a_tokio_runtime_says_so() {
+    let refused = Tracing::builder().install();
+    assert!(
+        matches!(refused, Err(InstallError::NoRuntime)),
+        "{refused:?}"
+    );
+}
