@@ -93,6 +93,8 @@ async fn the_dashboards_endpoints_answer_and_bad_listings_get_their_error() {
             .await
             .unwrap();
     }
+    // Exposed first, as on every member; serving then uses that endpoint.
+    rally::metrics::dashboard::expose(&node).unwrap();
     let dashboard =
         rally::metrics::dashboard::serve(&cluster, &node, "127.0.0.1:0".parse().unwrap())
             .await

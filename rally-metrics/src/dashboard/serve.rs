@@ -60,7 +60,11 @@ pub(crate) async fn serve(
     let local = listener
         .local_addr()
         .map_err(|source| DashboardError::Bind { addr, source })?;
-    super::member::expose(node)?;
+    // Exposed already (`expose` called before `serve`): that endpoint answers.
+    match super::member::expose(node) {
+        Ok(()) | Err(DashboardError::AlreadyExposed) => {}
+        Err(e) => return Err(e),
+    }
     let view = Arc::new(Mutex::new(ClusterView {
         served_by: cluster.self_member().id.to_string(),
         ..ClusterView::default()
