@@ -3,7 +3,8 @@
 //! `rally top` shows a running node's actors and dispatchers, worst first, refreshed live, and,
 //! on a cluster member, its virtual actors per kind and its membership. It reads the JSON report
 //! that `rally_metrics::prometheus::serve` publishes at `/report` next to the Prometheus
-//! `/metrics`.
+//! `/metrics`. `rally top --cluster` shows the whole cluster instead, from the dashboard that
+//! `rally_metrics::dashboard::serve` runs on any member.
 
 mod top;
 
@@ -26,9 +27,15 @@ enum Command {
 
 #[derive(Debug, clap::Args)]
 struct TopArgs {
-    /// The node's metrics endpoint (host:port of `rally::metrics::prometheus::serve`).
+    /// The node's metrics endpoint (host:port of `rally::metrics::prometheus::serve`), or with
+    /// `--cluster` the cluster dashboard's (of `rally::metrics::dashboard::serve`).
     #[arg(long, default_value = "127.0.0.1:9464")]
     endpoint: String,
+    /// The whole cluster, as the dashboard at `--endpoint` gathers it from every member:
+    /// members and their status, each member's dispatchers and hottest actors with the
+    /// diagnosis, the virtual-actor kinds, and the cluster's calls per second.
+    #[arg(long)]
+    cluster: bool,
     /// Refresh interval in milliseconds.
     #[arg(long, default_value_t = 1000)]
     interval_ms: u64,

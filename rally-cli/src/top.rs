@@ -1,6 +1,7 @@
 //! `rally top`: fetch the node's period report, then draw it live ([`draw`]) or print it
 //! once ([`plain`]); [`rows`] turns the report's cluster figures into table rows.
 
+mod cluster;
 mod draw;
 mod plain;
 mod rows;
@@ -27,6 +28,9 @@ pub(crate) fn run(args: &TopArgs) -> anyhow::Result<()> {
         .with_context(|| format!("cannot resolve {}", args.endpoint))?
         .next()
         .with_context(|| format!("{} resolves to no address", args.endpoint))?;
+    if args.cluster {
+        return run_cluster(args, addr);
+    }
     let window = Window::new(Duration::from_secs(args.window_s.max(1)));
     if args.once {
         print!("{}", plain(&fetch(&agent(), addr)?, &window));
@@ -62,6 +66,44 @@ fn live(
     }
 }
 
+/// `rally top --cluster`: the dashboard's view, once or live.
+fn run_cluster(args: &TopArgs, addr: SocketAddr) -> anyhow::Result<()> {
+    let agent = agent();
+    if args.once {
+        print!("{}", cluster::plain(&fetch_cluster(&agent, addr)?));
+        return Ok(());
+    }
+    let interval = Duration::from_millis(args.interval_ms.max(100));
+    let mut terminal = ratatui::init();
+    let result = (|| loop {
+        let view = fetch_cluster(&agent, addr);
+        terminal.draw(|frame| cluster::draw(frame, addr, &view))?;
+        if event::poll(interval)? {
+            if let Event::Key(key) = event::read()? {
+                if matches!(key.code, KeyCode::Char('q') | KeyCode::Esc) {
+                    return Ok(());
+                }
+            }
+        }
+    })();
+    ratatui::restore();
+    result
+}
+
+/// `GET /api/cluster` of a dashboard.
+fn fetch_cluster(
+    agent: &ureq::Agent,
+    addr: SocketAddr,
+) -> anyhow::Result<rally_metrics::dashboard::ClusterView> {
+    let mut response = agent
+        .get(&format!("http://{addr}/api/cluster"))
+        .call()
+        .with_context(|| format!("cannot read http://{addr}/api/cluster (is it a dashboard?)"))?;
+    let body = response.body_mut().read_to_string()?;
+    serde_json::from_str(&body)
+        .with_context(|| format!("{addr} sent a cluster view that does not parse"))
+}
+
 /// `GET /report` with an HTTP client.
 fn fetch(agent: &ureq::Agent, addr: SocketAddr) -> anyhow::Result<PeriodReport> {
     let mut response = agent
@@ -78,6 +120,18 @@ fn agent() -> ureq::Agent {
         .timeout_global(Some(Duration::from_secs(2)))
         .build()
         .into()
+}
+
+/// What a test terminal shows, as one string.
+#[cfg(test)]
+pub(crate) fn screen(terminal: &ratatui::Terminal<ratatui::backend::TestBackend>) -> String {
+    terminal
+        .backend()
+        .buffer()
+        .content()
+        .iter()
+        .map(|cell| cell.symbol())
+        .collect()
 }
 
 #[cfg(test)]
@@ -221,13 +275,7 @@ mod tests {
                 draw(frame, "127.0.0.1:1".parse().unwrap(), &report, &window)
             })
             .unwrap();
-        let screen: String = terminal
-            .backend()
-            .buffer()
-            .content()
-            .iter()
-            .map(|cell| cell.symbol())
-            .collect();
+        let screen = screen(&terminal);
         assert!(screen.contains("virtual actors"), "{screen}");
         assert!(screen.contains("cart"), "{screen}");
         assert!(screen.contains("members up 3"), "{screen}");
@@ -244,13 +292,7 @@ mod tests {
                 draw(frame, "127.0.0.1:1".parse().unwrap(), &report, &window)
             })
             .unwrap();
-        let screen: String = terminal
-            .backend()
-            .buffer()
-            .content()
-            .iter()
-            .map(|cell| cell.symbol())
-            .collect();
+        let screen = screen(&terminal);
         assert!(screen.contains("rally top"));
         assert!(screen.contains("no monitored actors"));
     }

@@ -142,9 +142,18 @@ impl Handler<Touch> for Cart {
     }
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn top_once_shows_a_members_virtual_actors_and_membership() {
-    let system = ActorSystem::new("top");
+/// A one-member cluster on loopback hosting `cart`, with `carts` of them activated.
+struct Member {
+    system: ActorSystem,
+    node: RemoteNode,
+    cluster: Cluster,
+    /// Its address.
+    me: String,
+    _grains: VirtualActors,
+}
+
+async fn member_with_carts(name: &str, carts: usize) -> Member {
+    let system = ActorSystem::new(name);
     let node = RemoteNode::start(
         &system,
         RemoteConfig::builder()
@@ -171,10 +180,29 @@ async fn top_once_shows_a_members_virtual_actors_and_membership() {
         cluster.self_member().status == MemberStatus::Up
     })
     .await;
-    for i in 0..5 {
+    for i in 0..carts {
         let cart = grains.get::<Cart>(&format!("cart-{i}")).unwrap();
         cart.ask(Touch, T).await.unwrap();
     }
+    Member {
+        system,
+        node,
+        cluster,
+        me,
+        _grains: grains,
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn top_once_shows_a_members_virtual_actors_and_membership() {
+    // Every handle is kept until the end: dropping the cluster's would stop the member.
+    let Member {
+        system,
+        node: _node,
+        cluster: _cluster,
+        me,
+        _grains,
+    } = member_with_carts("top", 5).await;
     let endpoint = serve(&system, Duration::from_millis(100)).await;
     let addr = endpoint.local_addr().to_string();
     // The first report comes after one period: ask until it is there.
@@ -192,5 +220,53 @@ async fn top_once_shows_a_members_virtual_actors_and_membership() {
         )),
         "{text}"
     );
+    system.shutdown().await.unwrap();
+}
+
+/// `rally top --cluster --once` against a member serving the cluster dashboard: the member
+/// listed as up, and the kind's row with its active count.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn top_cluster_once_shows_the_dashboards_members_and_kinds() {
+    let Member {
+        system,
+        node,
+        cluster,
+        me,
+        _grains,
+    } = member_with_carts("topc", 3).await;
+    let dashboard =
+        rally::metrics::dashboard::serve(&cluster, &node, "127.0.0.1:0".parse().unwrap())
+            .await
+            .unwrap();
+    let addr = dashboard.local_addr().to_string();
+    // The first gathering comes after a second: ask until the kind's row is there.
+    let (row, text) = eventually("a row for the kind", T, async || {
+        let addr = addr.clone();
+        let output = tokio::task::spawn_blocking(move || {
+            Command::new(env!("CARGO_BIN_EXE_rally"))
+                .args(["top", "--cluster", "--once", "--endpoint", &addr])
+                .output()
+                .expect("the rally binary runs")
+        })
+        .await
+        .unwrap();
+        assert!(output.status.success(), "{output:?}");
+        let text = String::from_utf8_lossy(&output.stdout).into_owned();
+        match text.lines().find(|l| l.starts_with("cart ")) {
+            Some(row) => Ok((row.to_owned(), text.clone())),
+            None => Err(text),
+        }
+    })
+    .await;
+    let row: Vec<&str> = row.split_whitespace().collect();
+    // kind, members, active
+    assert_eq!(row[..3], ["cart", "1", "3"], "{text}");
+    assert!(text.contains("1 members, 1 up"), "{text}");
+    assert!(
+        text.lines()
+            .any(|l| l.starts_with(&format!("{me}#")) && l.contains(" up ")),
+        "{text}"
+    );
+    drop(dashboard);
     system.shutdown().await.unwrap();
 }

@@ -172,6 +172,19 @@ impl FigureSource for Runtime {
             for (name, help, value) in counters {
                 out.push(labelled(Figure::counter(name, help, value)));
             }
+            // Cumulative, as a Prometheus histogram's buckets: calls within each bound.
+            let mut within = 0;
+            for (i, calls) in kind.call_times.iter().enumerate() {
+                within += calls;
+                let le = crate::virtual_actors::CALL_TIME_BOUNDS
+                    .get(i)
+                    .map_or_else(|| "+Inf".to_owned(), |b| b.as_secs_f64().to_string());
+                out.push(labelled(Figure::counter(
+                    "rally_grain_calls_within_total",
+                    "Calls handled on this member that took at most `le` seconds from being handed to their activation until it finished them.",
+                    within,
+                )).label("le", le));
+            }
         }
     }
 }

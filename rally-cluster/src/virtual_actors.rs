@@ -120,7 +120,8 @@ pub use ownership::{Holder, Ownership, Route};
 pub use placement::{Hashed, Placement, PreferLocal, SHARDS, Scope, fingerprint, shard_of};
 pub use rally_state::Fence;
 pub use runtime::{
-    GrainRef, KindStats, VirtualActors, VirtualActorsBuilder, VirtualActorsStartError,
+    CALL_TIME_BOUNDS, GrainRef, KindStats, VirtualActors, VirtualActorsBuilder,
+    VirtualActorsStartError,
 };
 pub use state::{DEFAULT_KEY_WINDOW, MAX_KEY_BYTES, State, StateError};
 pub use transport::GrainNetwork;

@@ -29,9 +29,12 @@
 //! - [`FigurePeriod`]: figures of other parts of Rally (cluster membership, virtual actors) that
 //!   register a `rally::monitor::FigureSource`, with their rates
 //! - [`prometheus`]: the text exposition format and a small HTTP endpoint serving it
+//! - [`dashboard`]: the cluster dashboard, a web page any member serves, gathering from every
+//!   member (its server needs the `cluster` feature)
 
 #![doc(test(attr(deny(warnings), allow(dead_code, unused_variables))))]
 
+pub mod dashboard;
 pub mod prometheus;
 mod report;
 

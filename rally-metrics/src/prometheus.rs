@@ -377,6 +377,15 @@ fn answer(system: &ActorSystem, cell: &Mutex<PeriodReport>, path: &str) -> Respo
             "try /metrics or /report\n".to_owned(),
         ),
     };
+    respond(status, kind, body)
+}
+
+/// A response of `kind` with `body` (the dashboard's server answers with it too).
+pub(crate) fn respond(
+    status: StatusCode,
+    kind: &'static str,
+    body: String,
+) -> Response<Full<Bytes>> {
     let mut response = Response::new(Full::new(Bytes::from(body)));
     *response.status_mut() = status;
     response

@@ -53,7 +53,7 @@
 //! | `remote` | yes | [`remote`]: [`remote::RemoteNode`] and friends |
 //! | `monitoring` | yes | the counters behind [`monitor`]; off, they compile to a no-op |
 //! | `toml` | yes | [`SystemConfig::from_toml`] and `from_file` |
-//! | `metrics` | no | `rally::metrics`: the period recorder, the diagnosis and the HTTP endpoint `rally top` reads |
+//! | `metrics` | no | `rally::metrics`: the period recorder, the diagnosis and the HTTP endpoint `rally top` reads; with `cluster`, the cluster dashboard (`rally::metrics::dashboard`) |
 //! | `cluster` | no | `rally::cluster`: membership, member events, downing, the cluster singleton and virtual actors (turns on `remote`) |
 //! | `etcd` | no | the etcd membership provider with lease-based downing, `rally::cluster::provider::EtcdProvider` (turns on `cluster`; building it needs `protoc`) |
 //! | `state` | no | `rally::state`: state stores for virtual actors, in memory and in one SQLite file (bundled SQLite, built from C) |
@@ -98,7 +98,8 @@ pub mod remote {
 }
 
 /// Monitoring reports: the period [`Recorder`](metrics::Recorder), the diagnosis that names the
-/// bottleneck, and the HTTP endpoint (`/metrics`, `/report`) that `rally top` reads.
+/// bottleneck, the HTTP endpoint (`/metrics`, `/report`) that `rally top` reads, and (with
+/// `cluster`) the cluster dashboard ([`dashboard::serve`](metrics::dashboard)).
 #[cfg(feature = "metrics")]
 pub mod metrics {
     pub use rally_metrics::*;
@@ -155,6 +156,12 @@ pub struct ReadmeDoctests;
 #[doc = include_str!("../../docs/cluster.md")]
 #[cfg(all(doctest, feature = "cluster", feature = "state"))]
 pub struct ClusterGuideDoctests;
+
+/// The examples of `docs/observability.md` (tracing, the cluster dashboard, what is active),
+/// compiled as doc tests so they stay true.
+#[doc = include_str!("../../docs/observability.md")]
+#[cfg(all(doctest, feature = "cluster", feature = "metrics", feature = "otel"))]
+pub struct ObservabilityDoctests;
 
 /// The example of `docs/testing.md` (a partition test on the simulation), compiled and run as
 /// a doc test so it stays true.

@@ -28,6 +28,7 @@
 //! `timers`, `effect`.
 
 mod active;
+mod call_times;
 mod claim;
 mod clock;
 mod effect;
@@ -46,6 +47,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 pub(crate) use self::active::{ActiveEntry, CorePage};
+pub(crate) use self::call_times::{BOUNDS_US, CallTimes};
 pub(crate) use self::claim::LeaseKey;
 use self::claim::{Lease, Op};
 use self::clock::Clock;
@@ -165,6 +167,8 @@ struct Counters {
     moves: u64,
     forwarded: u64,
     mismatches: u64,
+    /// How long the calls finished by lives here took.
+    call_times: CallTimes,
 }
 
 impl<T: Types> KindCore<T> {
@@ -300,6 +304,7 @@ impl<T: Types> KindCore<T> {
             moves: c.moves,
             forwarded: c.forwarded,
             settings_mismatches: c.mismatches,
+            call_times: c.call_times.buckets.to_vec(),
         }
     }
 

@@ -101,7 +101,31 @@ pub struct KindStats {
     /// Messages refused because a member's placement settings for the kind differ from the
     /// cluster's (this member's own, or a sender's).
     pub settings_mismatches: u64,
+    /// Calls handled here by how long they took, from being handed to their activation until
+    /// it finished them: `call_times[i]` counts those within [`CALL_TIME_BOUNDS`]`[i]` (and
+    /// above the bound before), the last those above every bound.
+    pub call_times: Vec<u64>,
 }
+
+/// The upper bounds of [`KindStats::call_times`]' buckets, about three per decade from 50 µs
+/// to 10 s.
+///
+/// # Example
+///
+/// ```
+/// use rally::cluster::virtual_actors::CALL_TIME_BOUNDS;
+///
+/// assert_eq!(CALL_TIME_BOUNDS[0], std::time::Duration::from_micros(50));
+/// ```
+pub const CALL_TIME_BOUNDS: [std::time::Duration; 16] = {
+    let mut bounds = [std::time::Duration::ZERO; 16];
+    let mut i = 0;
+    while i < 16 {
+        bounds[i] = std::time::Duration::from_micros(super::core::BOUNDS_US[i]);
+        i += 1;
+    }
+    bounds
+};
 
 /// What the drivers of one member share.
 pub(crate) struct Shared {

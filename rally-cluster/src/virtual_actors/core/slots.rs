@@ -287,6 +287,9 @@ impl<T: Types> KindCore<T> {
         let timeout = self.config.deactivation_timeout;
         match self.slots.get_mut(identity) {
             Some(Slot::Active(active)) if active.life == life => {
+                // Handed its call at `last_message`.
+                let took = self.clock.since(active.last_message, now);
+                self.counters.call_times.record(took);
                 active.busy = Busy::Free;
                 active.last_message = self.clock.tick(now);
                 self.uses += 1;
