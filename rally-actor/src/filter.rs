@@ -277,17 +277,28 @@ impl RequestContext {
 }
 
 /// Runs the `before` hooks in order. On a rejection, the `after` hooks of the filters that
-/// admitted the message run (told of the rejection) and the rejection comes back.
+/// admitted the message run (told of the rejection) and the rejection comes back. What the
+/// filters kept is by position; the buffer is allocated only when one keeps something (a
+/// filter that keeps nothing for most messages, as an unsampled trace, costs no allocation).
 pub(crate) fn before(
     chain: &Chain,
     call: &mut Incoming<'_>,
 ) -> Result<Vec<Option<Kept>>, Rejection> {
-    let mut kept = Vec::with_capacity(chain.len());
-    for filter in chain.iter() {
+    let mut kept: Vec<Option<Kept>> = Vec::new();
+    for (index, filter) in chain.iter().enumerate() {
         match filter.before(call) {
-            Ok(value) => kept.push(value),
+            Ok(None) => {}
+            Ok(Some(value)) => {
+                kept.resize_with(index, || None);
+                kept.push(Some(value));
+            }
             Err(rejection) => {
-                after(chain, call, Outcome::Rejected(rejection.reason()), kept);
+                after(
+                    &chain[..index],
+                    call,
+                    Outcome::Rejected(rejection.reason()),
+                    kept,
+                );
                 return Err(rejection);
             }
         }
@@ -295,15 +306,15 @@ pub(crate) fn before(
     Ok(kept)
 }
 
-/// Runs the `after` hooks of the filters that admitted the message, last first.
+/// Runs the `after` hooks of `filters` (those that admitted the message), last first.
 pub(crate) fn after(
-    chain: &Chain,
+    filters: &[Arc<dyn CallFilter>],
     call: &Incoming<'_>,
     outcome: Outcome<'_>,
-    kept: Vec<Option<Kept>>,
+    mut kept: Vec<Option<Kept>>,
 ) {
-    for (filter, kept) in chain.iter().zip(kept).rev() {
-        filter.after(call, outcome, kept);
+    for (index, filter) in filters.iter().enumerate().rev() {
+        filter.after(call, outcome, kept.get_mut(index).and_then(Option::take));
     }
 }
 

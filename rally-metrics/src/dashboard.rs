@@ -57,8 +57,8 @@ mod cluster_side {
     /// ```
     /// use rally::metrics::dashboard::DashboardError;
     ///
-    /// let error = DashboardError::Expose("name rally.dashboard.figures is taken".into());
-    /// assert!(error.to_string().contains("taken"));
+    /// let error = DashboardError::AlreadyExposed;
+    /// assert!(error.to_string().contains("exposed already"));
     /// ```
     #[derive(Debug, thiserror::Error)]
     #[non_exhaustive]
@@ -71,8 +71,11 @@ mod cluster_side {
             /// The operating system's error.
             source: std::io::Error,
         },
-        /// The member's endpoint could not be exposed (already exposed on this node, or the
-        /// actor system is shutting down).
+        /// The member's endpoint is exposed already on this node ([`expose`] was called
+        /// before).
+        #[error("this member's dashboard endpoint is exposed already")]
+        AlreadyExposed,
+        /// The member's endpoint could not be exposed (the actor system is shutting down).
         #[error("cannot expose this member's dashboard endpoint: {0}")]
         Expose(String),
     }
@@ -116,7 +119,8 @@ mod cluster_side {
     /// # Errors
     ///
     /// [`DashboardError::Bind`] when the address cannot be bound; [`DashboardError::Expose`]
-    /// when this member's endpoint is exposed already.
+    /// when this member's endpoint cannot be exposed (one exposed already by [`expose`] is
+    /// used as it is).
     ///
     /// # Panics
     ///
@@ -160,8 +164,8 @@ mod cluster_side {
     ///
     /// # Errors
     ///
-    /// [`DashboardError::Expose`] if it is exposed already on this node, or the actor system
-    /// is shutting down.
+    /// [`DashboardError::AlreadyExposed`] if it is exposed already on this node;
+    /// [`DashboardError::Expose`] if the actor system is shutting down.
     ///
     /// # Panics
     ///
@@ -178,7 +182,10 @@ mod cluster_side {
     /// let remote = RemoteConfig::builder().listen("127.0.0.1", 0).secret(b"cluster secret".to_vec()).build().unwrap();
     /// let node = RemoteNode::start(&system, remote).await.unwrap();
     /// rally::metrics::dashboard::expose(&node).unwrap();
-    /// assert!(rally::metrics::dashboard::expose(&node).is_err(), "once per node");
+    /// assert!(matches!(
+    ///     rally::metrics::dashboard::expose(&node),
+    ///     Err(rally::metrics::dashboard::DashboardError::AlreadyExposed)
+    /// ));
     /// # }
     /// ```
     pub fn expose(node: &RemoteNode) -> Result<(), DashboardError> {

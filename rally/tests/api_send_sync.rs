@@ -42,3 +42,35 @@ fn public_types_are_send_and_sync() {
     send::<rally::Envelope<A>>();
     send::<rally::ReplyTo<u8>>();
 }
+
+/// What is active and the cluster dashboard: their types and futures go to any task.
+#[cfg(all(feature = "cluster", feature = "metrics"))]
+#[test]
+fn listing_and_dashboard_types_are_send_and_sync() {
+    use rally::cluster::virtual_actors::{
+        ActiveCursor, ActiveError, ActiveIdentity, ActivePage, VirtualActors,
+    };
+    use rally::metrics::dashboard::{ClusterView, Dashboard, DashboardError};
+
+    send_sync::<ActiveCursor>();
+    send_sync::<ActiveError>();
+    send_sync::<ActiveIdentity>();
+    send_sync::<ActivePage>();
+    send_sync::<ClusterView>();
+    send_sync::<Dashboard>();
+    send_sync::<DashboardError>();
+    fn future_is_send<F: std::future::Future + Send>(_: F) {}
+    // Only built, never run: the futures' types are what is checked.
+    let _ = |grains: VirtualActors| {
+        future_is_send(async move {
+            grains
+                .active_in_cluster("cart", None, 10, std::time::Duration::from_secs(1))
+                .await
+        })
+    };
+    let _ = |cluster: rally::cluster::Cluster, node: rally::remote::RemoteNode| {
+        future_is_send(async move {
+            rally::metrics::dashboard::serve(&cluster, &node, "127.0.0.1:0".parse().unwrap()).await
+        })
+    };
+}

@@ -68,7 +68,10 @@ pub(crate) fn expose(node: &RemoteNode) -> Result<(), DashboardError> {
         .map_err(|e| DashboardError::Expose(e.to_string()))?;
     if let Err(e) = node.expose(ENDPOINT, &actor) {
         actor.stop();
-        return Err(DashboardError::Expose(e.to_string()));
+        return Err(match e {
+            rally_remote::ExposeError::NameTaken(_) => DashboardError::AlreadyExposed,
+            other => DashboardError::Expose(other.to_string()),
+        });
     }
     // Ends when the system shuts down.
     drop(periodic(system, PERIOD, latest));

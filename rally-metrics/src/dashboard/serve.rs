@@ -18,7 +18,7 @@ use hyper::service::service_fn;
 use hyper::{Request, Response, StatusCode};
 use hyper_util::rt::TokioIo;
 use rally_actor::sync::Mutex;
-use rally_cluster::virtual_actors::{ActiveCursor, ActiveError, ActivePage};
+use rally_cluster::virtual_actors::{ActiveCursor, ActiveError, ActivePage, MAX_ACTIVE_PAGE};
 use rally_cluster::{Cluster, MemberStatus};
 use rally_remote::RemoteNode;
 use tokio::net::TcpListener;
@@ -60,7 +60,11 @@ pub(crate) async fn serve(
     let local = listener
         .local_addr()
         .map_err(|source| DashboardError::Bind { addr, source })?;
-    super::member::expose(node)?;
+    // Exposed already (`expose` called before `serve`): that endpoint answers.
+    match super::member::expose(node) {
+        Ok(()) | Err(DashboardError::AlreadyExposed) => {}
+        Err(e) => return Err(e),
+    }
     let view = Arc::new(Mutex::new(ClusterView {
         served_by: cluster.self_member().id.to_string(),
         ..ClusterView::default()
@@ -115,15 +119,15 @@ impl State {
                     StatusCode::OK,
                     serde_json::to_string(&ActiveJson::from(&page)),
                 ),
-                Err(e) => json(
+                Err(why) => json(
                     StatusCode::BAD_REQUEST,
-                    serde_json::to_string(&serde_json::json!({ "error": e.to_string() })),
+                    serde_json::to_string(&serde_json::json!({ "error": why })),
                 ),
             },
             "/active" => {
                 let kind = param(query, "kind").unwrap_or_default();
                 let listed = self.list(query).await;
-                let page = listed.as_ref().map(listing_of).map_err(ToString::to_string);
+                let page = listed.as_ref().map(listing_of).map_err(Clone::clone);
                 let limit = param(query, "limit").unwrap_or_else(|| DEFAULT_PAGE.to_string());
                 html(page::active_page(
                     &kind,
@@ -144,27 +148,31 @@ impl State {
         }
     }
 
-    /// A page of the listing the query asks for (`kind`, `cursor`, `limit`).
-    async fn list(&self, query: &str) -> Result<ActivePage, ActiveError> {
+    /// A page of the listing the query asks for (`kind`, `cursor`, `limit`), or why not (an
+    /// [`ActiveError`]'s words, or a limit that is not a number).
+    async fn list(&self, query: &str) -> Result<ActivePage, String> {
         let kind = param(query, "kind").unwrap_or_default();
         let cursor = param(query, "cursor")
             .filter(|c| !c.is_empty())
             .map(|c| c.parse::<ActiveCursor>())
-            .transpose()?;
+            .transpose()
+            .map_err(|e| e.to_string())?;
         let limit = match param(query, "limit") {
             None => DEFAULT_PAGE,
-            Some(text) => text.parse().map_err(|_| ActiveError::InvalidLimit {
-                limit: 0,
-                max: rally_cluster::virtual_actors::MAX_ACTIVE_PAGE,
+            Some(text) => text.parse().map_err(|_| {
+                format!(
+                    "the limit is a number of identities from 1 to {MAX_ACTIVE_PAGE}, not {text:?}"
+                )
             })?,
         };
         let grains = self
             .cluster
             .virtual_actors()
-            .ok_or(ActiveError::NotStarted)?;
+            .ok_or_else(|| ActiveError::NotStarted.to_string())?;
         grains
             .active_in_cluster(&kind, cursor.as_ref(), limit, LIST_TIMEOUT)
             .await
+            .map_err(|e| e.to_string())
     }
 }
 
