@@ -257,6 +257,64 @@ async fn a_failing_handler_ends_its_span_with_the_error() {
     system.shutdown().await.expect("stops");
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn dropping_tracing_exports_what_is_buffered() {
+    let mut receiver = Receiver::start().await;
+    let (system, tracing, first) = traced_chain(&receiver, "dropped", 1.0).await;
+    system
+        .in_context(
+            RequestContext::new(),
+            first.ask(Start { fail: false }, SECOND),
+        )
+        .await
+        .expect("answered");
+    // No flush: the spans are in the batch processor's buffer (its delay is 5 s) until the
+    // drop.
+    drop(tracing);
+    let spans = receiver
+        .wait_for(SECOND, |s| of(s, "dropped", CONSUMER, "handle").len() >= 2)
+        .await;
+    assert_eq!(
+        of(&spans, "dropped", PRODUCER, "send").len(),
+        2,
+        "{spans:#?}"
+    );
+    system.shutdown().await.expect("stops");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_backend_that_is_down_fails_the_flush_never_a_message() {
+    // A port with nothing listening: bound, then released.
+    let closed = std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .expect("a free port");
+    let system = ActorSystem::new("down");
+    let tracing = Tracing::builder()
+        .endpoint(format!("http://{closed}"))
+        .export_timeout(Duration::from_secs(2))
+        .install()
+        .expect("valid settings");
+    system.add_call_filter(tracing.filter());
+    let second = system.spawn(Second).expect("spawns");
+    let first = system.spawn(First { next: second }).expect("spawns");
+    for _ in 0..10 {
+        let seen = system
+            .in_context(
+                RequestContext::new(),
+                first.ask(Start { fail: false }, SECOND),
+            )
+            .await
+            .expect("answered while the backend is down");
+        assert!(seen.is_some_and(|tp| tp.is_sampled()));
+    }
+    let flushed = tracing.flush().await;
+    assert!(
+        matches!(flushed, Err(rally::otel::FlushError::Export(_))),
+        "{flushed:?}"
+    );
+    system.shutdown().await.expect("stops");
+}
+
 #[tokio::test]
 async fn install_refuses_a_ratio_out_of_range_and_an_endpoint_that_is_not_a_uri() {
     for ratio in [-0.1, 1.5, f64::NAN] {
