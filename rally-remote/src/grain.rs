@@ -255,7 +255,7 @@ pub trait GrainAsk: Send + 'static {
 ///
 /// fn tell(node: &RemoteNode, peer: &rally::remote::NodeAddress) {
 ///     let peer = node.grain_peer(peer);
-///     let request = GrainSend { kind: "cart", manifest: Some("shop.Add"), identity: "u-1", hops: 1, wait: None, flags: GrainFlags::default() };
+///     let request = GrainSend { kind: "cart", manifest: Some("shop.Add"), identity: "u-1", hops: 1, wait: None, flags: GrainFlags::default(), context: None };
 ///     let _ = peer.tell(&request, |buf| { buf.extend_from_slice(b"\x01"); Ok(()) });
 /// }
 /// ```

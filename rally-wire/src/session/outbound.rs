@@ -88,7 +88,7 @@ pub struct Batch {
 /// let mut encoder = OutboundEncoder::new(1 << 20);
 /// let to = RecipientKey { id: 1, name: "echo" };
 /// let manifest = ManifestKey { id: 1, name: "example.Ping" };
-/// encoder.push_message(to, manifest, 0, |buf| { buf.extend_from_slice(b"hi"); Ok(()) }).unwrap();
+/// encoder.push_message(to, manifest, 0, None, |buf| { buf.extend_from_slice(b"hi"); Ok(()) }).unwrap();
 /// let mut wire = BytesMut::new();
 /// encoder.take(&mut wire);
 ///
