@@ -335,7 +335,6 @@ where
     M: Message,
 {
     Box::pin(async move {
-        let chain = ctx.filters().cloned();
         let path = ctx.myself().path().clone();
         let (context, waited) = match meta {
             Some(meta) => (Some(meta.context), Some(meta.arrived.elapsed())),
@@ -349,7 +348,9 @@ where
             waited,
             grain: ctx.grain().cloned(),
         };
-        let kept = match &chain {
+        // The chain is read from the context before and after the handler; only the scope
+        // holds a reference of its own (it must outlive this borrow of the context).
+        let kept = match ctx.filters() {
             Some(chain) => match filter::before(chain, &mut call) {
                 Ok(kept) => kept,
                 Err(rejection) => {
@@ -368,12 +369,12 @@ where
         };
         let scope = Scope {
             context: call.context.clone(),
-            filters: chain.clone(),
+            filters: ctx.filters().cloned(),
         };
         let handled = scope
             .run(handle_typed(msg, reply, origin, actor, &mut *ctx))
             .await;
-        if let Some(chain) = &chain {
+        if let Some(chain) = ctx.filters() {
             let outcome = match &handled {
                 Ok(()) => Outcome::Ok,
                 Err(failure) if failure.panicked => Outcome::Panicked(&failure.message),

@@ -11,7 +11,7 @@ use rally_actor::sync::{Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 use bytes::BytesMut;
-use rally_actor::{ActorRef, DeadLetterReason, Handler, Props, RequestContext};
+use rally_actor::{ActorRef, CallFilter, DeadLetterReason, Handler, Props, RequestContext};
 use rally_remote::{
     GrainAnswer, GrainAsk, GrainFlags, GrainOutcome, GrainRequest, GrainSend, Handled,
     RemoteMessage, UniqueAddress,
@@ -58,15 +58,24 @@ pub(crate) struct KindDriver<K: VirtualActor> {
     /// Tells refused so far (dead letters): the first is logged as a warning, the rest at
     /// debug level, so that a loop of tells to a kind nobody hosts does not flood the log.
     dead_tells: AtomicU64,
+    /// The kind's call filters (`VirtualActorsBuilder::call_filter`), looked up once here
+    /// rather than at every activation.
+    filters: Vec<Arc<dyn CallFilter>>,
 }
 
 impl<K: VirtualActor> KindDriver<K> {
     /// A driver for `core`, its timer task started.
     pub(crate) fn start(core: KindCore<Live<K>>, shared: Arc<Shared>, hosting: bool) -> Arc<Self> {
+        let filters = shared
+            .kind_filters
+            .get(K::KIND)
+            .cloned()
+            .unwrap_or_default();
         let driver = Arc::new_cyclic(|me| Self {
             me: me.clone(),
             core: Mutex::new(core),
             shared,
+            filters,
             messages: GrainMessages::of(),
             hosting,
             timer: Arc::new(Notify::new()),
@@ -565,7 +574,8 @@ impl<K: VirtualActor> KindDriver<K> {
         );
         let driver = self.me.clone();
         let system = self.shared.system.clone();
-        let filters = self.shared.kind_filters.get(K::KIND).cloned();
+        // Cloned only for a kind that has filters (an empty Vec allocates nothing).
+        let filters = self.filters.clone();
         run_or_spawn(async move {
             // Polled here (a task of its own cost a spawn and a wake-up per activation); a
             // panicking hook is caught, not a dead runtime.
@@ -577,7 +587,7 @@ impl<K: VirtualActor> KindDriver<K> {
             let started = state.hold();
             let result = match built {
                 Ok(Ok(actor)) => {
-                    let props = filters.into_iter().flatten().fold(
+                    let props = filters.into_iter().fold(
                         Props::new(actor)
                             .watched_by(Arc::clone(&state) as _)
                             .as_grain(K::KIND, Arc::clone(&identity)),
