@@ -43,12 +43,14 @@ pub(crate) fn traced(system: &ActorSystem) -> anyhow::Result<()> {
 /// `otlp-sink`: an OTLP/gRPC trace receiver that counts the spans it is sent.
 #[derive(Debug, Clone, Args)]
 pub(crate) struct SinkArgs {
-    /// Where it listens (the exporters' `OTEL_EXPORTER_OTLP_ENDPOINT`).
+    /// Where it listens (the exporters' `OTEL_EXPORTER_OTLP_ENDPOINT`); port 0 for any free
+    /// one, printed as the first line of standard output (`http://<address>`).
     #[arg(long, default_value = "127.0.0.1:4317")]
     listen: std::net::SocketAddr,
 }
 
-/// Runs the sink until stdin closes, printing the spans received each second it received any.
+/// Runs the sink until stdin closes: prints its endpoint first, the spans received each second
+/// it received any (on standard error), and the count at the end.
 ///
 /// # Errors
 ///
@@ -60,7 +62,7 @@ pub(crate) fn sink(args: &SinkArgs) -> anyhow::Result<()> {
 
         super::common::current_thread_runtime().block_on(async {
             let receiver = rally_test::otlp::Receiver::counting(args.listen).await?;
-            eprintln!("otlp-sink: listening on {}", receiver.address);
+            println!("http://{}", receiver.address);
             let mut ticks = tokio::time::interval(std::time::Duration::from_secs(1));
             let mut stdin = tokio::io::stdin();
             let mut buf = [0u8; 64];
