@@ -12,7 +12,6 @@ use std::time::Duration;
 use crate::dead_letters::{DeadLetterReason, DeadLetters};
 use crate::envelope::{ReplyError, ReplySink, ReplyTo};
 use crate::mailbox::{EnqueueError, Mailbox, Overflow, SystemMsg};
-use crate::request_context::RequestContext;
 use crate::watch::TerminationSink;
 use crate::{Actor, AskError, Envelope, Handler, Message, SendError};
 
@@ -79,6 +78,11 @@ pub trait ExternalTarget<A: Actor>: Send + Sync + 'static {
     fn unwatch(&self, watcher: crate::ActorId);
     /// Asks the target to stop.
     fn stop(&self);
+    /// The call filters of the system it is sent through, which a send from code outside any
+    /// actor passes (see [`EntryFilters`](crate::EntryFilters)); none by default.
+    fn entry_filters(&self) -> Option<&crate::EntryFilters> {
+        None
+    }
 }
 
 /// A typed handle to an actor. Cheap to clone; equal when it points at the same actor.
@@ -341,9 +345,22 @@ impl<A: Actor> ActorRef<A> {
         M: Message,
         A: Handler<M>,
     {
-        match RequestContext::for_send(|| self.path(), std::any::type_name::<M>()) {
+        let context = crate::filter::context_for_send(
+            self.entry_filters(),
+            || self.path(),
+            std::any::type_name::<M>(),
+        );
+        match context {
             Ok(context) => Ok(Envelope::new(msg, reply).in_context(context)),
             Err(rejection) => Err((msg, rejection.into_reason())),
+        }
+    }
+
+    /// The call filters of the system this actor is sent to through.
+    pub(crate) fn entry_filters(&self) -> Option<&crate::EntryFilters> {
+        match &self.backend {
+            Backend::Local(mailbox, _) => Some(&mailbox.entry),
+            Backend::External(target) => target.entry_filters(),
         }
     }
 

@@ -7,10 +7,12 @@
 
 use std::any::Any;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use crate::ActorId;
 use crate::request_context::{RequestContext, Scope};
+use crate::sync::Mutex;
 
 /// What a filter keeps from [`CallFilter::before`] to [`CallFilter::after`] (a span, a timer).
 pub type Kept = Box<dyn Any + Send>;
@@ -90,7 +92,8 @@ pub trait CallFilter: Send + Sync + 'static {
 
     /// When code that runs on an actor with this filter (or inside
     /// [`ActorSystem::in_context`](crate::ActorSystem::in_context) of a system with it) sends a
-    /// message: may replace the context the message carries.
+    /// message, or code outside any actor sends one through a system with it
+    /// ([`Outgoing::is_entry`]): may replace the context the message carries.
     ///
     /// # Errors
     ///
@@ -159,6 +162,7 @@ pub struct Outgoing<'a> {
     pub(crate) target: &'a str,
     pub(crate) message_type: &'static str,
     pub(crate) context: Option<RequestContext>,
+    pub(crate) entry: bool,
 }
 
 impl Outgoing<'_> {
@@ -181,6 +185,13 @@ impl Outgoing<'_> {
     /// Replaces the context it will carry.
     pub fn set_context(&mut self, context: RequestContext) {
         self.context = Some(context);
+    }
+
+    /// Whether code outside any actor and outside
+    /// [`ActorSystem::in_context`](crate::ActorSystem::in_context) sends it: a request enters
+    /// the system here (the hook is the system's, see [`EntryFilters`]).
+    pub fn is_entry(&self) -> bool {
+        self.entry
     }
 }
 
@@ -226,15 +237,55 @@ impl Rejection {
     }
 }
 
-impl RequestContext {
-    /// The context a message sent now to `target` carries, after the call filters of the
-    /// code running now: `Ok(None)` outside any context and filter (nothing to carry, and
-    /// `target` is not called). For transports and virtual actors that send on their own path;
-    /// `ActorRef`'s sends call it.
+/// The call filters of an actor system, as its send paths pass them: the filters of the code
+/// running now when it runs on an actor (or inside
+/// [`ActorSystem::in_context`](crate::ActorSystem::in_context)), and the system's own when code
+/// outside any actor sends through it: that is where a request enters the system, and where a
+/// filter such as tracing decides whether to follow it. From
+/// [`ActorSystem::entry_filters`](crate::ActorSystem::entry_filters); cheap to clone.
+#[derive(Clone, Default)]
+pub struct EntryFilters(Arc<SystemChain>);
+
+#[derive(Default)]
+struct SystemChain {
+    /// Whether there are any: a send from outside any actor looks at `chain` only then.
+    filtered: AtomicBool,
+    chain: Mutex<Option<Chain>>,
+}
+
+impl std::fmt::Debug for EntryFilters {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("EntryFilters")
+            .field("filters", &self.chain().map_or(0, |chain| chain.len()))
+            .finish()
+    }
+}
+
+impl EntryFilters {
+    /// The system's filters, if any.
+    pub(crate) fn chain(&self) -> Option<Chain> {
+        if !self.0.filtered.load(Ordering::Acquire) {
+            return None;
+        }
+        self.0.chain.lock().clone()
+    }
+
+    /// Adds `filter` after those there are.
+    pub(crate) fn add(&self, filter: Arc<dyn CallFilter>) {
+        let mut chain = self.0.chain.lock();
+        *chain = joined(chain.as_ref(), vec![filter]);
+        self.0.filtered.store(true, Ordering::Release);
+    }
+
+    /// The context a message sent now to `target` carries, after the call filters'
+    /// [`on_send`](CallFilter::on_send): those of the code running now, or this system's for
+    /// code outside any actor ([`Outgoing::is_entry`]). `Ok(None)` when there is nothing to
+    /// carry; `target` is called only when a filter runs. For transports and virtual actors
+    /// that send on their own path; `ActorRef`'s sends call it.
     ///
     /// # Errors
     ///
-    /// The [`Rejection`] of a filter's [`on_send`](CallFilter::on_send).
+    /// The [`Rejection`] of a filter's `on_send`.
     ///
     /// # Example
     ///
@@ -242,38 +293,62 @@ impl RequestContext {
     /// use rally::{ActorSystem, RequestContext};
     ///
     /// # #[tokio::main] async fn main() {
-    /// assert_eq!(RequestContext::for_send(|| "grain:Account/42", "Deposit"), Ok(None));
     /// let system = ActorSystem::new("doc");
+    /// let entry = system.entry_filters();
+    /// assert_eq!(entry.context_for_send(|| "grain:Account/42", "Deposit"), Ok(None));
     /// let context = RequestContext::new().with_entry("tenant", "acme").unwrap();
     /// let carried = system
-    ///     .in_context(context.clone(), async { RequestContext::for_send(|| "grain:Account/42", "Deposit") })
+    ///     .in_context(context.clone(), async { entry.context_for_send(|| "grain:Account/42", "Deposit") })
     ///     .await;
     /// assert_eq!(carried, Ok(Some(context)));
     /// # }
     /// ```
-    pub fn for_send<T: AsRef<str>>(
+    pub fn context_for_send<T: AsRef<str>>(
+        &self,
         target: impl FnOnce() -> T,
         message_type: &'static str,
     ) -> Result<Option<RequestContext>, Rejection> {
-        Scope::with_current(|scope| {
-            let Some(scope) = scope else {
-                return Ok(None);
-            };
-            let Some(filters) = &scope.filters else {
-                return Ok(scope.context.clone());
-            };
-            let target = target();
-            let mut send = Outgoing {
-                target: target.as_ref(),
-                message_type,
-                context: scope.context.clone(),
-            };
-            for filter in filters.iter() {
-                filter.on_send(&mut send)?;
-            }
-            Ok(send.context)
-        })
+        context_for_send(Some(self), target, message_type)
     }
+}
+
+/// [`EntryFilters::context_for_send`], for a target that may not know its system's filters.
+pub(crate) fn context_for_send<T: AsRef<str>>(
+    entry: Option<&EntryFilters>,
+    target: impl FnOnce() -> T,
+    message_type: &'static str,
+) -> Result<Option<RequestContext>, Rejection> {
+    Scope::with_current(|scope| match scope {
+        Some(scope) => match &scope.filters {
+            Some(filters) => on_send(filters, target, message_type, scope.context.clone(), false),
+            None => Ok(scope.context.clone()),
+        },
+        None => match entry.and_then(EntryFilters::chain) {
+            Some(filters) => on_send(&filters, target, message_type, None, true),
+            None => Ok(None),
+        },
+    })
+}
+
+/// Runs the `on_send` hooks of `filters` in order on a message to `target` with `context`.
+fn on_send<T: AsRef<str>>(
+    filters: &Chain,
+    target: impl FnOnce() -> T,
+    message_type: &'static str,
+    context: Option<RequestContext>,
+    entry: bool,
+) -> Result<Option<RequestContext>, Rejection> {
+    let target = target();
+    let mut send = Outgoing {
+        target: target.as_ref(),
+        message_type,
+        context,
+        entry,
+    };
+    for filter in filters.iter() {
+        filter.on_send(&mut send)?;
+    }
+    Ok(send.context)
 }
 
 /// Runs the `before` hooks in order. On a rejection, the `after` hooks of the filters that
@@ -395,8 +470,13 @@ mod tests {
                 .push(format!("{} after {what} {outcome}", self.name));
         }
 
+        /// Rejects by its rule the sends of code on an actor or in a context, never an entry.
         fn on_send(&self, send: &mut Outgoing<'_>) -> Result<(), Rejection> {
             let what = short(send.message_type());
+            if send.is_entry() {
+                self.log.lock().push(format!("{} entry {what}", self.name));
+                return Ok(());
+            }
             self.log.lock().push(format!("{} send {what}", self.name));
             if self.reject_send == Some(what) {
                 return Err(Rejection::new(format!(
@@ -472,6 +552,50 @@ mod tests {
         assert_eq!(first.ask(Tenant, SECOND).await, Ok(None));
     }
 
+    /// Logs each send it sees and whether it was an entry.
+    #[derive(Default)]
+    struct Entries(Mutex<Vec<(String, bool)>>);
+    impl CallFilter for Entries {
+        fn on_send(&self, send: &mut Outgoing<'_>) -> Result<(), Rejection> {
+            let what = short(send.message_type()).to_owned();
+            self.0.lock().push((what, send.is_entry()));
+            Ok(())
+        }
+    }
+
+    #[tokio::test]
+    async fn a_send_from_outside_any_actor_is_an_entry_and_one_from_a_handler_or_in_context_is_not()
+    {
+        let system = ActorSystem::new("filters");
+        let entries = Arc::new(Entries::default());
+        system.add_call_filter(entries.clone());
+        let last = system.spawn(Hop { next: None }).unwrap();
+        let first = system.spawn(Hop { next: Some(last) }).unwrap();
+        assert_eq!(first.ask(Tenant, SECOND).await, Ok(None));
+        let seen = std::mem::take(&mut *entries.0.lock());
+        assert_eq!(
+            seen,
+            [("Tenant".to_owned(), true), ("Tenant".to_owned(), false)],
+            "the ask from here enters; the first hop's ask to the last does not"
+        );
+        let answer = system.in_context(acme(), first.ask(Tenant, SECOND)).await;
+        assert_eq!(answer, Ok(Some("acme".to_owned())));
+        let seen = std::mem::take(&mut *entries.0.lock());
+        assert_eq!(
+            seen,
+            [("Tenant".to_owned(), false), ("Tenant".to_owned(), false)]
+        );
+        // A system without filters runs none for a send from outside, and carries nothing.
+        let plain = ActorSystem::new("plain");
+        let hop = plain.spawn(Hop { next: None }).unwrap();
+        assert_eq!(hop.ask(Tenant, SECOND).await, Ok(None));
+        assert_eq!(
+            plain.entry_filters().context_for_send(|| "x", "T"),
+            Ok(None)
+        );
+        assert!(entries.0.lock().is_empty());
+    }
+
     #[tokio::test]
     async fn filters_run_system_first_then_the_actors_and_after_in_reverse() {
         let log = Arc::new(Mutex::new(Vec::new()));
@@ -493,14 +617,17 @@ mod tests {
         assert_eq!(
             seen,
             [
+                "system entry Tenant",
                 "system before Tenant",
                 "own before Tenant",
                 "own after Tenant ok",
                 "system after Tenant ok",
+                "system entry Fail",
                 "system before Fail",
                 "own before Fail",
                 "own after Fail failed: on purpose",
                 "system after Fail failed: on purpose",
+                "system entry Panic",
                 "system before Panic",
                 "own before Panic",
                 "own after Panic panicked",
@@ -533,8 +660,9 @@ mod tests {
         assert_eq!(system.dead_letters().count(), dead_before + 1);
         // The handler never ran; the filter before the rejecting one was told.
         assert_eq!(
-            log.lock()[..3],
+            log.lock()[..4],
             [
+                "system entry Tenant",
                 "system before Tenant",
                 "strict before Tenant",
                 "system after Tenant rejected: strict says no",
@@ -586,7 +714,7 @@ mod tests {
             0,
             "nothing reached the last actor"
         );
-        // Outside any context, sends pass no filter.
+        // A send from outside any actor is an entry (which this gate lets through).
         assert_eq!(last.ask(Tenant, SECOND).await, Ok(None));
         assert_eq!(handled.load(Ordering::SeqCst), 1);
     }

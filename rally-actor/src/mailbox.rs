@@ -9,9 +9,9 @@ use std::task::{Poll, Waker};
 #[cfg(loom)]
 use crate::sync::model::{Mutex, MutexGuard};
 #[cfg(loom)]
-use loom::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use loom::sync::atomic::{AtomicBool, AtomicU32, AtomicUsize, Ordering};
 #[cfg(not(loom))]
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicUsize, Ordering};
 use tokio::sync::Notify;
 
 use crate::hold::Hold;
@@ -20,7 +20,7 @@ use crate::supervision::{Decision, Failure};
 #[cfg(not(loom))]
 use crate::sync::{Mutex, MutexGuard};
 use crate::watch::TerminationSink;
-use crate::{Actor, ActorId, Envelope};
+use crate::{Actor, ActorId, EntryFilters, Envelope};
 pub(crate) use capacity::Capacity;
 
 /// How an actor's user lane is sized and what happens when it is full.
@@ -110,8 +110,9 @@ pub(crate) struct Mailbox<A: Actor> {
     user_pending: AtomicBool,
     /// User messages the actor has taken from the queue and not finished: those left in its
     /// batch plus the one it is handling (0 once it looks for more and finds none), so a busy
-    /// actor with an empty queue does not look idle.
-    in_batch: AtomicUsize,
+    /// actor with an empty queue does not look idle. (32 bits, beside the flags: the mailbox
+    /// stays within its allocation class.)
+    in_batch: AtomicU32,
     /// When the receiver's last locked look left the actor marked parked, the data address of
     /// the waker it parked with; 0 otherwise (see `MailboxReceiver::next`). Read and written
     /// by the receiver alone: here, not in the receiver, because the mailbox's allocation has
@@ -123,6 +124,8 @@ pub(crate) struct Mailbox<A: Actor> {
     pub(crate) overflow: Overflow,
     /// Counters, when the actor is monitored.
     pub(crate) monitor: Slot,
+    /// The system's call filters, which a send from code outside any actor passes.
+    pub(crate) entry: EntryFilters,
 }
 
 /// The reservations of a bounded mailbox and the senders waiting for room.
@@ -152,6 +155,16 @@ struct Queues<A: Actor> {
     reason: Option<Box<crate::TerminationReason>>,
 }
 
+/// A batch's length as `in_batch` keeps it (a batch of 4 billion saturates).
+fn saturating(len: usize) -> u32 {
+    u32::try_from(len).unwrap_or(u32::MAX)
+}
+
+/// The messages taken and not finished, as counted in `in_batch`.
+fn batch_count(in_batch: &AtomicU32) -> usize {
+    in_batch.load(Ordering::Relaxed) as usize
+}
+
 /// The receiving side, owned by the actor's task.
 pub(crate) struct MailboxReceiver<A: Actor> {
     mailbox: Arc<Mailbox<A>>,
@@ -170,6 +183,7 @@ impl<A: Actor> Mailbox<A> {
         path: Arc<str>,
         config: MailboxConfig,
         monitor: Slot,
+        entry: EntryFilters,
     ) -> (Arc<Self>, MailboxReceiver<A>) {
         let mailbox = Arc::new(Self {
             id,
@@ -185,7 +199,7 @@ impl<A: Actor> Mailbox<A> {
             }),
             system_pending: AtomicBool::new(false),
             user_pending: AtomicBool::new(false),
-            in_batch: AtomicUsize::new(0),
+            in_batch: AtomicU32::new(0),
             armed: AtomicUsize::new(0),
             bound: config.capacity.map(|limit| {
                 Box::new(Bound {
@@ -195,6 +209,7 @@ impl<A: Actor> Mailbox<A> {
             }),
             overflow: config.overflow,
             monitor,
+            entry,
         });
         (
             mailbox.clone(),
@@ -245,7 +260,7 @@ impl<A: Actor> Mailbox<A> {
             if let Some(counters) = self.monitor.counters() {
                 // The in-batch count is read only for sampled messages.
                 counters.arrived(queues.user.len(), || {
-                    self.in_batch.load(Ordering::Relaxed).saturating_sub(1)
+                    batch_count(&self.in_batch).saturating_sub(1)
                 });
             }
             queues.wake_if_parked()
@@ -305,12 +320,12 @@ impl<A: Actor> Mailbox<A> {
 
     /// User messages waiting (queued, or taken into the actor's batch and not yet started).
     pub(crate) fn len(&self) -> usize {
-        self.lock().user.len() + self.in_batch.load(Ordering::Relaxed).saturating_sub(1)
+        self.lock().user.len() + batch_count(&self.in_batch).saturating_sub(1)
     }
 
     /// User messages not finished: waiting, plus the one being handled.
     pub(crate) fn load(&self) -> usize {
-        self.lock().user.len() + self.in_batch.load(Ordering::Relaxed)
+        self.lock().user.len() + batch_count(&self.in_batch)
     }
 
     /// The bound, if the mailbox is bounded.
@@ -418,7 +433,7 @@ impl<A: Actor> MailboxReceiver<A> {
             };
             mailbox.armed.store(armed, Ordering::Relaxed);
             drop(queues);
-            mailbox.in_batch.store(self.batch.len(), Ordering::Relaxed);
+            mailbox.in_batch.store(saturating(self.batch.len()), Ordering::Relaxed);
         }
         let envelope = self.batch.pop_front()?;
         self.taken();
@@ -508,7 +523,7 @@ impl<A: Actor> MailboxReceiver<A> {
         // The rest of the batch and the message now in hand.
         mailbox
             .in_batch
-            .store(self.batch.len() + 1, Ordering::Relaxed);
+            .store(saturating(self.batch.len() + 1), Ordering::Relaxed);
         if let Some(bound) = &mailbox.bound {
             bound.capacity.release();
             if mailbox.overflow == Overflow::Backpressure {
@@ -585,6 +600,7 @@ mod loom_tests {
             "/user/test".into(),
             MailboxConfig::default(),
             Slot::default(),
+            EntryFilters::default(),
         )
     }
 

@@ -14,7 +14,6 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use crate::envelope::ReplyError;
-use crate::request_context::RequestContext;
 use crate::sync::Mutex;
 use crate::{
     Actor, ActorRef, ActorSystem, AskError, Envelope, Handler, Message, Props, ReplyTo, SendError,
@@ -540,11 +539,19 @@ impl<A: Actor> BalancingPool<A> {
             pool: self.shared.clone(),
             worker: worker.clone(),
         };
-        let context =
-            match RequestContext::for_send(|| "balancing-pool", std::any::type_name::<M>()) {
-                Ok(context) => context,
-                Err(rejection) => return Err((msg, rejection.reason().to_owned())),
-            };
+        let entry = self
+            .shared
+            .workers
+            .first()
+            .and_then(ActorRef::entry_filters);
+        let context = match crate::filter::context_for_send(
+            entry,
+            || "balancing-pool",
+            std::any::type_name::<M>(),
+        ) {
+            Ok(context) => context,
+            Err(rejection) => return Err((msg, rejection.reason().to_owned())),
+        };
         let envelope = Envelope::new(
             msg,
             ReplyTo::callback(move |result| {

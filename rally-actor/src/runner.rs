@@ -477,6 +477,7 @@ mod tests {
                 "/user/idle".into(),
                 crate::MailboxConfig::default(),
                 crate::monitor::Slot::default(),
+                crate::EntryFilters::default(),
             );
             let myself = crate::ActorRef::local(mailbox.clone(), system.dead_letters().clone());
             let dispatcher = system.default_dispatcher().clone();
@@ -513,6 +514,7 @@ mod tests {
                 "/user/idle".into(),
                 crate::MailboxConfig::default(),
                 crate::monitor::Slot::default(),
+                crate::EntryFilters::default(),
             );
             let ask = || crate::Envelope::new(Ping, crate::ReplyTo::ignore());
             assert!(mailbox.enqueue(ask()).is_ok());

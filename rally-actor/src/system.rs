@@ -21,8 +21,8 @@ use crate::supervision::{Decision, Failure, RestartRecord};
 use crate::sync::Mutex;
 use crate::watch::TerminationSink;
 use crate::{
-    Actor, ActorId, ActorRef, CallFilter, Context, DeadLetters, Dispatcher, EventStream,
-    LookupError, Props, ShutdownError, SpawnError, SystemConfig,
+    Actor, ActorId, ActorRef, CallFilter, Context, DeadLetters, Dispatcher, EntryFilters,
+    EventStream, LookupError, Props, ShutdownError, SpawnError, SystemConfig,
 };
 
 /// A running group of actors sharing configuration, dispatchers, a registry, an event stream
@@ -65,10 +65,9 @@ struct Inner {
     spawn_watchers: Mutex<HashMap<ActorId, Arc<dyn TerminationSink>>>,
     /// How many are kept: an actor that stops looks in the table only when there are some.
     spawn_watched: AtomicUsize,
-    /// The system's call filters, for actors spawned from now on.
-    filters: Mutex<Option<Chain>>,
-    /// Whether there are any: a spawn looks at `filters` only then.
-    filtered: AtomicBool,
+    /// The system's call filters, for actors spawned from now on and for sends from code
+    /// outside any actor.
+    entry: EntryFilters,
 }
 
 struct Registered {
@@ -193,8 +192,7 @@ impl ActorSystem {
                 monitor,
                 spawn_watchers: Mutex::new(HashMap::new()),
                 spawn_watched: AtomicUsize::new(0),
-                filters: Mutex::new(None),
-                filtered: AtomicBool::new(false),
+                entry: EntryFilters::default(),
             }),
         }
     }
@@ -386,7 +384,13 @@ impl ActorSystem {
             None
         };
         let slot = counters.clone().map(Slot::on).unwrap_or_default();
-        let (mailbox, receiver) = Mailbox::<A>::new(id, path.clone(), mailbox_config, slot);
+        let (mailbox, receiver) = Mailbox::<A>::new(
+            id,
+            path.clone(),
+            mailbox_config,
+            slot,
+            self.inner.entry.clone(),
+        );
         let actor = ActorRef::local(mailbox.clone(), self.inner.dead_letters.clone());
         if name.is_some() {
             let mut registry = self.inner.registry.lock();
@@ -464,17 +468,22 @@ impl ActorSystem {
     /// # }
     /// ```
     pub fn add_call_filter(&self, filter: Arc<dyn CallFilter>) {
-        let mut filters = self.inner.filters.lock();
-        *filters = filter::joined(filters.as_ref(), vec![filter]);
-        self.inner.filtered.store(true, Ordering::Release);
+        self.inner.entry.add(filter);
+    }
+
+    /// The system's call filters as send paths pass them (see [`EntryFilters`]): for
+    /// transports and virtual actors that send on their own path.
+    ///
+    /// # Example
+    ///
+    /// See [`EntryFilters::context_for_send`].
+    pub fn entry_filters(&self) -> &EntryFilters {
+        &self.inner.entry
     }
 
     /// The system's call filters, if any.
     fn filters(&self) -> Option<Chain> {
-        if !self.inner.filtered.load(Ordering::Acquire) {
-            return None;
-        }
-        self.inner.filters.lock().clone()
+        self.inner.entry.chain()
     }
 
     /// Runs `future` on behalf of a request: every message it sends (to local, remote and

@@ -34,13 +34,15 @@ const GRAIN_TARGET: &str = "grain:";
 
 /// Makes the spans of every hop it sees; from [`Tracing::filter`](crate::Tracing::filter).
 ///
-/// A trace starts where a message is handled that came without one (from code that is not
-/// traced), or where code sends inside [`ActorSystem::in_context`] with a context that has no
-/// `traceparent` yet; it is recorded at the sampling ratio, and every later hop follows that
-/// decision. A hop of an unrecorded trace makes no span and passes its context as it came.
-/// The decision not to record rides on in a context the message carries anyway, but never
-/// makes one where there was none: a message from code that is not traced stays as small as it
-/// was, and the next hop decides again.
+/// A trace starts where a request enters the actors: where code outside any actor (a task, a
+/// web handler, `main`) sends through a traced system, or where code inside
+/// [`ActorSystem::in_context`] sends with a context that has no `traceparent` yet. The
+/// decision is made there, once, at the sampling ratio, and every hop the request causes
+/// follows it: a recorded one carries its `traceparent`, and a hop of a request that is not
+/// recorded makes no span and sends nothing more than it would untraced, so no later hop
+/// starts a trace in the middle of it. (A context the request carries anyway takes the "not
+/// recorded" decision along.) A message that comes without a context, from an actor whose
+/// hop is not recorded or from a system that is not traced, starts nothing.
 ///
 /// [`ActorSystem::in_context`]: rally_actor::ActorSystem::in_context
 #[derive(Debug)]
@@ -80,32 +82,6 @@ impl TracingFilter {
         Self { tracer, roots }
     }
 
-    /// Starts a new trace where `context` (the message's, if any) has none: a recorded root
-    /// span named `name`, or `None` when the ratio says no. An unrecorded decision rides on in
-    /// a context the message carries anyway (so the hops after it follow it), but makes none
-    /// where there was none: the message stays as small as it was.
-    fn root(
-        &self,
-        name: &'static str,
-        kind: SpanKind,
-        at: Option<SystemTime>,
-        context: Option<&RequestContext>,
-        set_context: impl FnOnce(RequestContext),
-    ) -> Option<Span> {
-        if self.roots.records() {
-            return Some(self.start(name, kind, &OtelContext::new(), at));
-        }
-        if let Some(context) = context {
-            let unrecorded = TraceParent {
-                trace_id: rand::random(),
-                span_id: rand::random(),
-                flags: 0,
-            };
-            set_context(context.clone().with_traceparent(unrecorded));
-        }
-        None
-    }
-
     /// A span named `name` (replaced by the full name once it is known to be recorded, so an
     /// unrecorded one costs no formatting), child of `parent` or a root, from `at` (now when
     /// `None`).
@@ -126,20 +102,28 @@ impl TracingFilter {
 
 impl CallFilter for TracingFilter {
     fn on_send(&self, send: &mut Outgoing<'_>) -> Result<(), Rejection> {
-        // No context: code whose own hop was not recorded (see `before`), or outside any
-        // request; the message stays as it is, and the hop that handles it decides.
-        let Some(context) = send.context().cloned() else {
-            return Ok(());
-        };
-        let mut span = match context.traceparent() {
+        let context = send.context().cloned();
+        let mut span = match context.as_ref().and_then(RequestContext::traceparent) {
             Some(p) if !p.is_sampled() => return Ok(()),
             Some(p) => self.start("send", SpanKind::Producer, &parent_context(Some(p)), None),
+            // No context: a hop whose request is not recorded, unless a request enters here.
+            None if context.is_none() && !send.is_entry() => return Ok(()),
+            // A request enters: from outside any actor, or inside `in_context` without a trace.
+            None if self.roots.records() => {
+                self.start("send", SpanKind::Producer, &OtelContext::new(), None)
+            }
             None => {
-                let set = |c| send.set_context(c);
-                match self.root("send", SpanKind::Producer, None, Some(&context), set) {
-                    Some(span) => span,
-                    None => return Ok(()),
+                // Not recorded: a context carried anyway takes the decision along; none is
+                // made where there was none.
+                if let Some(context) = context {
+                    let unrecorded = TraceParent {
+                        trace_id: rand::random(),
+                        span_id: rand::random(),
+                        flags: 0,
+                    };
+                    send.set_context(context.with_traceparent(unrecorded));
                 }
+                return Ok(());
             }
         };
         if span.is_recording() {
@@ -148,50 +132,27 @@ impl CallFilter for TracingFilter {
         }
         let traceparent = traceparent_of(span.span_context());
         span.end();
-        send.set_context(context.with_traceparent(traceparent));
+        send.set_context(context.unwrap_or_default().with_traceparent(traceparent));
         Ok(())
     }
 
     fn before(&self, call: &mut Incoming<'_>) -> Result<Option<Kept>, Rejection> {
-        let parent = call.context().and_then(RequestContext::traceparent);
-        // The wait span's parent, start and end, when the arrival is known.
-        let (mut handle, wait) = match parent {
-            // A hop of an unrecorded trace: nothing to make, the context goes on as it came.
-            Some(p) if !p.is_sampled() => return Ok(None),
-            Some(p) => {
-                let now = SystemTime::now();
-                let parent = parent_context(Some(p));
-                let handle = self.start("handle", SpanKind::Consumer, &parent, Some(now));
-                let arrived = call.waited().and_then(|w| now.checked_sub(w));
-                (handle, arrived.map(|since| (parent, since, now)))
-            }
-            // A hop that starts a trace (its message came from code that was not traced): its
-            // `handle` span is the root, from the message's arrival when that is known.
-            None => {
-                let arrived = call.waited().map(|w| {
-                    let now = SystemTime::now();
-                    (now.checked_sub(w).unwrap_or(now), now)
-                });
-                let context = call.context().cloned();
-                let set = |c| call.set_context(c);
-                let at = arrived.map(|(since, _)| since);
-                let Some(handle) =
-                    self.root("handle", SpanKind::Consumer, at, context.as_ref(), set)
-                else {
-                    return Ok(None);
-                };
-                let wait = arrived.map(|(since, now)| {
-                    let parent = parent_context(Some(traceparent_of(handle.span_context())));
-                    (parent, since, now)
-                });
-                (handle, wait)
-            }
+        // Only a hop of a recorded request makes spans (see the type's documentation).
+        let Some(parent) = call
+            .context()
+            .and_then(RequestContext::traceparent)
+            .filter(TraceParent::is_sampled)
+        else {
+            return Ok(None);
         };
+        let now = SystemTime::now();
+        let parent = parent_context(Some(parent));
+        let mut handle = self.start("handle", SpanKind::Consumer, &parent, Some(now));
         if handle.is_recording() {
             let message_type = call.message_type();
             handle.update_name(format!("handle {message_type}"));
             let attributes = handle_attributes(call);
-            if let Some((parent, since, now)) = wait {
+            if let Some(since) = call.waited().and_then(|w| now.checked_sub(w)) {
                 let mut wait = self.start("wait", SpanKind::Internal, &parent, Some(since));
                 wait.update_name(format!("wait {message_type}"));
                 wait.set_attributes(attributes.iter().cloned());

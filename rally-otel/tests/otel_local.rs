@@ -1,8 +1,10 @@
 //! Tracing in one process, exported over OTLP/gRPC to a real receiver on loopback: the spans of
 //! a chain of local actors and how they link, sampling that follows the caller's decision (an
-//! unrecorded trace exports nothing and says so downstream), a failing handler's span, and the
-//! settings `install` refuses.
+//! unrecorded trace exports nothing and says so downstream; a request from outside any actor
+//! is recorded whole or not at all), a failing handler's span, and the settings `install`
+//! refuses.
 
+use std::collections::HashMap;
 use std::time::Duration;
 
 use rally::otel::{InstallError, Tracing};
@@ -183,6 +185,74 @@ async fn a_local_chain_is_one_trace_of_send_wait_and_handle_spans_linked_in_orde
             .map(|s| format!("{} ({} ns)", s.name, s.end_ns - s.start_ns))
             .collect::<Vec<_>>()
             .join(", ")
+    );
+    drop(receiver);
+    system.shutdown().await.expect("stops");
+}
+
+/// A request from code outside any actor is where a trace starts: at a ratio of one half,
+/// each of 40 requests through the chain is recorded whole (its send the only root, every hop
+/// under it) or not at all. The history is what the receiver got, checked request by request:
+/// no trace starts at a hop in the middle of a request whose entry was not recorded.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_request_from_outside_any_actor_is_recorded_whole_or_not_at_all() {
+    let mut receiver = Receiver::start().await;
+    let (system, tracing, first) = traced_chain(&receiver, "entry", 0.5).await;
+    let mut recorded = Vec::new();
+    let mut unrecorded = 0;
+    for _ in 0..40 {
+        let seen = first
+            .ask(Start { fail: false }, SECOND)
+            .await
+            .expect("answered");
+        match seen {
+            Some(seen) => {
+                assert!(
+                    seen.is_sampled(),
+                    "a hop that sees a trace sees a recorded one"
+                );
+                recorded.push(seen.trace_id.to_vec());
+            }
+            None => unrecorded += 1,
+        }
+    }
+    // At one half, all 40 alike is a chance of 2 in 10^12.
+    assert!(
+        !recorded.is_empty() && unrecorded > 0,
+        "{} recorded, {unrecorded} not",
+        recorded.len()
+    );
+    tracing.flush().await.expect("exported");
+    let spans = receiver
+        .wait_for(SECOND, |s| {
+            of(s, "entry", CONSUMER, "handle").len() >= 2 * recorded.len()
+        })
+        .await;
+    let mut traces: HashMap<Vec<u8>, Vec<&Received>> = HashMap::new();
+    for span in spans.iter().filter(|s| s.service() == "entry") {
+        traces.entry(span.trace_id.clone()).or_default().push(span);
+    }
+    assert_eq!(
+        traces.len(),
+        recorded.len(),
+        "a trace for each recorded request and no other: {traces:#?}"
+    );
+    for trace in &recorded {
+        let spans = &traces[trace];
+        // send, wait and handle of Start, then of Leaf.
+        assert_eq!(spans.len(), 6, "{spans:#?}");
+        let roots: Vec<&&Received> = spans
+            .iter()
+            .filter(|s| s.parent_span_id.is_empty())
+            .collect();
+        assert!(
+            matches!(roots[..], [root] if root.kind == PRODUCER && root.name.contains("Start")),
+            "the entry's send is the only root: {spans:#?}"
+        );
+    }
+    eprintln!(
+        "OBSERVED {} of 40 requests recorded whole, {unrecorded} not at all",
+        recorded.len()
     );
     drop(receiver);
     system.shutdown().await.expect("stops");

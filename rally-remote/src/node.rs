@@ -450,6 +450,7 @@ impl RemoteNode {
             lane,
             table: self.inner.table::<A>(),
             dead_letters: self.inner.system.dead_letters().clone(),
+            entry: self.inner.system.entry_filters().clone(),
         }))
     }
 

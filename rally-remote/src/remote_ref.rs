@@ -3,8 +3,8 @@
 use std::sync::Arc;
 
 use rally_actor::{
-    Actor, ActorId, DeadLetterReason, DeadLetters, DeliveryError, Envelope, ExternalTarget,
-    ReplyError, Terminated, TerminationReason, TerminationSink, Undelivered,
+    Actor, ActorId, DeadLetterReason, DeadLetters, DeliveryError, EntryFilters, Envelope,
+    ExternalTarget, ReplyError, Terminated, TerminationReason, TerminationSink, Undelivered,
 };
 use rally_wire::{RecipientKey, SystemMessage};
 
@@ -24,6 +24,8 @@ pub(crate) struct RemoteRef<A: Actor> {
     pub(crate) lane: usize,
     pub(crate) table: Arc<MessageTable<A>>,
     pub(crate) dead_letters: DeadLetters,
+    /// The local system's call filters, which a send from code outside any actor passes.
+    pub(crate) entry: EntryFilters,
 }
 
 impl<A: Actor> RemoteRef<A> {
@@ -181,5 +183,9 @@ impl<A: Actor> ExternalTarget<A> for RemoteRef<A> {
         {
             tracing::warn!(%error, target = %self.path, "could not send a remote stop");
         }
+    }
+
+    fn entry_filters(&self) -> Option<&EntryFilters> {
+        Some(&self.entry)
     }
 }

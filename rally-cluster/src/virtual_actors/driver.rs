@@ -11,7 +11,9 @@ use rally_actor::sync::{Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 use bytes::BytesMut;
-use rally_actor::{ActorRef, CallFilter, DeadLetterReason, Handler, Props, RequestContext};
+use rally_actor::{
+    ActorRef, CallFilter, DeadLetterReason, EntryFilters, Handler, Props, RequestContext,
+};
 use rally_remote::{
     GrainAnswer, GrainAsk, GrainFlags, GrainOutcome, GrainRequest, GrainSend, Handled,
     RemoteMessage, UniqueAddress,
@@ -86,6 +88,11 @@ impl<K: VirtualActor> KindDriver<K> {
         });
         spawn_timer(Arc::downgrade(&driver));
         driver
+    }
+
+    /// The call filters a send to this kind from code outside any actor passes: the system's.
+    pub(crate) fn entry_filters(&self) -> &EntryFilters {
+        self.shared.system.entry_filters()
     }
 
     /// Decisions are plain data updates: a poisoned lock is still consistent.

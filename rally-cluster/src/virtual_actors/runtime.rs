@@ -721,9 +721,9 @@ impl<K: VirtualActor> GrainRef<K> {
             .await
     }
 
-    /// The request context a message sent now carries (see `rally::RequestContext::for_send`).
+    /// The request context a message sent now carries (see `rally::EntryFilters::context_for_send`).
     fn context_for<M: RemoteMessage>(&self) -> Result<Option<RequestContext>, Rejection> {
-        RequestContext::for_send(
+        self.driver.entry_filters().context_for_send(
             || format!("grain:{}/{}", K::KIND, self.identity),
             std::any::type_name::<M>(),
         )
