@@ -293,29 +293,41 @@ where
     A: Handler<M>,
     M: Message,
 {
-    Box::pin(async move {
-        ctx.origin = origin;
-        // The handler may take the reply with `Context::reply_later`. The slot is a box the
-        // context keeps per reply type, so a handled message allocates nothing for it.
-        let mut slot = ctx.reply_slot::<M::Reply>();
-        *slot
-            .downcast_mut::<Option<ReplyTo<M::Reply>>>()
-            .expect("reply_slot hands out a slot of this reply type") = Some(reply);
-        let mut previous = ctx.current_reply.replace(slot);
-        let handled =
-            crate::panic::catch(handle_and_reply(msg, actor, &mut *ctx, &mut previous)).await;
-        if let Err(panic) = &handled {
-            ctx.origin = None;
-            // `None` when the panic came after the reply was taken (while it was sent).
-            if let Some(reply) = take_reply::<A, M>(ctx, previous.take()) {
-                let failed = Err(ReplyError::Failed(format!("panicked: {panic}")));
-                if let Err(again) = crate::panic::catch_now(|| reply.send(failed)) {
-                    tracing::warn!(panic = %again, "a reply destination panicked");
-                }
+    Box::pin(run_typed(msg, reply, origin, actor, ctx))
+}
+
+/// [`handle_typed`]'s future, unboxed: [`handle_filtered`] runs it inside its own box.
+async fn run_typed<A, M>(
+    msg: M,
+    reply: ReplyTo<M::Reply>,
+    origin: Option<Origin>,
+    actor: &mut A,
+    ctx: &mut Context<A>,
+) -> Result<(), Failure>
+where
+    A: Handler<M>,
+    M: Message,
+{
+    ctx.origin = origin;
+    // The handler may take the reply with `Context::reply_later`. The slot is a box the
+    // context keeps per reply type, so a handled message allocates nothing for it.
+    let mut slot = ctx.reply_slot::<M::Reply>();
+    *slot
+        .downcast_mut::<Option<ReplyTo<M::Reply>>>()
+        .expect("reply_slot hands out a slot of this reply type") = Some(reply);
+    let mut previous = ctx.current_reply.replace(slot);
+    let handled = crate::panic::catch(handle_and_reply(msg, actor, &mut *ctx, &mut previous)).await;
+    if let Err(panic) = &handled {
+        ctx.origin = None;
+        // `None` when the panic came after the reply was taken (while it was sent).
+        if let Some(reply) = take_reply::<A, M>(ctx, previous.take()) {
+            let failed = Err(ReplyError::Failed(format!("panicked: {panic}")));
+            if let Err(again) = crate::panic::catch_now(|| reply.send(failed)) {
+                tracing::warn!(panic = %again, "a reply destination panicked");
             }
         }
-        Failure::of(handled)
-    })
+    }
+    Failure::of(handled)
 }
 
 /// [`handle_typed`] for a message that carries a request context or comes to an actor with
@@ -335,44 +347,37 @@ where
     M: Message,
 {
     Box::pin(async move {
-        let path = ctx.myself().path().clone();
         let (context, waited) = match meta {
             Some(meta) => (Some(meta.context), Some(meta.arrived.elapsed())),
             None => (None, None),
         };
-        let mut call = Incoming {
-            actor: &path,
-            id: ctx.id(),
-            message_type: std::any::type_name::<M>(),
-            context,
-            waited,
-            grain: ctx.grain().cloned(),
-        };
-        // The chain is read from the context before and after the handler; only the scope
-        // holds a reference of its own (it must outlive this borrow of the context).
-        let kept = match ctx.filters() {
-            Some(chain) => match filter::before(chain, &mut call) {
-                Ok(kept) => kept,
-                Err(rejection) => {
-                    if !reply.is_wanted() {
-                        ctx.system().dead_letters().record(
-                            &path,
-                            call.message_type,
-                            crate::DeadLetterReason::Rejected,
-                        );
+        let message_type = std::any::type_name::<M>();
+        let (kept, context) = match ctx.filters() {
+            Some(chain) => {
+                let mut call = incoming(ctx, message_type, context, waited);
+                match filter::before(chain, &mut call) {
+                    Ok(kept) => (kept, call.context),
+                    Err(rejection) => {
+                        if !reply.is_wanted() {
+                            ctx.system().dead_letters().record(
+                                ctx.myself().path(),
+                                message_type,
+                                crate::DeadLetterReason::Rejected,
+                            );
+                        }
+                        reply.send(Err(ReplyError::Rejected(rejection.into_reason())));
+                        return Ok(());
                     }
-                    reply.send(Err(ReplyError::Rejected(rejection.into_reason())));
-                    return Ok(());
                 }
-            },
-            None => Vec::new(),
+            }
+            None => (Vec::new(), context),
         };
         let scope = Scope {
-            context: call.context.clone(),
+            context: context.clone(),
             filters: ctx.filters().cloned(),
         };
         let handled = scope
-            .run(handle_typed(msg, reply, origin, actor, &mut *ctx))
+            .run(run_typed(msg, reply, origin, actor, &mut *ctx))
             .await;
         if let Some(chain) = ctx.filters() {
             let outcome = match &handled {
@@ -380,10 +385,33 @@ where
                 Err(failure) if failure.panicked => Outcome::Panicked(&failure.message),
                 Err(failure) => Outcome::Failed(&failure.message),
             };
-            filter::after(chain, &call, outcome, kept);
+            filter::after(
+                chain,
+                &incoming(ctx, message_type, context, waited),
+                outcome,
+                kept,
+            );
         }
         handled
     })
+}
+
+/// What the filters see of a message to the actor of `ctx`: borrowed from the context, once
+/// before the handler and again after it (the handler has the context in between).
+fn incoming<'c, A: Actor>(
+    ctx: &'c Context<A>,
+    message_type: &'static str,
+    context: Option<RequestContext>,
+    waited: Option<std::time::Duration>,
+) -> Incoming<'c> {
+    Incoming {
+        actor: ctx.myself().path(),
+        id: ctx.id(),
+        message_type,
+        context,
+        waited,
+        grain: ctx.grain().map(|(kind, identity)| (*kind, &**identity)),
+    }
 }
 
 /// The handler's run, then the reply: everything [`handle_typed`] guards.

@@ -113,15 +113,13 @@ pub struct Incoming<'a> {
     pub(crate) message_type: &'static str,
     pub(crate) context: Option<RequestContext>,
     pub(crate) waited: Option<Duration>,
-    pub(crate) grain: Option<(&'static str, Arc<str>)>,
+    pub(crate) grain: Option<(&'static str, &'a str)>,
 }
 
 impl Incoming<'_> {
     /// For a life of a virtual actor, its kind and identity.
     pub fn grain(&self) -> Option<(&'static str, &str)> {
         self.grain
-            .as_ref()
-            .map(|(kind, identity)| (*kind, &**identity))
     }
 
     /// The handling actor's path.

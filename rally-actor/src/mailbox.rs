@@ -433,7 +433,9 @@ impl<A: Actor> MailboxReceiver<A> {
             };
             mailbox.armed.store(armed, Ordering::Relaxed);
             drop(queues);
-            mailbox.in_batch.store(saturating(self.batch.len()), Ordering::Relaxed);
+            mailbox
+                .in_batch
+                .store(saturating(self.batch.len()), Ordering::Relaxed);
         }
         let envelope = self.batch.pop_front()?;
         self.taken();
