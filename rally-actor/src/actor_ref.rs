@@ -260,7 +260,7 @@ impl<A: Actor> ActorRef<A> {
         A: Handler<M>,
     {
         let envelope = self
-            .envelope(msg, ReplyTo::ignore())
+            .envelope(msg, ReplyTo::ignore(), self.entry_filters())
             .map_err(|(msg, why)| SendError::Rejected(msg, why))?;
         self.deliver_waiting(envelope)
             .await
@@ -287,7 +287,7 @@ impl<A: Actor> ActorRef<A> {
         }
         let (reply, rx) = ReplyTo::channel();
         let envelope = self
-            .envelope(msg, reply)
+            .envelope(msg, reply, self.entry_filters())
             .map_err(|(_, why)| AskError::Rejected(why))?;
         if let Err(error) = self.deliver_waiting(envelope).await {
             return Err(match error.reason {
@@ -333,23 +333,26 @@ impl<A: Actor> ActorRef<A> {
         A: Handler<M>,
     {
         let envelope = self
-            .envelope(msg, reply)
+            .envelope(msg, reply, self.entry_filters())
             .map_err(|(msg, why)| SendError::Rejected(msg, why))?;
         self.deliver(envelope).map_err(undelivered)
     }
 
     /// The envelope of a message sent now: with the request context of the code running now,
-    /// after its call filters' `on_send` (which may reject it: the message comes back with why).
-    fn envelope<M>(&self, msg: M, reply: ReplyTo<M::Reply>) -> Result<Envelope<A>, (M, String)>
+    /// after its call filters' `on_send` (which may reject it: the message comes back with why);
+    /// from code outside any actor, after `entry`'s.
+    fn envelope<M>(
+        &self,
+        msg: M,
+        reply: ReplyTo<M::Reply>,
+        entry: Option<&crate::EntryFilters>,
+    ) -> Result<Envelope<A>, (M, String)>
     where
         M: Message,
         A: Handler<M>,
     {
-        let context = crate::filter::context_for_send(
-            self.entry_filters(),
-            || self.path(),
-            std::any::type_name::<M>(),
-        );
+        let context =
+            crate::filter::context_for_send(entry, || self.path(), std::any::type_name::<M>());
         match context {
             Ok(context) => Ok(Envelope::new(msg, reply).in_context(context)),
             Err(rejection) => Err((msg, rejection.into_reason())),
@@ -688,8 +691,12 @@ where
     fn send_reply(&self, reply: Result<M, ReplyError>) {
         match reply {
             Ok(msg) => {
-                // A stopped requester is already counted as a dead letter by `tell`.
-                let _ = self.tell(msg);
+                // A reply is not where a request enters: delivered by code outside any actor
+                // (a transport, with a reply from another node) it passes no filter. A stopped
+                // requester is counted as a dead letter by `deliver`.
+                if let Ok(envelope) = self.envelope(msg, ReplyTo::ignore(), None) {
+                    let _ = self.deliver(envelope);
+                }
             }
             Err(error) => {
                 tracing::debug!(target = %self.path(), %error, "a request got no reply");

@@ -568,7 +568,11 @@ mod tests {
         let entries = Arc::new(Entries::default());
         system.add_call_filter(entries.clone());
         let last = system.spawn(Hop { next: None }).unwrap();
-        let first = system.spawn(Hop { next: Some(last) }).unwrap();
+        let first = system
+            .spawn(Hop {
+                next: Some(last.clone()),
+            })
+            .unwrap();
         assert_eq!(first.ask(Tenant, SECOND).await, Ok(None));
         let seen = std::mem::take(&mut *entries.0.lock());
         assert_eq!(
@@ -583,6 +587,10 @@ mod tests {
             seen,
             [("Tenant".to_owned(), false), ("Tenant".to_owned(), false)]
         );
+        // A reply delivered from outside any actor (as a transport delivers one from another
+        // node to a `Recipient`) is not where a request enters: no filter sees it.
+        crate::ReplySink::<Tenant>::send_reply(&last, Ok(Tenant));
+        assert!(entries.0.lock().is_empty(), "{:?}", entries.0.lock());
         // A system without filters runs none for a send from outside, and carries nothing.
         let plain = ActorSystem::new("plain");
         let hop = plain.spawn(Hop { next: None }).unwrap();
