@@ -157,14 +157,6 @@ fn member_main(role: &str) {
             .install()
             .expect("tracing installs");
         system.add_call_filter(tracing.filter());
-        let mut events = cluster.events();
-        tokio::spawn(async move {
-            while let Some(event) = events.next().await {
-                if let MemberEvent::Up(member) = event {
-                    say(&format!("UP {member}"));
-                }
-            }
-        });
         let mut builder = VirtualActors::builder(&cluster, &system);
         match role {
             "front" => builder.kind::<Front>(),
@@ -174,6 +166,16 @@ fn member_main(role: &str) {
         let grains = builder.start(&node).expect("virtual actors start");
         assert!(GRAINS.set(grains.clone()).is_ok(), "set once");
         say(&format!("READY {me}"));
+        // After READY: the test skips the facts before the one it waits for, and the stream
+        // starts with the view as it stands, so no `Up` is missed by subscribing late.
+        let mut events = cluster.events();
+        tokio::spawn(async move {
+            while let Some(event) = events.next().await {
+                if let MemberEvent::Up(member) = event {
+                    say(&format!("UP {member}"));
+                }
+            }
+        });
 
         let (tx, mut commands) = mpsc::unbounded_channel::<String>();
         std::thread::spawn(move || {
