@@ -237,9 +237,11 @@ where
         ctx: &'a mut Context<A>,
     ) -> BoxFuture<'a, Result<(), Failure>> {
         let Originated { typed, origin } = *self;
-        match (typed.meta, ctx.filters()) {
-            (None, None) => handle_typed(typed.msg, typed.reply, Some(origin), actor, ctx),
-            (meta, _) => handle_filtered(typed.msg, typed.reply, Some(origin), meta, actor, ctx),
+        match typed.meta {
+            None if !filters_see_every_message(ctx) => {
+                handle_typed(typed.msg, typed.reply, Some(origin), actor, ctx)
+            }
+            meta => handle_filtered(typed.msg, typed.reply, Some(origin), meta, actor, ctx),
         }
     }
 
@@ -274,6 +276,14 @@ where
     fn set_meta(&mut self, meta: Box<Meta>) {
         self.typed.meta = Some(meta);
     }
+}
+
+/// Whether a message without a request context must pass the actor's filters: when it has
+/// some and one of them sees every message (see [`Sees`](crate::Sees)). Otherwise it takes the
+/// plain path; the actor's task runs in its filters' scope, so its sends still pass them.
+fn filters_see_every_message<A: Actor>(ctx: &Context<A>) -> bool {
+    ctx.filters()
+        .is_some_and(|chain| chain.sees_every_message())
 }
 
 /// Runs the handler of `M` on `msg`, with `origin` readable through [`Context::origin`] while
@@ -477,9 +487,9 @@ where
         ctx: &'a mut Context<A>,
     ) -> BoxFuture<'a, Result<(), Failure>> {
         let Typed { msg, reply, meta } = *self;
-        match (meta, ctx.filters()) {
-            (None, None) => handle_typed(msg, reply, None, actor, ctx),
-            (meta, _) => handle_filtered(msg, reply, None, meta, actor, ctx),
+        match meta {
+            None if !filters_see_every_message(ctx) => handle_typed(msg, reply, None, actor, ctx),
+            meta => handle_filtered(msg, reply, None, meta, actor, ctx),
         }
     }
 

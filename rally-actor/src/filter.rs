@@ -19,7 +19,42 @@ pub type Kept = Box<dyn Any + Send>;
 
 /// The filters an actor's messages pass, in order: the system's, then the actor's own. A
 /// thin pointer: it sits in every actor's context.
-pub(crate) type Chain = Arc<Vec<Arc<dyn CallFilter>>>;
+pub(crate) type Chain = Arc<Filters>;
+
+/// A chain's filters, and whether any of them sees every message ([`Sees::Every`]).
+pub(crate) struct Filters {
+    list: Vec<Arc<dyn CallFilter>>,
+    every: bool,
+}
+
+impl Filters {
+    /// Whether a message without a request context, or a send without one from an actor,
+    /// must pass the chain: only when some filter sees every message.
+    pub(crate) fn sees_every_message(&self) -> bool {
+        self.every
+    }
+}
+
+impl std::ops::Deref for Filters {
+    type Target = [Arc<dyn CallFilter>];
+
+    fn deref(&self) -> &Self::Target {
+        &self.list
+    }
+}
+
+/// Which messages a filter's hooks run for ([`CallFilter::sees`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Sees {
+    /// Every message handled and sent (the default: what an authorization filter needs).
+    Every,
+    /// Only the messages that carry a request context, and the sends where a request enters
+    /// ([`Outgoing::is_entry`]): what a filter that follows requests needs, as tracing does. An
+    /// actor whose filters all see only these handles a message without a context on the plain
+    /// path, as if it had no filter.
+    InContext,
+}
 
 /// Code that runs before and after an actor handles a message, and when code sends one.
 ///
@@ -102,6 +137,11 @@ pub trait CallFilter: Send + Sync + 'static {
     fn on_send(&self, send: &mut Outgoing<'_>) -> Result<(), Rejection> {
         let _ = send;
         Ok(())
+    }
+
+    /// Which messages the hooks run for; fixed for the filter's life (read when it is added).
+    fn sees(&self) -> Sees {
+        Sees::Every
     }
 }
 
@@ -318,8 +358,10 @@ pub(crate) fn context_for_send<T: AsRef<str>>(
 ) -> Result<Option<RequestContext>, Rejection> {
     Scope::with_current(|scope| match scope {
         Some(scope) => match &scope.filters {
-            Some(filters) => on_send(filters, target, message_type, scope.context.clone(), false),
-            None => Ok(scope.context.clone()),
+            Some(filters) if scope.context.is_some() || filters.sees_every_message() => {
+                on_send(filters, target, message_type, scope.context.clone(), false)
+            }
+            _ => Ok(scope.context.clone()),
         },
         None => match entry.and_then(EntryFilters::chain) {
             Some(filters) => on_send(&filters, target, message_type, None, true),
@@ -397,13 +439,13 @@ pub(crate) fn joined(first: Option<&Chain>, then: Vec<Arc<dyn CallFilter>>) -> O
     if first.is_none() && then.is_empty() {
         return None;
     }
-    Some(Arc::new(
-        first
-            .into_iter()
-            .flat_map(|chain| chain.iter().cloned())
-            .chain(then)
-            .collect(),
-    ))
+    let list: Vec<Arc<dyn CallFilter>> = first
+        .into_iter()
+        .flat_map(|chain| chain.iter().cloned())
+        .chain(then)
+        .collect();
+    let every = list.iter().any(|filter| filter.sees() == Sees::Every);
+    Some(Arc::new(Filters { list, every }))
 }
 
 #[cfg(test)]
@@ -600,6 +642,51 @@ mod tests {
             Ok(None)
         );
         assert!(entries.0.lock().is_empty());
+    }
+
+    /// Sees only requests: counts what it handles, logs what it sends.
+    #[derive(Default)]
+    struct Follows {
+        handled: AtomicUsize,
+        sends: Entries,
+    }
+    impl CallFilter for Follows {
+        fn before(&self, _: &mut Incoming<'_>) -> Result<Option<Kept>, Rejection> {
+            self.handled.fetch_add(1, Ordering::SeqCst);
+            Ok(None)
+        }
+        fn on_send(&self, send: &mut Outgoing<'_>) -> Result<(), Rejection> {
+            self.sends.on_send(send)
+        }
+        fn sees(&self) -> Sees {
+            Sees::InContext
+        }
+    }
+
+    #[tokio::test]
+    async fn a_filter_that_sees_requests_only_is_skipped_without_a_context_and_sends_stay_inside() {
+        let system = ActorSystem::new("filters");
+        let follows = Arc::new(Follows::default());
+        system.add_call_filter(follows.clone());
+        let last = system.spawn(Hop { next: None }).unwrap();
+        let first = system.spawn(Hop { next: Some(last) }).unwrap();
+        // The ask from here enters (the filter sees it); the first actor's ask to the last,
+        // without a context, passes no hook, and is not taken for an entry: the actor's task
+        // runs in its filters' scope even on the plain path.
+        assert_eq!(first.ask(Tenant, SECOND).await, Ok(None));
+        assert_eq!(follows.handled.load(Ordering::SeqCst), 0);
+        assert_eq!(
+            std::mem::take(&mut *follows.sends.0.lock()),
+            [("Tenant".to_owned(), true)]
+        );
+        // With a context, every hook runs, at both hops.
+        let answer = system.in_context(acme(), first.ask(Tenant, SECOND)).await;
+        assert_eq!(answer, Ok(Some("acme".to_owned())));
+        assert_eq!(follows.handled.load(Ordering::SeqCst), 2);
+        assert_eq!(
+            std::mem::take(&mut *follows.sends.0.lock()),
+            [("Tenant".to_owned(), false), ("Tenant".to_owned(), false)]
+        );
     }
 
     #[tokio::test]

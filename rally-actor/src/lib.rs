@@ -114,7 +114,7 @@ pub use dispatch::{
 pub use envelope::{Envelope, ErasedReply, Origin, ReplyError, ReplySink, ReplyTo};
 pub use error::{AskError, LookupError, SendError, ShutdownError, SpawnError};
 pub use event_stream::EventStream;
-pub use filter::{CallFilter, EntryFilters, Incoming, Kept, Outcome, Outgoing, Rejection};
+pub use filter::{CallFilter, EntryFilters, Incoming, Kept, Outcome, Outgoing, Rejection, Sees};
 pub use mailbox::{MailboxConfig, Overflow};
 pub use message::{Message, Terminated, TerminationReason};
 pub use monitor::{Monitor, MonitoringConfig};

@@ -406,7 +406,14 @@ impl ActorSystem {
             );
         }
         let mut ctx = Context::new(actor.clone(), self.clone(), dispatcher.clone(), parent);
-        ctx.set_filters(filter::joined(self.filters().as_ref(), filters), grain);
+        let filters = filter::joined(self.filters().as_ref(), filters);
+        // An actor with filters runs in their scope: its sends pass them (and are not where a
+        // request enters) whichever path its messages take.
+        let scope = filters.clone().map(|filters| Scope {
+            context: None,
+            filters: Some(filters),
+        });
+        ctx.set_filters(filters, grain);
         let cell = Cell {
             source,
             ctx,
@@ -425,9 +432,15 @@ impl ActorSystem {
         }
         // The parent learns of the child before the child can run, fail or stop.
         adopt(id, mailbox as Arc<dyn ChildControl>);
-        match &counters {
-            Some(counters) => dispatcher.spawn_actor(Timed::new(runner::run(cell), counters)),
-            None => dispatcher.spawn_actor(runner::run(cell)),
+        match (&counters, scope) {
+            (Some(counters), None) => {
+                dispatcher.spawn_actor(Timed::new(runner::run(cell), counters));
+            }
+            (None, None) => dispatcher.spawn_actor(runner::run(cell)),
+            (Some(counters), Some(scope)) => {
+                dispatcher.spawn_actor(scope.run(Timed::new(runner::run(cell), counters)));
+            }
+            (None, Some(scope)) => dispatcher.spawn_actor(scope.run(runner::run(cell))),
         }
         Ok(actor)
     }

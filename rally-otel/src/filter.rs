@@ -12,7 +12,7 @@ use opentelemetry::trace::{
 use opentelemetry::{Context as OtelContext, KeyValue};
 use opentelemetry_sdk::trace::{SdkTracer, Span};
 use rally_actor::{
-    CallFilter, Incoming, Kept, Outcome, Outgoing, Rejection, RequestContext, TraceParent,
+    CallFilter, Incoming, Kept, Outcome, Outgoing, Rejection, RequestContext, Sees, TraceParent,
 };
 
 /// Span attribute: the message's type name.
@@ -101,6 +101,12 @@ impl TracingFilter {
 }
 
 impl CallFilter for TracingFilter {
+    /// A hop of a request that is not recorded carries no context: tracing has nothing to do
+    /// there, and the actor handles it as if it had no filter.
+    fn sees(&self) -> Sees {
+        Sees::InContext
+    }
+
     fn on_send(&self, send: &mut Outgoing<'_>) -> Result<(), Rejection> {
         let context = send.context().cloned();
         let mut span = match context.as_ref().and_then(RequestContext::traceparent) {

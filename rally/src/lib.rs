@@ -84,8 +84,8 @@ pub use rally_actor::{
     SystemConfigError, catch_panic, config_text, hold, monitor, sync,
 };
 pub use rally_actor::{
-    CallFilter, ContextError, Incoming, Kept, MAX_CONTEXT_BYTES, MAX_CONTEXT_ENTRIES,
-    MAX_CONTEXT_KEY_LEN, Outcome, Outgoing, Rejection, RequestContext, TraceParent,
+    CallFilter, ContextError, EntryFilters, Incoming, Kept, MAX_CONTEXT_BYTES, MAX_CONTEXT_ENTRIES,
+    MAX_CONTEXT_KEY_LEN, Outcome, Outgoing, Rejection, RequestContext, Sees, TraceParent,
 };
 
 /// Actors on other nodes: [`RemoteNode`](remote::RemoteNode), registration of remote message
