@@ -1,5 +1,5 @@
-//! The export pipeline: the OTLP/gRPC exporter, the batch processor on tokio, the sampler and
-//! the resource that names the process; [`Tracing`] owns it and flushes it when it ends.
+//! The export pipeline: the OTLP/gRPC exporter, the batch processor, the sampler and the
+//! resource that names the process; [`Tracing`] owns it and flushes it when it ends.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -8,9 +8,7 @@ use opentelemetry::KeyValue;
 use opentelemetry::trace::TracerProvider as _;
 use opentelemetry_otlp::{SpanExporter, WithExportConfig};
 use opentelemetry_sdk::Resource;
-use opentelemetry_sdk::runtime::Tokio;
-use opentelemetry_sdk::trace::span_processor_with_async_runtime::BatchSpanProcessor;
-use opentelemetry_sdk::trace::{Sampler, SdkTracerProvider};
+use opentelemetry_sdk::trace::{BatchSpanProcessor, Sampler, SdkTracerProvider};
 
 use crate::error::{FlushError, InstallError};
 use crate::filter::{RootSampler, TracingFilter};
@@ -46,8 +44,8 @@ fn ratio_from_env(sampler: Option<&str>, arg: Option<&str>) -> Result<f64, Insta
     }
 }
 
-/// Tracing installed: the exporter and its batch processor running on the tokio runtime that
-/// installed it, and the call filter that turns hops into spans ([`Tracing::filter`]).
+/// Tracing installed: the exporter (its connection on the tokio runtime that installed it), its
+/// batch processor, and the call filter that turns hops into spans ([`Tracing::filter`]).
 ///
 /// Dropping it flushes what is buffered (on a multi-thread runtime) and stops the exporter;
 /// [`Tracing::shutdown`] does the same and says whether it worked.
@@ -145,7 +143,7 @@ impl Tracing {
     pub async fn flush(&self) -> Result<(), FlushError> {
         let provider = self.provider.clone().ok_or(FlushError::ShutDown)?;
         // The processor's answer is awaited by blocking: off the runtime's workers, so that
-        // the processor's own task (on this runtime) can run meanwhile.
+        // the export's connection (on this runtime) can run meanwhile.
         tokio::task::spawn_blocking(move || provider.force_flush())
             .await
             .map_err(|e| FlushError::Export(e.to_string()))?
@@ -184,9 +182,9 @@ impl Drop for Tracing {
         let Some(provider) = self.provider.take() else {
             return;
         };
-        // The batch processor is a task of the runtime that installed it, answering through a
-        // channel: waiting for it blocks this thread, which must not be the only one that can
-        // run that task.
+        // The batch processor's last export needs the runtime that installed it (the gRPC
+        // connection lives there): waiting for it blocks this thread, which must not be the
+        // only one that can run that runtime.
         match tokio::runtime::Handle::try_current().map(|h| h.runtime_flavor()) {
             Ok(tokio::runtime::RuntimeFlavor::MultiThread) => {
                 if let Err(e) = tokio::task::block_in_place(|| provider.shutdown()) {
@@ -307,7 +305,11 @@ impl TracingBuilder {
         for (key, value) in &self.attributes {
             resource = resource.with_attribute(KeyValue::new(key.clone(), value.clone()));
         }
-        let processor = BatchSpanProcessor::builder(exporter, Tokio).build();
+        // The SDK's batch processor queues an ended span without waking anyone: its thread is
+        // woken when a batch is full (or by its timer), so a span costs no task wake-up on the
+        // actors' runtime. Its exports run the gRPC client, whose connection lives on the
+        // runtime that installed this.
+        let processor = BatchSpanProcessor::builder(exporter).build();
         // New traces are drawn by the filter (`RootSampler`); the SDK records what it is given
         // and follows the parent of everything else.
         let provider = SdkTracerProvider::builder()
