@@ -195,19 +195,31 @@ impl Incoming<'_> {
 }
 
 /// A message about to be sent, as a [`CallFilter`] sees it.
-#[derive(Debug)]
 pub struct Outgoing<'a> {
-    pub(crate) target: &'a str,
+    /// Names the target; called the first time a filter asks (most sends are never asked).
+    pub(crate) name_target: &'a dyn Fn() -> Box<str>,
+    pub(crate) target: std::cell::OnceCell<Box<str>>,
     pub(crate) message_type: &'static str,
     pub(crate) context: Option<RequestContext>,
     pub(crate) entry: bool,
 }
 
+impl std::fmt::Debug for Outgoing<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Outgoing")
+            .field("target", &self.target())
+            .field("message_type", &self.message_type)
+            .field("context", &self.context)
+            .field("entry", &self.entry)
+            .finish()
+    }
+}
+
 impl Outgoing<'_> {
     /// Where it goes: an actor's path (with its node for a remote one), or
-    /// `grain:<kind>/<identity>` for a virtual actor.
+    /// `grain:<kind>/<identity>` for a virtual actor. (Named when first asked for.)
     pub fn target(&self) -> &str {
-        self.target
+        self.target.get_or_init(|| (self.name_target)())
     }
 
     /// The message's type name.
@@ -318,7 +330,7 @@ impl EntryFilters {
     /// The context a message sent now to `target` carries, after the call filters'
     /// [`on_send`](CallFilter::on_send): those of the code running now, or this system's for
     /// code outside any actor ([`Outgoing::is_entry`]). `Ok(None)` when there is nothing to
-    /// carry; `target` is called only when a filter runs. For transports and virtual actors
+    /// carry; `target` is called only when a filter asks for it. For transports and virtual actors
     /// that send on their own path; `ActorRef`'s sends call it.
     ///
     /// # Errors
@@ -343,7 +355,7 @@ impl EntryFilters {
     /// ```
     pub fn context_for_send<T: AsRef<str>>(
         &self,
-        target: impl FnOnce() -> T,
+        target: impl Fn() -> T,
         message_type: &'static str,
     ) -> Result<Option<RequestContext>, Rejection> {
         context_for_send(Some(self), target, message_type)
@@ -353,7 +365,7 @@ impl EntryFilters {
 /// [`EntryFilters::context_for_send`], for a target that may not know its system's filters.
 pub(crate) fn context_for_send<T: AsRef<str>>(
     entry: Option<&EntryFilters>,
-    target: impl FnOnce() -> T,
+    target: impl Fn() -> T,
     message_type: &'static str,
 ) -> Result<Option<RequestContext>, Rejection> {
     Scope::with_current(|scope| match scope {
@@ -373,14 +385,15 @@ pub(crate) fn context_for_send<T: AsRef<str>>(
 /// Runs the `on_send` hooks of `filters` in order on a message to `target` with `context`.
 fn on_send<T: AsRef<str>>(
     filters: &Chain,
-    target: impl FnOnce() -> T,
+    target: impl Fn() -> T,
     message_type: &'static str,
     context: Option<RequestContext>,
     entry: bool,
 ) -> Result<Option<RequestContext>, Rejection> {
-    let target = target();
+    let name_target = || -> Box<str> { target().as_ref().into() };
     let mut send = Outgoing {
-        target: target.as_ref(),
+        name_target: &name_target,
+        target: std::cell::OnceCell::new(),
         message_type,
         context,
         entry,
