@@ -22,7 +22,6 @@ pub(crate) fn traced(system: &ActorSystem) -> anyhow::Result<()> {
     }
     #[cfg(feature = "otel")]
     {
-        static TRACING: std::sync::OnceLock<rally::otel::Tracing> = std::sync::OnceLock::new();
         let tracing = match TRACING.get() {
             Some(tracing) => tracing,
             None => {
@@ -37,6 +36,22 @@ pub(crate) fn traced(system: &ActorSystem) -> anyhow::Result<()> {
     {
         let _ = system;
         anyhow::bail!("{ENABLE} is set, but rally-bench was built without the feature `otel`")
+    }
+}
+
+/// The process's pipeline, once a node installed it; kept until the process ends.
+#[cfg(feature = "otel")]
+static TRACING: std::sync::OnceLock<rally::otel::Tracing> = std::sync::OnceLock::new();
+
+/// Exports the spans still buffered, when tracing is on: call it at the end of a node's run,
+/// on the runtime that installed tracing (the exporter's connection lives there). A failed
+/// export is reported on stderr and does not fail the run.
+pub(crate) async fn flush() {
+    #[cfg(feature = "otel")]
+    if let Some(tracing) = TRACING.get() {
+        if let Err(e) = tracing.flush().await {
+            eprintln!("otel: the last spans were not exported: {e}");
+        }
     }
 }
 

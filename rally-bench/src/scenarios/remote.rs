@@ -320,6 +320,7 @@ pub(crate) fn echo_node_main(args: &EchoNodeArgs) -> anyhow::Result<()> {
                 println!("STATS {}", WritePath::of(&node.stats()).line());
             }
         }
+        super::otel::flush().await;
         Ok(())
     })
 }
@@ -841,6 +842,7 @@ pub(crate) fn ping_pong(args: &PingPongArgs) -> anyhow::Result<()> {
             }
             rows.push(row);
         }
+        super::otel::flush().await;
         node.leave(Duration::from_secs(1)).await;
         anyhow::Ok(rows)
     })?;
@@ -1185,6 +1187,7 @@ pub(crate) fn latency(args: &LatencyArgs) -> anyhow::Result<()> {
             row.p99_us = Some(us(0.99));
             rows.push(row);
         }
+        super::otel::flush().await;
         node.leave(Duration::from_secs(1)).await;
         anyhow::Ok(rows)
     })?;

@@ -234,6 +234,7 @@ async fn leave(cluster: &Cluster, grains: &VirtualActors, node: &RemoteNode) -> 
     .await
     .context("the cluster did not stop after the leave")?;
     grains.shutdown().await;
+    crate::scenarios::otel::flush().await;
     node.leave(Duration::from_millis(100)).await;
     Ok(())
 }
@@ -477,6 +478,7 @@ pub(crate) fn grain_ping(args: &GrainPingArgs) -> anyhow::Result<()> {
             .map_err(|_| anyhow::anyhow!("P={p} did not finish within its time limit"))??;
             out.push(row);
         }
+        crate::scenarios::otel::flush().await;
         anyhow::Ok(out)
     })?;
     report.print(args.common.json);
@@ -595,6 +597,7 @@ pub(crate) fn activation(args: &ActivationArgs) -> anyhow::Result<()> {
                     .map_err(|_| anyhow::anyhow!("N={n} did not finish within its time limit"))??;
             out.push(row);
         }
+        crate::scenarios::otel::flush().await;
         anyhow::Ok(out)
     })?;
     report.print(args.common.json);
