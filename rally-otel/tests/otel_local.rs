@@ -88,6 +88,22 @@ async fn traced_chain(
     (system, tracing, first)
 }
 
+/// Waits until both actors of the chain finished what they handled before: a last request,
+/// whose trace is not recorded, through both. The reply to an ask comes before the handler's
+/// filters run their `after` (which ends its span), and an actor handles the next message only
+/// after that; without this, a flush could come before the last `handle` span had ended, and
+/// that span would wait for the exporter's next timer.
+async fn settled(system: &ActorSystem, first: &ActorRef<First>) {
+    let unrecorded: TraceParent = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-00"
+        .parse()
+        .expect("a traceparent");
+    let context = RequestContext::new().with_traceparent(unrecorded);
+    system
+        .in_context(context, first.ask(Start { fail: false }, SECOND))
+        .await
+        .expect("answered");
+}
+
 fn of<'a>(spans: &'a [Received], service: &str, kind: i32, name: &str) -> Vec<&'a Received> {
     spans
         .iter()
@@ -107,6 +123,7 @@ async fn a_local_chain_is_one_trace_of_send_wait_and_handle_spans_linked_in_orde
         .await
         .expect("answered")
         .expect("the leaf's handler sees a traceparent");
+    settled(&system, &first).await;
     tracing.flush().await.expect("exported");
     let spans = receiver
         .wait_for(SECOND, |s| {
@@ -222,6 +239,7 @@ async fn a_request_from_outside_any_actor_is_recorded_whole_or_not_at_all() {
         "{} recorded, {unrecorded} not",
         recorded.len()
     );
+    settled(&system, &first).await;
     tracing.flush().await.expect("exported");
     let spans = receiver
         .wait_for(SECOND, |s| {
@@ -285,6 +303,7 @@ async fn an_unrecorded_trace_exports_nothing_and_tells_the_next_hop_so() {
         )
         .await
         .expect("answered");
+    settled(&on_system, &on_first).await;
     off.flush().await.expect("nothing to export is no error");
     on.flush().await.expect("exported");
     let spans = receiver
@@ -312,6 +331,7 @@ async fn a_failing_handler_ends_its_span_with_the_error() {
         )
         .await;
     assert!(answer.is_err(), "{answer:?}");
+    settled(&system, &first).await;
     tracing.flush().await.expect("exported");
     let spans = receiver
         .wait_for(SECOND, |s| of(s, "failing", CONSUMER, "handle").len() >= 2)
@@ -338,6 +358,7 @@ async fn dropping_tracing_exports_what_is_buffered() {
         )
         .await
         .expect("answered");
+    settled(&system, &first).await;
     // No flush: the spans are in the batch processor's buffer (its delay is 5 s) until the
     // drop.
     drop(tracing);
