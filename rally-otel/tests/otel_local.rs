@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use rally::otel::{InstallError, Tracing};
 use rally::{
-    Actor, ActorRef, ActorResult, ActorSystem, Context, Handler, Message, RequestContext,
+    Actor, ActorRef, ActorResult, ActorSystem, AskError, Context, Handler, Message, RequestContext,
     TraceParent,
 };
 use rally_test::otlp::{CONSUMER, INTERNAL, PRODUCER, Received, Receiver};
@@ -88,6 +88,19 @@ async fn traced_chain(
     (system, tracing, first)
 }
 
+/// Asks the chain's first actor to start, inside `context`: a request entering the system
+/// there. Its answer is the traceparent the leaf's handler saw.
+async fn start_in(
+    system: &ActorSystem,
+    first: &ActorRef<First>,
+    context: RequestContext,
+    fail: bool,
+) -> Result<Option<TraceParent>, AskError> {
+    system
+        .in_context(context, first.ask(Start { fail }, SECOND))
+        .await
+}
+
 /// Waits until both actors of the chain finished what they handled before: a last request,
 /// whose trace is not recorded, through both. The reply to an ask comes before the handler's
 /// filters run their `after` (which ends its span), and an actor handles the next message only
@@ -98,8 +111,7 @@ async fn settled(system: &ActorSystem, first: &ActorRef<First>) {
         .parse()
         .expect("a traceparent");
     let context = RequestContext::new().with_traceparent(unrecorded);
-    system
-        .in_context(context, first.ask(Start { fail: false }, SECOND))
+    start_in(system, first, context, false)
         .await
         .expect("answered");
 }
@@ -115,11 +127,7 @@ fn of<'a>(spans: &'a [Received], service: &str, kind: i32, name: &str) -> Vec<&'
 async fn a_local_chain_is_one_trace_of_send_wait_and_handle_spans_linked_in_order() {
     let mut receiver = Receiver::start().await;
     let (system, tracing, first) = traced_chain(&receiver, "local-chain", 1.0).await;
-    let seen = system
-        .in_context(
-            RequestContext::new(),
-            first.ask(Start { fail: false }, SECOND),
-        )
+    let seen = start_in(&system, &first, RequestContext::new(), false)
         .await
         .expect("answered")
         .expect("the leaf's handler sees a traceparent");
@@ -283,11 +291,7 @@ async fn an_unrecorded_trace_exports_nothing_and_tells_the_next_hop_so() {
     let (on_system, on, on_first) = traced_chain(&receiver, "always-sampled", 1.0).await;
     let mut seen = Vec::new();
     for _ in 0..20 {
-        let tp = off_system
-            .in_context(
-                RequestContext::new(),
-                off_first.ask(Start { fail: false }, SECOND),
-            )
+        let tp = start_in(&off_system, &off_first, RequestContext::new(), false)
             .await
             .expect("answered")
             .expect("the decision travels with the request");
@@ -296,11 +300,7 @@ async fn an_unrecorded_trace_exports_nothing_and_tells_the_next_hop_so() {
     assert!(seen.iter().all(|tp| !tp.is_sampled()), "{seen:?}");
     // A recorded request after them, through the same receiver: once its spans are there,
     // the unrecorded ones would have been too.
-    on_system
-        .in_context(
-            RequestContext::new(),
-            on_first.ask(Start { fail: false }, SECOND),
-        )
+    start_in(&on_system, &on_first, RequestContext::new(), false)
         .await
         .expect("answered");
     settled(&on_system, &on_first).await;
@@ -324,12 +324,7 @@ async fn an_unrecorded_trace_exports_nothing_and_tells_the_next_hop_so() {
 async fn a_failing_handler_ends_its_span_with_the_error() {
     let mut receiver = Receiver::start().await;
     let (system, tracing, first) = traced_chain(&receiver, "failing", 1.0).await;
-    let answer = system
-        .in_context(
-            RequestContext::new(),
-            first.ask(Start { fail: true }, SECOND),
-        )
-        .await;
+    let answer = start_in(&system, &first, RequestContext::new(), true).await;
     assert!(answer.is_err(), "{answer:?}");
     settled(&system, &first).await;
     tracing.flush().await.expect("exported");
@@ -351,11 +346,7 @@ async fn a_failing_handler_ends_its_span_with_the_error() {
 async fn dropping_tracing_exports_what_is_buffered() {
     let mut receiver = Receiver::start().await;
     let (system, tracing, first) = traced_chain(&receiver, "dropped", 1.0).await;
-    system
-        .in_context(
-            RequestContext::new(),
-            first.ask(Start { fail: false }, SECOND),
-        )
+    start_in(&system, &first, RequestContext::new(), false)
         .await
         .expect("answered");
     settled(&system, &first).await;
@@ -389,11 +380,7 @@ async fn a_backend_that_is_down_fails_the_flush_never_a_message() {
     let second = system.spawn(Second).expect("spawns");
     let first = system.spawn(First { next: second }).expect("spawns");
     for _ in 0..10 {
-        let seen = system
-            .in_context(
-                RequestContext::new(),
-                first.ask(Start { fail: false }, SECOND),
-            )
+        let seen = start_in(&system, &first, RequestContext::new(), false)
             .await
             .expect("answered while the backend is down");
         assert!(seen.is_some_and(|tp| tp.is_sampled()));
