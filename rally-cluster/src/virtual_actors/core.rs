@@ -100,9 +100,10 @@ const MAX_QUEUED: usize = 100_000;
 const RETRY_PAUSE: Duration = Duration::from_millis(20);
 
 /// How long a member that stopped hosting keeps answering (with `Stopped`, so its senders
-/// route anew) before it counts as drained, counted from the last call it refused. Its peers
-/// saw it leave before it stopped, but calls sent just before their view changed are still on
-/// their way; a node that closed its connections then would leave them unanswered.
+/// route anew) before it counts as drained, counted from the last call from another member it
+/// refused. Its peers saw it leave before it stopped, but calls sent just before their view
+/// changed are still on their way; a node that closed its connections then would leave them
+/// unanswered.
 pub(crate) const QUIET_AFTER_STOP: Duration = Duration::from_millis(100);
 
 /// One kind's activations, leases and waiting calls on one member.
@@ -135,7 +136,8 @@ pub(crate) struct KindCore<T: Types> {
     moving: usize,
     to_move: VecDeque<Arc<str>>,
     stopped: bool,
-    /// When this member last stopped hosting or refused a call because it had.
+    /// When this member last stopped hosting or refused a call from another member because it
+    /// had.
     last_refused: Option<Instant>,
     counters: Counters,
     /// Instants kept in slots are offsets on this clock (smaller than `Instant`s).

@@ -742,6 +742,11 @@ impl Cluster {
         m
     }
 
+    /// Whether member `m` is gone (killed, or left and drained).
+    pub(super) fn is_gone(&self, m: usize) -> bool {
+        !self.running(m)
+    }
+
     /// Members that run now and serve (not paused, not gone, not stopped after being downed,
     /// not refused for the kind because their placement settings differ).
     pub(super) fn running_members(&self) -> Vec<usize> {

@@ -183,6 +183,38 @@ fn a_graceful_leave_with_a_backlog_fails_no_deposit() {
     assert_promises(&cluster);
 }
 
+/// A member that stopped hosting waits for the calls other members sent before their view
+/// changed, until none has come for a moment; its own senders' calls, refused at once and
+/// never on their way over the network, do not keep it waiting. CI saw a downed member whose
+/// load loop kept asking never drain, and its shutdown ran out its whole bound.
+#[test]
+fn a_stopped_member_drains_while_its_own_senders_keep_asking() {
+    let mut cluster = Cluster::new(7, 2, 0, calm());
+    cluster.deposit(0, "acct-1", ASK);
+    cluster.run_for(Duration::from_millis(100));
+    cluster.leave(0);
+    let mut refused = 0;
+    for _ in 0..100 {
+        let id = cluster.deposit(0, "acct-1", ASK);
+        cluster.run_for(Duration::from_millis(10));
+        if matches!(
+            cluster.history.heard(id),
+            Some(Heard::NotHandled(Refusal::Stopped))
+        ) {
+            refused += 1;
+        }
+    }
+    assert!(
+        refused > 0,
+        "the stopped member refused its own senders' asks"
+    );
+    assert!(
+        cluster.is_gone(0),
+        "drained within a second of leaving, its own asks notwithstanding"
+    );
+    assert_promises(&cluster);
+}
+
 /// A call refused by a member that stopped hosting goes again once the view moves on; one that
 /// was handled never does.
 #[test]
