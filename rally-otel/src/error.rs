@@ -13,9 +13,9 @@ pub enum InstallError {
     /// The OTLP exporter refused its settings (an endpoint that is not a URI, say).
     #[error("the OTLP exporter refused its settings: {0}")]
     Exporter(String),
-    /// Called outside a tokio runtime: the exporter runs on the runtime that installs it.
-    #[error("tracing must be installed from inside a tokio runtime")]
-    NoRuntime,
+    /// The exporter's thread could not be started (the process is out of threads, say).
+    #[error("the export thread could not be started: {0}")]
+    ExportThread(String),
 }
 
 /// Why a flush or a shutdown did not export everything.

@@ -44,11 +44,12 @@ fn ratio_from_env(sampler: Option<&str>, arg: Option<&str>) -> Result<f64, Insta
     }
 }
 
-/// Tracing installed: the exporter (its connection on the tokio runtime that installed it), its
-/// batch processor, and the call filter that turns hops into spans ([`Tracing::filter`]).
+/// Tracing installed: the exporter (its gRPC connection on a thread of its own), its batch
+/// processor, and the call filter that turns hops into spans ([`Tracing::filter`]).
 ///
-/// Dropping it flushes what is buffered (on a multi-thread runtime) and stops the exporter;
-/// [`Tracing::shutdown`] does the same and says whether it worked.
+/// Dropping it flushes what is buffered and stops the exporter (blocking the thread that drops
+/// it until the export is done or timed out); [`Tracing::shutdown`] does the same and says
+/// whether it worked.
 ///
 /// # Example
 ///
@@ -73,6 +74,37 @@ fn ratio_from_env(sampler: Option<&str>, arg: Option<&str>) -> Result<f64, Insta
 pub struct Tracing {
     provider: Option<SdkTracerProvider>,
     filter: Arc<TracingFilter>,
+    /// Dropped after the provider's last export (fields drop after `Drop::drop`).
+    _export: ExportThread,
+}
+
+/// The thread the exporter's gRPC connection runs on: a current-thread tokio runtime of its
+/// own, so that exporting (encoding, HTTP/2, the socket) takes no turn on the application's
+/// runtime and needs none. It ends once dropped.
+#[derive(Debug)]
+struct ExportThread {
+    _stop: tokio::sync::oneshot::Sender<()>,
+}
+
+impl ExportThread {
+    /// Starts the thread; the exporter is built in its runtime (the gRPC client spawns its
+    /// connection on the runtime it is built in).
+    fn start() -> Result<(Self, tokio::runtime::Handle), InstallError> {
+        let failed = |e: std::io::Error| InstallError::ExportThread(e.to_string());
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .map_err(failed)?;
+        let handle = runtime.handle().clone();
+        let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+        std::thread::Builder::new()
+            .name("rally-otel-export".into())
+            .spawn(move || {
+                let _ = runtime.block_on(stopped);
+            })
+            .map_err(failed)?;
+        Ok((Self { _stop: stop }, handle))
+    }
 }
 
 /// Settings of [`Tracing`]: each one left unset is taken from the standard `OTEL_*`
@@ -142,8 +174,7 @@ impl Tracing {
     /// ```
     pub async fn flush(&self) -> Result<(), FlushError> {
         let provider = self.provider.clone().ok_or(FlushError::ShutDown)?;
-        // The processor's answer is awaited by blocking: off the runtime's workers, so that
-        // the export's connection (on this runtime) can run meanwhile.
+        // The processor's answer is awaited by blocking, off the runtime's workers.
         tokio::task::spawn_blocking(move || provider.force_flush())
             .await
             .map_err(|e| FlushError::Export(e.to_string()))?
@@ -169,6 +200,7 @@ impl Tracing {
     /// # }
     /// ```
     pub async fn shutdown(mut self) -> Result<(), FlushError> {
+        // The processor's answer is awaited by blocking, off the runtime's workers.
         let provider = self.provider.take().ok_or(FlushError::ShutDown)?;
         tokio::task::spawn_blocking(move || provider.shutdown())
             .await
@@ -182,24 +214,17 @@ impl Drop for Tracing {
         let Some(provider) = self.provider.take() else {
             return;
         };
-        // The batch processor's last export needs the runtime that installed it (the gRPC
-        // connection lives there): waiting for it blocks this thread, which must not be the
-        // only one that can run that runtime.
-        match tokio::runtime::Handle::try_current().map(|h| h.runtime_flavor()) {
-            Ok(tokio::runtime::RuntimeFlavor::MultiThread) => {
-                if let Err(e) = tokio::task::block_in_place(|| provider.shutdown()) {
-                    tracing::warn!("rally-otel: the last spans were not exported: {e}");
-                }
-            }
-            Ok(_) => tracing::warn!(
-                "rally-otel: Tracing dropped on a current-thread runtime: buffered spans are \
-                 lost (call `Tracing::shutdown().await` instead)"
-            ),
-            Err(_) => {
-                if let Err(e) = provider.shutdown() {
-                    tracing::warn!("rally-otel: the last spans were not exported: {e}");
-                }
-            }
+        // The last export runs on the export thread: this one only waits for it, and on a
+        // multi-thread runtime's worker lets the runtime move its other tasks elsewhere first.
+        let multi_thread = tokio::runtime::Handle::try_current()
+            .is_ok_and(|h| h.runtime_flavor() == tokio::runtime::RuntimeFlavor::MultiThread);
+        let shut = if multi_thread {
+            tokio::task::block_in_place(|| provider.shutdown())
+        } else {
+            provider.shutdown()
+        };
+        if let Err(e) = shut {
+            tracing::warn!("rally-otel: the last spans were not exported: {e}");
         }
     }
 }
@@ -252,14 +277,14 @@ impl TracingBuilder {
         self
     }
 
-    /// Starts the exporter on the current tokio runtime.
+    /// Starts the exporter, on a thread of its own (from inside a tokio runtime or not).
     ///
     /// # Errors
     ///
     /// [`InstallError::SamplingRatio`] for a ratio outside 0.0..=1.0,
     /// [`InstallError::Sampler`] for sampler variables that are not a ratio,
     /// [`InstallError::Exporter`] for an endpoint that is not a URI, and
-    /// [`InstallError::NoRuntime`] outside a tokio runtime.
+    /// [`InstallError::ExportThread`] when the export thread could not be started.
     ///
     /// # Example
     ///
@@ -282,9 +307,6 @@ impl TracingBuilder {
         if !(0.0..=1.0).contains(&ratio) {
             return Err(InstallError::SamplingRatio(ratio));
         }
-        if tokio::runtime::Handle::try_current().is_err() {
-            return Err(InstallError::NoRuntime);
-        }
         let mut exporter = SpanExporter::builder().with_tonic();
         if let Some(endpoint) = &self.endpoint {
             exporter = exporter.with_endpoint(endpoint);
@@ -292,9 +314,6 @@ impl TracingBuilder {
         if let Some(timeout) = self.timeout {
             exporter = exporter.with_timeout(timeout);
         }
-        let exporter = exporter
-            .build()
-            .map_err(|e| InstallError::Exporter(e.to_string()))?;
         let mut resource = Resource::builder();
         if let Some(name) = &self.service_name {
             resource = resource.with_service_name(name.clone());
@@ -307,8 +326,14 @@ impl TracingBuilder {
         }
         // The SDK's batch processor queues an ended span without waking anyone: its thread is
         // woken when a batch is full (or by its timer), so a span costs no task wake-up on the
-        // actors' runtime. Its exports run the gRPC client, whose connection lives on the
-        // runtime that installed this.
+        // actors' runtime. Its exports run on the export thread.
+        let (export, runtime) = ExportThread::start()?;
+        let exporter = {
+            let _inside = runtime.enter();
+            exporter
+                .build()
+                .map_err(|e| InstallError::Exporter(e.to_string()))?
+        };
         let processor = BatchSpanProcessor::builder(exporter).build();
         // New traces are drawn by the filter (`RootSampler`); the SDK records what it is given
         // and follows the parent of everything else.
@@ -324,6 +349,7 @@ impl TracingBuilder {
         Ok(Tracing {
             provider: Some(provider),
             filter,
+            _export: export,
         })
     }
 }

@@ -409,11 +409,37 @@ async fn install_refuses_a_ratio_out_of_range_and_an_endpoint_that_is_not_a_uri(
     );
 }
 
+/// The exporter runs on a thread of its own: tracing installs outside any runtime, and a
+/// `Tracing` dropped on a current-thread runtime (`#[tokio::main(flavor = "current_thread")]`,
+/// a test's default) exports what it buffered before the drop returns (the export used to
+/// need the runtime that installed it, and such a drop lost its spans).
 #[test]
-fn install_outside_a_tokio_runtime_says_so() {
-    let refused = Tracing::builder().install();
-    assert!(
-        matches!(refused, Err(InstallError::NoRuntime)),
-        "{refused:?}"
-    );
+fn tracing_installs_outside_any_runtime_and_a_drop_on_a_current_thread_runtime_exports_its_spans() {
+    let receiving = tokio::runtime::Runtime::new().expect("a runtime for the receiver");
+    let mut receiver = receiving.block_on(Receiver::start());
+    let tracing = Tracing::builder()
+        .endpoint(receiver.endpoint())
+        .service_name("current-thread")
+        .sampling_ratio(1.0)
+        .install()
+        .expect("installs outside any runtime");
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("a current-thread runtime")
+        .block_on(async {
+            let system = ActorSystem::new("current-thread");
+            system.add_call_filter(tracing.filter());
+            let second = system.spawn(Second).expect("spawns");
+            let first = system.spawn(First { next: second }).expect("spawns");
+            start_in(&system, &first, RequestContext::new(), false)
+                .await
+                .expect("answered");
+            settled(&system, &first).await;
+            drop(tracing);
+        });
+    let spans = receiving.block_on(receiver.wait_for(SECOND, |s| {
+        of(s, "current-thread", CONSUMER, "handle").len() >= 2
+    }));
+    assert_eq!(of(&spans, "current-thread", PRODUCER, "send").len(), 2);
 }
