@@ -14,10 +14,10 @@ use std::collections::BTreeSet;
 use std::time::Duration;
 
 use processes::{
-    MemberProcess, Out, Spec, assert_no_overlap, free_ports, membership, mono_ns, ms,
-    run_if_member, singleton_lives, singleton_on_oldest, start_cluster,
+    MemberProcess, Spec, assert_no_overlap, membership, ms, run_if_member, singleton_lives,
+    singleton_on_oldest, start_cluster,
 };
-use rally_test::harness::{run, trial};
+use rally_test::harness::{Fact, free_ports, mono_ns, run, trial};
 
 /// Printing a fact may lag the instant the membership core acted on it by a little: a bound
 /// on that lag for the timing checks.
@@ -52,7 +52,7 @@ fn nanos(d: Duration) -> u64 {
 }
 
 /// The position and fact of the first `EVENT <what> <member>` a process reported.
-fn first(seen: &[Out], what: &str, member: &str) -> Option<(usize, Out)> {
+fn first(seen: &[Fact], what: &str, member: &str) -> Option<(usize, Fact)> {
     seen.iter()
         .position(|o| o.is("EVENT", &[what, member]))
         .map(|i| (i, seen[i].clone()))
@@ -89,7 +89,7 @@ async fn five_member_processes_join_at_once_and_each_sees_five_up() {
             .map(|o| o.args[1].as_str())
             .collect();
         assert_eq!(up, all, "{} sees the five up", m.name);
-        let downs: Vec<&Out> = m
+        let downs: Vec<&Fact> = m
             .seen
             .iter()
             .filter(|o| o.is("EVENT", &["Down"]) || o.is("EVENT", &["Removed"]))
@@ -197,7 +197,7 @@ async fn sigkill_downs_after_stable_after_moves_the_singleton_and_a_restart_rejo
         let m = &mut members[i];
         m.drain();
         let (d, _) = first(&m.seen, "Down", &victim).unwrap();
-        let revived: Vec<&Out> = m.seen[d..]
+        let revived: Vec<&Fact> = m.seen[d..]
             .iter()
             .filter(|o| {
                 (o.is("EVENT", &["Up"]) || o.is("EVENT", &["Reachable"])) && o.args[1] == victim
@@ -208,7 +208,7 @@ async fn sigkill_downs_after_stable_after_moves_the_singleton_and_a_restart_rejo
     // No overlap of singleton lives, from every process's facts (the killed host's life
     // ended at the kill at the latest).
     again.drain();
-    let facts: Vec<&Out> = members
+    let facts: Vec<&Fact> = members
         .iter()
         .chain([&again])
         .flat_map(|m| m.seen.iter())
@@ -304,7 +304,7 @@ async fn sigstop_past_the_bound_then_sigcont_the_member_learns_it_was_downed_and
     for m in &mut members {
         m.drain();
     }
-    let facts: Vec<&Out> = members.iter().flat_map(|m| m.seen.iter()).collect();
+    let facts: Vec<&Fact> = members.iter().flat_map(|m| m.seen.iter()).collect();
     let lives = singleton_lives(&facts);
     assert_eq!(lives.len(), 2, "{lives:?}");
     assert_eq!(lives[1].0, members[next].member(), "{lives:?}");
@@ -320,7 +320,7 @@ async fn members_started_at_once_through_every_seed_never_run_two_singletons() {
     for m in &mut members {
         m.drain();
     }
-    let facts: Vec<&Out> = members.iter().flat_map(|m| m.seen.iter()).collect();
+    let facts: Vec<&Fact> = members.iter().flat_map(|m| m.seen.iter()).collect();
     let lives = singleton_lives(&facts);
     assert_eq!(lives.len(), 1, "one instance, on the oldest: {lives:?}");
 }

@@ -17,10 +17,10 @@ mod processes;
 use std::process::Command;
 
 use processes::{
-    MemberProcess, Out, Spec, activation_lives, assert_no_overlap, mono_ns, ms, run_if_member,
-    singleton_lives, start_cluster,
+    MemberProcess, Spec, activation_lives, assert_no_overlap, ms, run_if_member, singleton_lives,
+    start_cluster,
 };
-use rally_test::harness::{self, trial};
+use rally_test::harness::{self, Fact, mono_ns, trial};
 
 fn main() -> std::process::ExitCode {
     if run_if_member() {
@@ -143,7 +143,7 @@ impl Drop for Namespaces {
 }
 
 /// Waits for `m`'s next load round with no failed ask.
-async fn clean_round(m: &mut MemberProcess) -> Out {
+async fn clean_round(m: &mut MemberProcess) -> Fact {
     m.expect("a load round with no error", |o| o.is("LOADED", &["0"]))
         .await
 }
@@ -250,7 +250,7 @@ async fn a_two_three_partition_downs_the_two_and_never_runs_two_singletons_or_tw
     for m in &mut members {
         m.drain();
     }
-    let facts: Vec<&Out> = members.iter().flat_map(|m| m.seen.iter()).collect();
+    let facts: Vec<&Fact> = members.iter().flat_map(|m| m.seen.iter()).collect();
     // One singleton life, on the oldest, never stopped.
     let lives = singleton_lives(&facts);
     assert_no_overlap("singleton", &lives, |_| None);
@@ -337,7 +337,7 @@ async fn a_two_three_partition_downs_the_two_and_never_runs_two_singletons_or_tw
     for &i in &three {
         for &j in &two {
             let old = members[j].member().to_owned();
-            let revived: Vec<&Out> = members[i]
+            let revived: Vec<&Fact> = members[i]
                 .seen
                 .iter()
                 .filter(|o| {
@@ -352,7 +352,7 @@ async fn a_two_three_partition_downs_the_two_and_never_runs_two_singletons_or_tw
             );
         }
     }
-    let facts: Vec<&Out> = members
+    let facts: Vec<&Fact> = members
         .iter()
         .chain(again.iter())
         .flat_map(|m| m.seen.iter())
@@ -447,7 +447,7 @@ async fn one_link_cut_between_two_member_processes_is_seen_only_by_its_ends() {
         m.drain();
     }
     let third_id = members[third].member().to_owned();
-    let trouble: Vec<&Out> = members[third]
+    let trouble: Vec<&Fact> = members[third]
         .seen
         .iter()
         .filter(|o| o.at > cut_at && o.is("EVENT", &["Unreachable"]))
@@ -457,14 +457,14 @@ async fn one_link_cut_between_two_member_processes_is_seen_only_by_its_ends() {
         "the third never sees an end unreachable: {trouble:?}"
     );
     for m in &members {
-        let third_down: Vec<&Out> = m
+        let third_down: Vec<&Fact> = m
             .seen
             .iter()
             .filter(|o| o.is("EVENT", &["Down", &third_id]))
             .collect();
         assert!(third_down.is_empty(), "{}: {third_down:?}", m.name);
     }
-    let facts: Vec<&Out> = members.iter().flat_map(|m| m.seen.iter()).collect();
+    let facts: Vec<&Fact> = members.iter().flat_map(|m| m.seen.iter()).collect();
     let lives = singleton_lives(&facts);
     assert_no_overlap("singleton", &lives, |_| None);
     assert_eq!(lives.len(), 1, "{lives:?}");

@@ -11,11 +11,11 @@ mod processes;
 use std::time::Duration;
 
 use processes::{
-    KIND, MemberProcess, Out, Spec, activation_lives, assert_no_overlap, free_ports, grains_config,
-    membership, ms, run_if_member, singleton_on_oldest, start_cluster,
+    KIND, MemberProcess, Spec, activation_lives, assert_no_overlap, grains_config, membership, ms,
+    run_if_member, singleton_on_oldest, start_cluster,
 };
 use rally::cluster::virtual_actors::{Hashed, Placement};
-use rally_test::harness::{run, trial};
+use rally_test::harness::{Fact, free_ports, run, trial};
 
 /// Printing a fact may lag the instant the runtime acted on it by a little.
 const PRINT_LAG_NS: u64 = 100_000_000;
@@ -73,7 +73,7 @@ fn shared_store(test: &str) -> (TempDir, std::path::PathBuf) {
     let dir = TempDir(std::env::temp_dir().join(format!(
         "rally-virtual-{test}-{}-{}",
         std::process::id(),
-        processes::mono_ns()
+        rally_test::harness::mono_ns()
     )));
     std::fs::create_dir_all(&dir.0).unwrap();
     let db = dir.0.join("grains.db");
@@ -126,7 +126,7 @@ fn two_hosts_and_a_client(db: &std::path::Path) -> Vec<(String, Spec, Option<Str
         .collect()
 }
 
-fn stats(facts: &Out) -> (u64, u64, u64) {
+fn stats(facts: &Fact) -> (u64, u64, u64) {
     let n = |i: usize| facts.args[i].parse().unwrap();
     (n(0), n(1), n(2))
 }
@@ -260,7 +260,7 @@ async fn across_processes_one_hop_then_a_kill_reactivates_elsewhere_after_the_bo
     for identity in &owned_by_a {
         let ((count, owner, epoch), errors) = ask_until_answered(client, identity, 10).await;
         failed += errors.len();
-        first_answer.get_or_insert_with(processes::mono_ns);
+        first_answer.get_or_insert_with(rally_test::harness::mono_ns);
         assert_eq!(owner, keys[1], "{identity} moved to b");
         assert!(epoch > 1, "{identity}: a later epoch");
         // An ask that timed out while the identity waited for its takeover may still have
@@ -300,7 +300,7 @@ async fn across_processes_one_hop_then_a_kill_reactivates_elsewhere_after_the_bo
 
     // Never two lives of one identity at once: a's lives ended at the kill at the latest.
     client.drain();
-    let facts: Vec<&Out> = members.iter().flat_map(|m| m.seen.iter()).collect();
+    let facts: Vec<&Fact> = members.iter().flat_map(|m| m.seen.iter()).collect();
     let lives = activation_lives(&facts);
     let mut checked = 0;
     for (identity, lives) in &lives {
@@ -360,7 +360,7 @@ async fn a_graceful_leave_under_load_hands_over_the_singleton_and_fails_no_ask()
     }
 
     members[leaver].send("leave");
-    let left_at = processes::mono_ns();
+    let left_at = rally_test::harness::mono_ns();
     let stopped = members[leaver]
         .expect("the leaver stopped", |o| o.word == "STOPPED")
         .await;
@@ -381,7 +381,7 @@ async fn a_graceful_leave_under_load_hands_over_the_singleton_and_fails_no_ask()
         })
         .await;
     // Three more whole rounds after everyone saw the leave.
-    let removed_seen = processes::mono_ns();
+    let removed_seen = rally_test::harness::mono_ns();
     let mut rounds_after = 0;
     while rounds_after < 3 {
         let round = members[client]
@@ -438,7 +438,7 @@ async fn a_graceful_leave_under_load_hands_over_the_singleton_and_fails_no_ask()
     }
     for member in members.iter_mut() {
         member.drain();
-        let disorder: Vec<&Out> = member
+        let disorder: Vec<&Fact> = member
             .seen
             .iter()
             .filter(|o| o.word == "DISORDER")
@@ -476,7 +476,7 @@ async fn a_graceful_leave_under_load_hands_over_the_singleton_and_fails_no_ask()
         );
     }
     // The singleton's lives, from every process's facts, never overlap.
-    let facts: Vec<&Out> = members.iter().flat_map(|m| m.seen.iter()).collect();
+    let facts: Vec<&Fact> = members.iter().flat_map(|m| m.seen.iter()).collect();
     let lives = processes::singleton_lives(&facts);
     assert_eq!(lives.len(), 2, "one handover: {lives:?}");
     assert_no_overlap("singleton", &lives, |_| None);

@@ -9,10 +9,9 @@
 //! the etcd and PostgreSQL tests are): `.ci/run` installs them and runs it with `--ignored`.
 
 use std::collections::BTreeMap;
-use std::io::{BufRead, BufReader, Write};
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
-use std::process::{Child, ChildStdin, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -26,9 +25,8 @@ use rally::state::SqliteStore;
 use rally::{
     Actor, ActorResult, ActorSystem, Context, Handler, Message, MonitoringConfig, SystemConfig,
 };
-use rally_test::harness::{run, trial};
+use rally_test::harness::{Child, Fact, commands, free_ports, run, say, trial};
 use serde::{Deserialize, Serialize};
-use tokio::sync::mpsc;
 
 const MEMBER_ENV: &str = "RALLY_DASHBOARD_MEMBER";
 const CLUSTER: &str = "dash";
@@ -267,7 +265,7 @@ fn screenshot_path() -> PathBuf {
 
 /// chromedriver on a free port, for one test; killed when dropped.
 struct ChromeDriver {
-    child: Child,
+    child: std::process::Child,
     port: u16,
     profile: PathBuf,
 }
@@ -353,103 +351,32 @@ impl Drop for TempDir {
     }
 }
 
-fn free_ports(n: usize) -> Vec<u16> {
-    let listeners: Vec<_> = (0..n)
-        .map(|_| std::net::TcpListener::bind("127.0.0.1:0").expect("a free port"))
-        .collect();
-    listeners
-        .iter()
-        .map(|l| l.local_addr().expect("bound").port())
-        .collect()
-}
-
-/// One line a member printed: `@@ WORD args…`.
-#[derive(Debug, Clone)]
-struct Out {
-    word: String,
-    args: Vec<String>,
-}
-
 /// A member process (this binary, run with `RALLY_DASHBOARD_MEMBER`); killed when dropped.
-struct MemberProcess {
-    name: String,
-    child: Child,
-    stdin: ChildStdin,
-    lines: mpsc::UnboundedReceiver<Out>,
-}
+struct MemberProcess(Child);
 
 impl MemberProcess {
     fn spawn(i: usize, port: u16, seed: u16, db: &Path, serve: bool) -> Self {
-        let mut child = Command::new(std::env::current_exe().expect("this test binary"))
+        let mut command = Command::new(std::env::current_exe().expect("this test binary"));
+        command
             .env(MEMBER_ENV, "1")
             .env("PORT", port.to_string())
             .env("SEED", seed.to_string())
             .env("DB", db)
-            .env("SERVE", if serve { "1" } else { "0" })
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .spawn()
-            .expect("a member process starts");
-        let stdout = child.stdout.take().expect("piped");
-        let stdin = child.stdin.take().expect("piped");
-        let (tx, lines) = mpsc::unbounded_channel();
-        std::thread::spawn(move || {
-            for line in BufReader::new(stdout).lines() {
-                let Ok(line) = line else { break };
-                let Some(at) = line.find("@@ ") else { continue };
-                let mut words = line[at + 3..].split_whitespace();
-                let Some(word) = words.next() else { continue };
-                let out = Out {
-                    word: word.to_owned(),
-                    args: words.map(str::to_owned).collect(),
-                };
-                if tx.send(out).is_err() {
-                    break;
-                }
-            }
-        });
-        Self {
-            name: format!("member {i}"),
-            child,
-            stdin,
-            lines,
-        }
+            .env("SERVE", if serve { "1" } else { "0" });
+        Self(Child::spawn(&format!("member {i}"), command))
     }
 
     fn send(&mut self, command: &str) {
-        writeln!(self.stdin, "{command}").expect("the member reads its stdin");
+        self.0.send(command);
     }
 
-    async fn expect(&mut self, word: &str) -> Out {
-        let found = tokio::time::timeout(T, async {
-            while let Some(out) = self.lines.recv().await {
-                if out.word == word {
-                    return Some(out);
-                }
-            }
-            None
-        })
-        .await;
-        match found {
-            Ok(Some(out)) => out,
-            Ok(None) => panic!("{}: exited before {word}", self.name),
-            Err(_) => panic!("{}: no {word} within {T:?}", self.name),
-        }
-    }
-}
-
-impl Drop for MemberProcess {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
+    /// The next fact `word`, skipping others.
+    async fn expect(&mut self, word: &str) -> Fact {
+        self.0.expect(word, T, |f| f.word == word).await
     }
 }
 
 // The member process.
-
-fn say(line: &str) {
-    println!("@@ {line}");
-}
 
 struct Cart {
     items: u64,
@@ -568,15 +495,7 @@ fn member_main() {
                 tokio::time::sleep(Duration::from_millis(10)).await;
             }
         });
-        let (tx, mut commands) = mpsc::unbounded_channel();
-        std::thread::spawn(move || {
-            for line in std::io::stdin().lock().lines() {
-                let Ok(line) = line else { break };
-                if tx.send(line).is_err() {
-                    break;
-                }
-            }
-        });
+        let mut commands = commands();
         while let Some(command) = commands.recv().await {
             if command == "stats" {
                 let active: usize = grains.stats().iter().map(|k| k.active).sum();

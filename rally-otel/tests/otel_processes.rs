@@ -14,8 +14,7 @@
 //! `@@ CHAINERR <n> <error>`, `@@ FLUSHED <ok|error>`) and takes commands on stdin
 //! (`chain <n>`: asks `front/f-<n>` to relay to `back/b-<n>`; `flush`).
 
-use std::io::{BufRead, BufReader, Write};
-use std::process::{Child, ChildStdin, Command, Stdio};
+use std::process::Command;
 use std::sync::OnceLock;
 use std::time::Duration;
 
@@ -24,10 +23,9 @@ use rally::cluster::{Cluster, ClusterConfig, MemberEvent};
 use rally::otel::Tracing;
 use rally::remote::{RemoteConfig, RemoteMessage, RemoteNode};
 use rally::{Actor, ActorResult, ActorSystem, Context, Handler, Message, RequestContext};
-use rally_test::harness::{run, trial};
+use rally_test::harness::{Child, commands, free_ports, run, say, trial};
 use rally_test::otlp::{CONSUMER, INTERNAL, PRODUCER, Received, Receiver};
 use serde::{Deserialize, Serialize};
-use tokio::sync::mpsc;
 
 /// Set in a member process: its role (`front`, `back` or `client`).
 const MEMBER_ENV: &str = "RALLY_OTEL_MEMBER";
@@ -117,10 +115,6 @@ impl Handler<Echo> for Back {
     }
 }
 
-fn say(line: &str) {
-    println!("@@ {line}");
-}
-
 fn member_main(role: &str) {
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
@@ -177,15 +171,7 @@ fn member_main(role: &str) {
             }
         });
 
-        let (tx, mut commands) = mpsc::unbounded_channel::<String>();
-        std::thread::spawn(move || {
-            for line in std::io::stdin().lock().lines() {
-                let Ok(line) = line else { break };
-                if tx.send(line).is_err() {
-                    break;
-                }
-            }
-        });
+        let mut commands = commands();
         while let Some(command) = commands.recv().await {
             let words: Vec<&str> = command.split_whitespace().collect();
             match words.as_slice() {
@@ -223,93 +209,31 @@ fn member_main(role: &str) {
 // ---------------------------------------------------------------------------------------
 // The test's side.
 
-/// A member process and the facts it reported.
+/// A member process (killed when dropped) and the member it reported it is.
 struct Member {
-    role: &'static str,
-    child: Child,
-    stdin: ChildStdin,
-    lines: mpsc::UnboundedReceiver<(String, Vec<String>)>,
+    process: Child,
     member: String,
 }
 
 impl Member {
     fn spawn(role: &'static str, port: u16, seed: u16, endpoint: &str) -> Self {
-        let mut child = Command::new(std::env::current_exe().expect("this test binary"))
+        let mut command = Command::new(std::env::current_exe().expect("this test binary"));
+        command
             .env(MEMBER_ENV, role)
             .env("RALLY_OTEL_PORT", port.to_string())
             .env("RALLY_OTEL_SEED", format!("127.0.0.1:{seed}"))
             .env("OTEL_EXPORTER_OTLP_ENDPOINT", endpoint)
-            .env("OTEL_SERVICE_NAME", format!("otel-test-{role}"))
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .spawn()
-            .expect("the member process starts");
-        let stdout = child.stdout.take().expect("piped");
-        let (tx, lines) = mpsc::unbounded_channel();
-        std::thread::spawn(move || {
-            for line in BufReader::new(stdout).lines() {
-                let Ok(line) = line else { break };
-                let Some(fact) = line.strip_prefix("@@ ") else {
-                    continue;
-                };
-                let mut words = fact.split_whitespace().map(str::to_owned);
-                let Some(word) = words.next() else { continue };
-                if tx.send((word, words.collect())).is_err() {
-                    break;
-                }
-            }
-        });
-        let stdin = child.stdin.take().expect("piped");
+            .env("OTEL_SERVICE_NAME", format!("otel-test-{role}"));
         Self {
-            role,
-            child,
-            stdin,
-            lines,
+            process: Child::spawn(role, command),
             member: String::new(),
         }
     }
 
-    /// The next fact `word`, skipping others.
+    /// The arguments of the next fact `word`, skipping others.
     async fn expect(&mut self, word: &str) -> Vec<String> {
-        let found = tokio::time::timeout(T, async {
-            while let Some((w, args)) = self.lines.recv().await {
-                if w == word {
-                    return Some(args);
-                }
-            }
-            None
-        })
-        .await;
-        match found {
-            Ok(Some(args)) => args,
-            Ok(None) => panic!("{}: exited before {word}", self.role),
-            Err(_) => panic!("{}: no {word} within {T:?}", self.role),
-        }
+        self.process.expect(word, T, |f| f.word == word).await.args
     }
-
-    fn send(&mut self, command: &str) {
-        writeln!(self.stdin, "{command}")
-            .and_then(|()| self.stdin.flush())
-            .expect("the member reads commands");
-    }
-}
-
-impl Drop for Member {
-    /// No member outlives its test, passing or not.
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-fn free_ports(n: usize) -> Vec<u16> {
-    let listeners: Vec<std::net::TcpListener> = (0..n)
-        .map(|_| std::net::TcpListener::bind("127.0.0.1:0").expect("bind"))
-        .collect();
-    listeners
-        .iter()
-        .map(|l| l.local_addr().expect("bound").port())
-        .collect()
 }
 
 async fn a_chain_client_to_grain_a_to_grain_b_over_three_processes_is_one_trace_linked_in_order() {
@@ -335,17 +259,14 @@ async fn a_chain_client_to_grain_a_to_grain_b_over_three_processes_is_one_trace_
     // have the host of a kind yet. Each attempt uses its own identities.
     let mut answered = None;
     for n in 0..50 {
-        members[2].send(&format!("chain {n}"));
-        let (word, args) = tokio::time::timeout(T, async {
-            loop {
-                let (w, a) = members[2].lines.recv().await.expect("the client runs");
-                if w == "CHAINED" || w == "CHAINERR" {
-                    return (w, a);
-                }
-            }
-        })
-        .await
-        .expect("an answer or an error");
+        members[2].process.send(&format!("chain {n}"));
+        let fact = members[2]
+            .process
+            .expect("an answer or an error", T, |f| {
+                f.word == "CHAINED" || f.word == "CHAINERR"
+            })
+            .await;
+        let (word, args) = (fact.word, fact.args);
         assert_eq!(args[0], n.to_string());
         if word == "CHAINED" {
             assert_eq!(args[1..].join(" "), format!("via front: back b-{n}"));
@@ -357,8 +278,13 @@ async fn a_chain_client_to_grain_a_to_grain_b_over_three_processes_is_one_trace_
     }
     let n = answered.expect("a chain answered");
     for m in &mut members {
-        m.send("flush");
-        assert_eq!(m.expect("FLUSHED").await, ["ok"], "{} flushed", m.role);
+        m.process.send("flush");
+        assert_eq!(
+            m.expect("FLUSHED").await,
+            ["ok"],
+            "{} flushed",
+            m.process.name
+        );
     }
     let (front_id, back_id) = (format!("f-{n}"), format!("b-{n}"));
     // The client's send to A, then every span of its trace: the handlers' spans come after

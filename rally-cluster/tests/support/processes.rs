@@ -40,7 +40,6 @@
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
-use std::process::Stdio;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -54,9 +53,9 @@ use rally::remote::{
 };
 use rally::state::SqliteStore;
 use rally::{Actor, ActorResult, ActorSystem, Context, Handler, Message};
+use rally_test::harness::{Child, Fact, commands, mono_ns, say};
 use serde::{Deserialize, Serialize};
-use std::io::{BufRead, BufReader, Write};
-use std::process::{Child, ChildStdin, Command};
+use std::process::Command;
 
 use tokio::sync::mpsc;
 
@@ -95,15 +94,6 @@ pub fn grains_config() -> VirtualActorsConfig {
 }
 
 /// Nanoseconds of `CLOCK_MONOTONIC`: comparable across the processes of one machine.
-pub fn mono_ns() -> u64 {
-    let now = nix::time::clock_gettime(nix::time::ClockId::CLOCK_MONOTONIC).expect("clock");
-    u64::try_from(now.tv_sec()).unwrap() * 1_000_000_000 + u64::try_from(now.tv_nsec()).unwrap()
-}
-
-fn say(line: &str) {
-    println!("@@ {} {line}", mono_ns());
-}
-
 /// What a member process is asked to be.
 #[derive(Debug, Clone, Default)]
 pub struct Spec {
@@ -738,16 +728,7 @@ pub fn member_main() {
         .expect("runtime");
     runtime.block_on(async {
         let spec = Spec::from_env();
-        let (tx, mut commands) = mpsc::unbounded_channel();
-        // A thread, not a task: tokio's stdin needs a feature the crate does not enable.
-        std::thread::spawn(move || {
-            for line in std::io::stdin().lock().lines() {
-                let Ok(line) = line else { break };
-                if tx.send(line).is_err() {
-                    break;
-                }
-            }
-        });
+        let mut commands = commands();
         loop {
             let life = Life::start(&spec).await;
             let stopped = life.serve(&mut commands).await;
@@ -780,23 +761,6 @@ pub fn in_member_mode() -> bool {
 // ---------------------------------------------------------------------------------------
 // The test's side.
 
-/// One reported fact.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Out {
-    /// Which process (its name in the test).
-    pub from: String,
-    /// `CLOCK_MONOTONIC` in the process when it happened.
-    pub at: u64,
-    pub word: String,
-    pub args: Vec<String>,
-}
-
-impl Out {
-    pub fn is(&self, word: &str, args: &[&str]) -> bool {
-        self.word == word && self.args.iter().zip(args).all(|(a, b)| a == b)
-    }
-}
-
 /// A member's identity as it reported it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Ready {
@@ -824,26 +788,23 @@ impl Ready {
     }
 }
 
-/// A member process started by the test: killed when dropped.
+/// A member process started by the test (this binary, in member mode): killed when dropped.
 pub struct MemberProcess {
-    pub name: String,
-    child: Child,
-    stdin: Option<ChildStdin>,
-    lines: mpsc::UnboundedReceiver<Out>,
-    /// Every fact read so far, in order of arrival.
-    pub seen: Vec<Out>,
+    process: Child,
     pub ready: Option<Ready>,
 }
 
-/// Port numbers free now (the kernel's choice; they are released before the members bind).
-pub fn free_ports(n: usize) -> Vec<u16> {
-    let listeners: Vec<std::net::TcpListener> = (0..n)
-        .map(|_| std::net::TcpListener::bind("127.0.0.1:0").expect("bind"))
-        .collect();
-    listeners
-        .iter()
-        .map(|l| l.local_addr().unwrap().port())
-        .collect()
+impl std::ops::Deref for MemberProcess {
+    type Target = Child;
+    fn deref(&self) -> &Child {
+        &self.process
+    }
+}
+
+impl std::ops::DerefMut for MemberProcess {
+    fn deref_mut(&mut self) -> &mut Child {
+        &mut self.process
+    }
 }
 
 impl MemberProcess {
@@ -865,90 +826,21 @@ impl MemberProcess {
                 "--nocapture",
                 "--test-threads=1",
             ])
-            .envs(spec.to_env())
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped());
-        let mut child = command.spawn().expect("the member process starts");
-        let stdout = child.stdout.take().expect("piped");
-        let (tx, lines) = mpsc::unbounded_channel();
-        let from = name.to_owned();
-        std::thread::spawn(move || {
-            for line in BufReader::new(stdout).lines() {
-                let Ok(line) = line else { break };
-                // libtest may print "test member_process ... " before the first line.
-                let Some(at) = line.find("@@ ") else { continue };
-                let mut words = line[at + 3..].split_whitespace();
-                let Some(mono) = words.next().and_then(|w| w.parse().ok()) else {
-                    continue;
-                };
-                let Some(word) = words.next() else { continue };
-                let out = Out {
-                    from: from.clone(),
-                    at: mono,
-                    word: word.to_owned(),
-                    args: words.map(str::to_owned).collect(),
-                };
-                if tx.send(out).is_err() {
-                    break;
-                }
-            }
-        });
-        let stdin = child.stdin.take();
+            .envs(spec.to_env());
         Self {
-            name: name.to_owned(),
-            child,
-            stdin,
-            lines,
-            seen: Vec::new(),
+            process: Child::spawn(name, command),
             ready: None,
         }
     }
 
     /// Waits for the next fact matching `wanted` (facts before it are kept in `seen`).
-    pub async fn expect(&mut self, what: &str, wanted: impl Fn(&Out) -> bool) -> Out {
-        let found = tokio::time::timeout(T, async {
-            loop {
-                let out = self.lines.recv().await?;
-                self.seen.push(out.clone());
-                if wanted(&out) {
-                    return Some(out);
-                }
-            }
-        })
-        .await;
-        match found {
-            Ok(Some(out)) => out,
-            Ok(None) => panic!(
-                "{}: exited before {what}; last facts: {:#?}",
-                self.name,
-                self.tail()
-            ),
-            Err(_) => panic!(
-                "{}: no {what} within {T:?}; last facts: {:#?}",
-                self.name,
-                self.tail()
-            ),
-        }
+    pub async fn expect(&mut self, what: &str, wanted: impl Fn(&Fact) -> bool) -> Fact {
+        self.process.expect(what, T, wanted).await
     }
 
     /// The first fact matching `wanted`, already read or still to come.
-    pub async fn find(&mut self, what: &str, wanted: impl Fn(&Out) -> bool) -> Out {
-        self.drain();
-        if let Some(out) = self.seen.iter().find(|o| wanted(o)) {
-            return out.clone();
-        }
-        self.expect(what, wanted).await
-    }
-
-    fn tail(&self) -> &[Out] {
-        &self.seen[self.seen.len().saturating_sub(30)..]
-    }
-
-    /// Reads what the process reported so far without waiting.
-    pub fn drain(&mut self) {
-        while let Ok(out) = self.lines.try_recv() {
-            self.seen.push(out);
-        }
+    pub async fn find(&mut self, what: &str, wanted: impl Fn(&Fact) -> bool) -> Fact {
+        self.process.find(what, T, wanted).await
     }
 
     /// Waits for the next READY line: this process's (next) incarnation.
@@ -986,25 +878,16 @@ impl MemberProcess {
         }
     }
 
-    pub fn send(&mut self, command: &str) {
-        let stdin = self.stdin.as_mut().expect("stdin open");
-        stdin
-            .write_all(format!("{command}\n").as_bytes())
-            .and_then(|()| stdin.flush())
-            .expect("the member reads commands");
-    }
-
     pub fn pid(&self) -> nix::unistd::Pid {
-        nix::unistd::Pid::from_raw(i32::try_from(self.child.id()).unwrap())
+        nix::unistd::Pid::from_raw(i32::try_from(self.process.id()).unwrap())
     }
 
     /// SIGKILL; returns the instant (`CLOCK_MONOTONIC`) just before it was sent. Returns once
     /// the process is reaped.
     pub async fn kill(&mut self) -> u64 {
         let at = mono_ns();
-        nix::sys::signal::kill(self.pid(), nix::sys::signal::Signal::SIGKILL).expect("kill");
-        // The kernel reaps a SIGKILLed process at once.
-        self.child.wait().expect("reaped");
+        // SIGKILL, and the process reaped (the kernel reaps a SIGKILLed process at once).
+        self.process.kill();
         self.drain();
         at
     }
@@ -1012,10 +895,7 @@ impl MemberProcess {
     /// Waits until the process exits; its exit status.
     pub async fn exited(&mut self) -> std::process::ExitStatus {
         let status = rally_test::eventually("the process exits", T, async || {
-            self.child
-                .try_wait()
-                .expect("the child's status")
-                .ok_or("still running")
+            self.process.try_wait().ok_or("still running")
         })
         .await;
         self.drain();
@@ -1099,9 +979,9 @@ pub async fn start_cluster(specs: &[(String, Spec, Option<String>)]) -> (Vec<Mem
 }
 
 /// The singleton's lives from every process's facts: (member, start, stop or None).
-pub fn singleton_lives(facts: &[&Out]) -> Vec<(String, u64, Option<u64>)> {
+pub fn singleton_lives(facts: &[&Fact]) -> Vec<(String, u64, Option<u64>)> {
     let mut lives: Vec<(String, u64, Option<u64>)> = Vec::new();
-    let mut sorted: Vec<&&Out> = facts.iter().filter(|o| o.word == "SINGLETON").collect();
+    let mut sorted: Vec<&&Fact> = facts.iter().filter(|o| o.word == "SINGLETON").collect();
     sorted.sort_by_key(|o| o.at);
     for o in sorted {
         match o.args[0].as_str() {
@@ -1123,9 +1003,9 @@ pub fn singleton_lives(facts: &[&Out]) -> Vec<(String, u64, Option<u64>)> {
 /// Activation lives by identity: (owner, epoch, start, end or None).
 pub type Lives = BTreeMap<String, Vec<(String, u64, u64, Option<u64>)>>;
 
-pub fn activation_lives(facts: &[&Out]) -> Lives {
+pub fn activation_lives(facts: &[&Fact]) -> Lives {
     let mut lives: Lives = BTreeMap::new();
-    let mut sorted: Vec<&&Out> = facts.iter().filter(|o| o.word == "ACT").collect();
+    let mut sorted: Vec<&&Fact> = facts.iter().filter(|o| o.word == "ACT").collect();
     sorted.sort_by_key(|o| o.at);
     for o in sorted {
         let (identity, owner) = (o.args[1].clone(), o.args[2].clone());
@@ -1170,12 +1050,4 @@ pub fn assert_no_overlap<K: std::fmt::Debug>(
 
 pub fn ms(ns: u64) -> f64 {
     ns as f64 / 1e6
-}
-
-impl Drop for MemberProcess {
-    /// Kills the process (also when a test fails), so that no member outlives its test.
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
 }
