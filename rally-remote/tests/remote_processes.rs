@@ -9,7 +9,7 @@
 #[path = "support/nodes.rs"]
 mod nodes;
 
-use std::process::Stdio;
+use std::process::Command;
 use std::time::{Duration, Instant};
 
 use nodes::{Blob, Check, Echo, Record, T, Target, client_node, config, target_node};
@@ -17,9 +17,7 @@ use rally_actor::{AskError, Terminated};
 use rally_remote::NodeAddress;
 use rally_test::Probe;
 use rally_test::eventually;
-use rally_test::harness::{run, trial};
-use tokio::io::{AsyncBufReadExt, BufReader};
-use tokio::process::{Child, Command};
+use rally_test::harness::{Child, commands, run, say, trial};
 
 const PEER_ENV: &str = "RALLY_TEST_PEER";
 
@@ -68,105 +66,48 @@ fn peer_process(port: &str) {
         let big = system.spawn(Target::new()).unwrap();
         node.expose("big", &big).unwrap();
         let target = node.lookup::<Target>(node.address(), "target");
-        println!(
+        say(&format!(
             "PEER {} {}",
             node.address(),
             node.unique_address().incarnation
-        );
-        // "count" on stdin: print how many records the target has handled.
-        let mut lines = BufReader::new(tokio::io::stdin()).lines();
-        while let Ok(Some(line)) = lines.next_line().await {
-            if line == "count" {
+        ));
+        // "count" on stdin: say how many records the target has handled.
+        let mut commands = commands();
+        while let Some(command) = commands.recv().await {
+            if command == "count" {
                 let (count, _) = target.ask(Check, T).await.unwrap();
-                println!("COUNT {count}");
+                say(&format!("COUNT {count}"));
             }
         }
     });
 }
 
+/// The peer process (killed when dropped) and the node it runs.
 struct Peer {
-    child: Child,
+    process: Child,
     address: NodeAddress,
     incarnation: String,
-    lines: tokio::io::Lines<BufReader<tokio::process::ChildStdout>>,
 }
 
 impl Peer {
-    /// How many `Record`s the peer's target has handled, read from the peer's stdout.
+    /// How many `Record`s the peer's target has handled, as the peer says.
     async fn count(&mut self) -> u64 {
-        use tokio::io::AsyncWriteExt;
-        let stdin = self.child.stdin.as_mut().unwrap();
-        stdin.write_all(b"count\n").await.unwrap();
-        tokio::time::timeout(T, async {
-            loop {
-                let line = self.lines.next_line().await.unwrap().unwrap();
-                if let Some(at) = line.find("COUNT ") {
-                    return line[at + 6..].trim().parse().unwrap();
-                }
-            }
-        })
-        .await
-        .expect("the peer answers within 10 s")
-    }
-
-    fn signal(&self, signal: &str) {
-        let pid = self.child.id().unwrap().to_string();
-        let status = std::process::Command::new("kill")
-            .args([signal, &pid])
-            .status()
-            .unwrap();
-        assert!(status.success());
-    }
-
-    /// Stops the process and returns once the kernel shows it stopped (state `T`).
-    async fn pause(&self) {
-        self.signal("-STOP");
-        let stat = format!("/proc/{}/stat", self.child.id().unwrap());
-        eventually("the kernel shows the peer stopped", T, async || {
-            let text = std::fs::read_to_string(&stat).unwrap();
-            // The state follows the parenthesised command name.
-            let state = text.rsplit_once(") ").unwrap().1;
-            if state.starts_with('T') {
-                Ok(())
-            } else {
-                Err(text)
-            }
-        })
-        .await;
+        self.process.send("count");
+        let count = self.process.expect("COUNT", T, |f| f.word == "COUNT").await;
+        count.args[0].parse().expect("a count")
     }
 }
 
+/// Starts a peer on `port` (0: any) and waits until it listens.
 async fn start_peer(port: u16) -> Peer {
-    let mut child = Command::new(std::env::current_exe().unwrap())
-        .env(PEER_ENV, port.to_string())
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .kill_on_drop(true)
-        .spawn()
-        .unwrap();
-    let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
-    let line = tokio::time::timeout(T, async {
-        loop {
-            let line = lines
-                .next_line()
-                .await
-                .unwrap()
-                .expect("the peer exited before listening");
-            if let Some(at) = line.find("PEER ") {
-                return line[at..].to_owned();
-            }
-        }
-    })
-    .await
-    .expect("the peer starts within 10 s");
-    let mut parts = line.split_whitespace().skip(1);
-    let address = parts.next().unwrap().parse().unwrap();
-    let incarnation = parts.next().unwrap().to_owned();
+    let mut command = Command::new(std::env::current_exe().expect("this test binary"));
+    command.env(PEER_ENV, port.to_string());
+    let mut process = Child::spawn("peer", command);
+    let listening = process.expect("PEER", T, |f| f.word == "PEER").await;
     Peer {
-        child,
-        address,
-        incarnation,
-        lines,
+        process,
+        address: listening.args[0].parse().expect("an address"),
+        incarnation: listening.args[1].clone(),
     }
 }
 
@@ -181,7 +122,7 @@ async fn tell_ask_and_watch_across_processes_and_sigkill_fires_terminated() {
     assert_eq!(target.ask(Check, T).await, Ok((10_000, true)));
     let mut probe = Probe::<Terminated>::spawn(&a_system);
     probe.watch(&target);
-    peer.child.start_kill().unwrap(); // SIGKILL: no goodbye
+    peer.process.kill(); // SIGKILL: no goodbye
     let killed = Instant::now();
     let terminated = probe
         .expect_msg(Duration::from_secs(10))
@@ -203,8 +144,7 @@ async fn a_restarted_peer_is_reached_again_under_a_new_incarnation() {
     assert_eq!(target.ask(Echo(1), T).await, Ok(1));
     let mut probe = Probe::<Terminated>::spawn(&a_system);
     probe.watch(&target);
-    first.child.start_kill().unwrap();
-    first.child.wait().await.unwrap();
+    first.process.kill();
     let second = start_peer(port).await;
     assert_ne!(
         second.incarnation, first.incarnation,
@@ -241,7 +181,7 @@ async fn a_peer_paused_past_the_detector_is_down_for_good_and_undeliverable_asks
     assert_eq!(target.ask(Echo(1), T).await, Ok(1));
     let mut probe = Probe::<Terminated>::spawn(&a_system);
     probe.watch(&target);
-    peer.pause().await;
+    peer.process.pause(T).await;
     // Asks sent while it is paused: some leave (they sit in the socket buffers), and once the
     // detector declares the peer down each gets an answer that says what is known.
     let asks: Vec<_> = (1..=300u64)
@@ -262,7 +202,7 @@ async fn a_peer_paused_past_the_detector_is_down_for_good_and_undeliverable_asks
             other => panic!("a paused peer cannot answer: {other:?}"),
         }
     }
-    peer.signal("-CONT");
+    peer.process.resume();
     // Down is final for that incarnation: old refs and new lookups alike are refused, never
     // answered by the process that woke up.
     assert!(matches!(

@@ -294,6 +294,53 @@ impl Child {
         let _ = self.child.wait();
     }
 
+    /// SIGSTOP; returns once the kernel shows the process stopped (waiting at most `within`).
+    ///
+    /// # Panics
+    ///
+    /// If the signal cannot be sent, or the process does not show stopped within `within`.
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe: the process stays stopped.
+    pub async fn pause(&self, within: std::time::Duration) {
+        self.signal(nix::sys::signal::Signal::SIGSTOP);
+        let stat = format!("/proc/{}/stat", self.id());
+        crate::eventually("the kernel shows it stopped", within, async || {
+            let text = std::fs::read_to_string(&stat).map_err(|e| e.to_string())?;
+            // The state follows the parenthesised command name.
+            match text.rsplit_once(") ") {
+                Some((_, state)) if state.starts_with('T') => Ok(()),
+                _ => Err(text),
+            }
+        })
+        .await;
+    }
+
+    /// SIGCONT: a paused process runs again.
+    ///
+    /// # Panics
+    ///
+    /// If the signal cannot be sent.
+    pub fn resume(&self) {
+        self.signal(nix::sys::signal::Signal::SIGCONT);
+    }
+
+    /// SIGTERM: what a supervisor sends to stop a process gracefully.
+    ///
+    /// # Panics
+    ///
+    /// If the signal cannot be sent.
+    pub fn terminate(&self) {
+        self.signal(nix::sys::signal::Signal::SIGTERM);
+    }
+
+    fn signal(&self, signal: nix::sys::signal::Signal) {
+        let pid = nix::unistd::Pid::from_raw(i32::try_from(self.id()).expect("a pid"));
+        nix::sys::signal::kill(pid, signal)
+            .unwrap_or_else(|e| panic!("{}: {signal} sent: {e}", self.name));
+    }
+
     /// Its exit status, if it has exited (without waiting).
     ///
     /// # Panics

@@ -878,10 +878,6 @@ impl MemberProcess {
         }
     }
 
-    pub fn pid(&self) -> nix::unistd::Pid {
-        nix::unistd::Pid::from_raw(i32::try_from(self.process.id()).unwrap())
-    }
-
     /// SIGKILL; returns the instant (`CLOCK_MONOTONIC`) just before it was sent. Returns once
     /// the process is reaped.
     pub async fn kill(&mut self) -> u64 {
@@ -906,33 +902,21 @@ impl MemberProcess {
     /// signal.
     pub async fn pause(&mut self) -> u64 {
         let at = mono_ns();
-        nix::sys::signal::kill(self.pid(), nix::sys::signal::Signal::SIGSTOP).expect("stop");
-        let stat = format!("/proc/{}/stat", self.pid());
-        rally_test::eventually("the kernel shows it stopped", T, async || {
-            let text = std::fs::read_to_string(&stat).expect("stat");
-            // The state follows the parenthesised command name.
-            let state = text.rsplit_once(") ").expect("a stat line").1;
-            if state.starts_with('T') {
-                Ok(())
-            } else {
-                Err(text)
-            }
-        })
-        .await;
+        self.process.pause(T).await;
         at
     }
 
     /// SIGTERM; returns the instant it was sent.
     pub fn terminate(&mut self) -> u64 {
         let at = mono_ns();
-        nix::sys::signal::kill(self.pid(), nix::sys::signal::Signal::SIGTERM).expect("term");
+        self.process.terminate();
         at
     }
 
     /// SIGCONT; returns the instant it was sent.
     pub fn resume(&mut self) -> u64 {
         let at = mono_ns();
-        nix::sys::signal::kill(self.pid(), nix::sys::signal::Signal::SIGCONT).expect("cont");
+        self.process.resume();
         at
     }
 }
