@@ -30,6 +30,7 @@
 //! ```
 
 use std::process::ExitCode;
+use std::sync::Arc;
 
 pub use libtest_mimic::Trial;
 
@@ -146,10 +147,18 @@ pub struct Child {
     facts: tokio::sync::mpsc::UnboundedReceiver<Fact>,
     /// Every fact read so far, in order of arrival.
     pub seen: Vec<Fact>,
+    /// Its last lines on stderr (its logs, a panic), for the message of a failed wait.
+    stderr: Arc<std::sync::Mutex<std::collections::VecDeque<String>>>,
+    /// Closed once its stderr has ended (read to its end).
+    stderr_ended: std::sync::mpsc::Receiver<()>,
 }
 
+/// Lines of a child's stderr kept for a failed wait's message.
+const STDERR_KEPT: usize = 40;
+
 impl Child {
-    /// Starts `command` with piped stdin and stdout.
+    /// Starts `command` with piped stdin, stdout and stderr. Its stderr is passed on to this
+    /// process's, and its last lines are kept for the message of a failed wait.
     ///
     /// # Panics
     ///
@@ -159,8 +168,27 @@ impl Child {
         let mut child = command
             .stdin(std::process::Stdio::piped())
             .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
             .spawn()
             .unwrap_or_else(|e| panic!("{name}: the process starts: {e}"));
+        let stderr = Arc::new(std::sync::Mutex::new(std::collections::VecDeque::new()));
+        let kept = Arc::clone(&stderr);
+        let errors = child.stderr.take().expect("piped");
+        let (ended, stderr_ended) = std::sync::mpsc::channel::<()>();
+        std::thread::spawn(move || {
+            let _ended = ended;
+            for line in std::io::BufReader::new(errors).lines() {
+                let Ok(line) = line else { break };
+                eprintln!("{line}");
+                let mut kept = kept
+                    .lock()
+                    .unwrap_or_else(std::sync::PoisonError::into_inner);
+                if kept.len() == STDERR_KEPT {
+                    kept.pop_front();
+                }
+                kept.push_back(line);
+            }
+        });
         let stdout = child.stdout.take().expect("piped");
         let (tx, facts) = tokio::sync::mpsc::unbounded_channel();
         let from = name.to_owned();
@@ -181,6 +209,8 @@ impl Child {
             child,
             facts,
             seen: Vec::new(),
+            stderr,
+            stderr_ended,
         }
     }
 
@@ -225,15 +255,23 @@ impl Child {
         .await;
         match found {
             Ok(Some(fact)) => fact,
-            Ok(None) => panic!(
-                "{}: exited before {what}; last facts: {:#?}",
-                self.name,
-                self.tail()
-            ),
+            Ok(None) => {
+                // Its stderr ends with it (a second at most: a process it started may hold it).
+                let _ = self
+                    .stderr_ended
+                    .recv_timeout(std::time::Duration::from_secs(1));
+                panic!(
+                    "{}: exited before {what}; last facts: {:#?}\nlast lines on its stderr: {:#?}",
+                    self.name,
+                    self.tail(),
+                    self.stderr_tail()
+                )
+            }
             Err(_) => panic!(
-                "{}: no {what} within {within:?}; last facts: {:#?}",
+                "{}: no {what} within {within:?}; last facts: {:#?}\nlast lines on its stderr: {:#?}",
                 self.name,
-                self.tail()
+                self.tail(),
+                self.stderr_tail()
             ),
         }
     }
@@ -286,6 +324,15 @@ impl Child {
                 n => format!("{line} (x{n})"),
             })
             .collect()
+    }
+
+    /// Its last lines on stderr, oldest first (at most 40).
+    pub fn stderr_tail(&self) -> Vec<String> {
+        let kept = self
+            .stderr
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        kept.iter().cloned().collect()
     }
 
     /// Kills the process (SIGKILL) and waits until it is gone.
@@ -398,7 +445,8 @@ mod tests {
         let mut command = std::process::Command::new("sh");
         command.args([
             "-c",
-            "echo '@@ 1 READY m1'; for i in 1 2 3; do echo '@@ 2 LOADED 40'; done; echo noise",
+            "echo '@@ 1 READY m1'; for i in 1 2 3; do echo '@@ 2 LOADED 40'; done; echo noise; \
+             echo 'member: the shutdown overran' >&2",
         ]);
         let mut child = Child::spawn("m1", command);
         let runtime = tokio::runtime::Builder::new_current_thread()
@@ -427,6 +475,10 @@ mod tests {
             "{message}"
         );
         assert!(message.contains("\"LOADED 40 (x3)\""), "{message}");
+        assert!(
+            message.contains("\"member: the shutdown overran\""),
+            "{message}"
+        );
         assert_eq!(child.tail(), ["READY m1", "LOADED 40 (x3)"]);
     }
 }
