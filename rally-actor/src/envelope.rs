@@ -341,9 +341,10 @@ where
 }
 
 /// [`handle_typed`] for a message that carries a request context or comes to an actor with a
-/// call filter that sees every message: the filters' `before`, the handler in the message's [`Scope`] (so that its
-/// sends carry the context and pass the filters' `on_send`), then their `after`. Apart from
-/// `handle_typed` so that a plain message's boxed future stays as small as it was.
+/// call filter that sees every message: the filters' `before`, the handler in the message's
+/// [`Scope`] (so that its sends carry the context and pass the filters' `on_send`), then their
+/// `after`. Apart from `handle_typed` so that a plain message's boxed future stays as small as
+/// it was.
 fn handle_filtered<'a, A, M>(
     msg: M,
     reply: ReplyTo<M::Reply>,

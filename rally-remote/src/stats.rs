@@ -80,11 +80,9 @@ impl RemoteStats {
             self.writer_wakeups as f64 / self.messages_sent as f64
         }
     }
-}
 
-impl RemoteStats {
     /// The figures of a node at `node` (its address) for the actor system's monitor, so that
-    /// observers (the Prometheus endpoint of `rally-metrics`, `rally top`) export them without
+    /// the metrics endpoint of `rally-metrics` (`/metrics`, `/report`) exports them without
     /// depending on this crate: `rally_remote_*`, each with the label `node`. Names and meaning
     /// are listed in `docs/tuning.md`.
     pub(crate) fn figures(&self, node: &str, out: &mut Vec<Figure>) {

@@ -253,27 +253,23 @@ impl Child {
             }
         })
         .await;
-        match found {
-            Ok(Some(fact)) => fact,
+        let why = match found {
+            Ok(Some(fact)) => return fact,
             Ok(None) => {
                 // Its stderr ends with it (a second at most: a process it started may hold it).
                 let _ = self
                     .stderr_ended
                     .recv_timeout(std::time::Duration::from_secs(1));
-                panic!(
-                    "{}: exited before {what}; last facts: {:#?}\nlast lines on its stderr: {:#?}",
-                    self.name,
-                    self.tail(),
-                    self.stderr_tail()
-                )
+                format!("exited before {what}")
             }
-            Err(_) => panic!(
-                "{}: no {what} within {within:?}; last facts: {:#?}\nlast lines on its stderr: {:#?}",
-                self.name,
-                self.tail(),
-                self.stderr_tail()
-            ),
-        }
+            Err(_) => format!("no {what} within {within:?}"),
+        };
+        panic!(
+            "{}: {why}; last facts: {:#?}\nlast lines on its stderr: {:#?}",
+            self.name,
+            self.tail(),
+            self.stderr_tail()
+        )
     }
 
     /// The first fact matching `wanted`, already read or still to come (waiting at most
