@@ -653,9 +653,10 @@ impl Cluster {
             bounded(ShutdownPhase::VirtualActors, Duration::ZERO, stop).await;
         }
         if let Some(node) = &self.node {
-            // `leave` returns by itself once its flush time is up: a connection to a member
-            // that is gone never drains, and is not worth the rest of the bound. A member that
-            // was downed has nobody left to tell.
+            // `leave` returns once every connection's queue is written, or has no connection
+            // to be written to (a member that is gone); the flush time bounds one that takes
+            // its bytes slowly (a member that stopped reading), which is not worth the rest of
+            // the bound. A member that was downed has nobody left to tell.
             let most = if *self.shared.downed.borrow() {
                 shutdown::LAST_PHASES_MIN
             } else {

@@ -465,7 +465,8 @@ impl RemoteNode {
     }
 
     /// Leaves gracefully: tells every peer, flushes what is queued (waiting at most `timeout`),
-    /// then stops accepting and connecting.
+    /// then stops accepting and connecting. A peer that could not be reached at the last
+    /// attempt is not waited for: what is queued for it is dropped.
     ///
     /// # Cancel safety
     ///
@@ -485,7 +486,7 @@ impl RemoteNode {
         while crate::now() < deadline
             && !associations
                 .iter()
-                .all(|a| a.lanes.iter().all(|l| l.is_drained()))
+                .all(|a| a.lanes.iter().all(|l| l.is_settled()))
         {
             tokio::time::sleep(Duration::from_millis(5)).await;
         }

@@ -175,6 +175,9 @@ struct LaneState {
     /// The writer task holds bytes taken from the lane that are not yet all on the socket:
     /// from handing over a batch (or the close) until it looks again, or its connection ends.
     writer_holds: bool,
+    /// The lane has no connection and waits before its next attempt to make one: what is
+    /// queued stays until that attempt, if the peer is back by then.
+    backing_off: bool,
     /// The read the queued batch waits for (a [`ReadHold`]'s id): a run that read woke
     /// opened the batch, and the read's release writes it. `None`: the writer task or a
     /// sender answers for what is queued.
@@ -233,6 +236,7 @@ impl OutboundLane {
                 unflushed: false,
                 broken: None,
                 writer_holds: false,
+                backing_off: false,
                 gate: None,
             }),
             socket: Mutex::new(None),
@@ -573,15 +577,24 @@ impl OutboundLane {
         self.wake_writer(parked);
     }
 
-    /// Whether every queued byte has been written (or dropped): none queued, none left by a
-    /// sender, and none in the writer task's hands (a batch it is still writing, or the close
-    /// it is still flushing).
-    pub(crate) fn is_drained(&self) -> bool {
+    /// Whether a leave has nothing more to wait for here: every queued byte has been written
+    /// (or dropped: none queued, none left by a sender, and none in the writer task's hands,
+    /// a batch it is still writing or the close it is still flushing), or the lane has no
+    /// connection and waits before trying again (the peer could not be reached at the last
+    /// attempt, so what is queued has nowhere to go now).
+    pub(crate) fn is_settled(&self) -> bool {
         let state = self.lock();
-        state.encoder.is_empty()
-            && state.leftover.is_empty()
-            && state.writing != Writing::Sender
-            && !state.writer_holds
+        state.backing_off
+            || (state.encoder.is_empty()
+                && state.leftover.is_empty()
+                && state.writing != Writing::Sender
+                && !state.writer_holds)
+    }
+
+    /// The lane's connection attempt failed (or its connection ended) and it waits before
+    /// the next one (`true`), or that wait is over (`false`).
+    pub(crate) fn set_backing_off(&self, backing_off: bool) {
+        self.lock().backing_off = backing_off;
     }
 
     /// Messages and replies queued since start.
@@ -1061,8 +1074,8 @@ mod tests {
         buf.len()
     }
 
-    /// A batch the writer task is still writing is not drained. `leave` stops the node's
-    /// connections once every lane is drained: before, a large reply taken by the writer but
+    /// A batch the writer task is still writing is not settled. `leave` stops the node's
+    /// connections once every lane is settled: before, a large reply taken by the writer but
     /// not yet all on the socket counted as drained, was cut off mid-frame, and its asker
     /// failed it as `OutcomeUnknown` (remote_messaging's leave test, about 1 run in 75).
     #[tokio::test(flavor = "current_thread")]
@@ -1081,7 +1094,7 @@ mod tests {
         })
         .unwrap();
         lane.close();
-        assert!(!lane.is_drained(), "queued");
+        assert!(!lane.is_settled(), "queued");
         let writer = tokio::spawn({
             let lane = lane.clone();
             async move { lane.write_to(Box::pin(ours)).await }
@@ -1089,12 +1102,33 @@ mod tests {
         // The writer takes the frame and writes what the pipe holds, then waits for room.
         let mut first = [0u8; 64];
         theirs.read_exact(&mut first).await.unwrap();
-        assert!(!lane.is_drained(), "the frame is still being written");
+        assert!(!lane.is_settled(), "the frame is still being written");
         let mut rest = Vec::new();
         theirs.read_to_end(&mut rest).await.unwrap(); // the writer lets go of the stream
         assert!(rest.len() > 4096 - 64);
         assert!(writer.await.unwrap().unwrap(), "the lane closed, flushed");
-        assert!(lane.is_drained());
+        assert!(lane.is_settled());
+    }
+
+    /// A lane without a connection, waiting before its next attempt, is settled with a frame
+    /// queued: a leave does not wait for a peer that could not be reached. Once it tries again
+    /// the frame counts again.
+    #[test]
+    fn a_lane_backing_off_is_settled_with_a_frame_queued() {
+        let lane = Arc::new(OutboundLane::new(
+            rally_wire::Lane::Control,
+            1 << 16,
+            1 << 20,
+        ));
+        lane.push_leave().unwrap();
+        assert!(!lane.is_settled(), "queued, and the lane is connecting");
+        lane.set_backing_off(true);
+        assert!(
+            lane.is_settled(),
+            "nobody to write it to until the next attempt"
+        );
+        lane.set_backing_off(false);
+        assert!(!lane.is_settled(), "trying again: the frame may still go");
     }
 
     /// A sender's write cut short by a full socket leaves the rest to the writer task; a frame
@@ -1303,7 +1337,7 @@ mod tests {
             before,
             "nothing was written"
         );
-        assert!(lane.is_drained());
+        assert!(lane.is_settled());
     }
 }
 

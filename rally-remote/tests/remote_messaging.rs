@@ -291,6 +291,36 @@ async fn graceful_leave_terminates_watchers_at_once() {
     );
 }
 
+/// A leave does not wait out its flush time for a peer that is gone: the lanes to it have no
+/// connection and back off between attempts, so what the leave queues for it (its notice) has
+/// nowhere to go, and waiting for their next attempt would only delay the leave. The peer
+/// here has been gone for some seconds, so the lanes' backoff has grown to seconds.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_leave_does_not_wait_for_a_peer_that_is_gone() {
+    let (_b_system, b) = target_node("b", config()).await;
+    let mut a_config = config();
+    a_config.max_reconnect_backoff = Duration::from_secs(600);
+    let (a_system, a) = client_node("a", a_config).await;
+    let target = a.lookup::<Target>(b.address(), "target");
+    assert_eq!(target.ask(Echo(1), T).await, Ok(1));
+    let mut probe = Probe::<Terminated>::spawn(&a_system);
+    probe.watch(&target);
+    // B leaves and stops listening: A's lanes to it find nobody at its address from now on.
+    b.leave(T).await;
+    drop(b);
+    probe.expect_msg(T).await.expect("A hears that B left");
+    // The attempts to reconnect back off 100 ms, 200 ms, 400 ms...: after six seconds the
+    // lanes wait seconds between two.
+    tokio::time::sleep(Duration::from_secs(6)).await;
+    let started = std::time::Instant::now();
+    let left = tokio::time::timeout(Duration::from_secs(3), a.leave(Duration::from_secs(60))).await;
+    assert!(
+        left.is_ok(),
+        "the leave waited for a peer that is gone (still waiting after {:?})",
+        started.elapsed()
+    );
+}
+
 /// A reply queued just before its node leaves reaches the asker: the leave notice, which
 /// travels on the control lane, does not overtake it on its ordinary lane (the asker would
 /// otherwise fail the ask as `OutcomeUnknown` while its reply is still on the way).

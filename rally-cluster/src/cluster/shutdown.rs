@@ -69,8 +69,8 @@ pub enum ShutdownError {
 }
 
 /// The longest the node phase waits for its connections' queues to be written: a member's
-/// last answers and leave messages take milliseconds on a live connection, and one to a peer
-/// that is gone never drains.
+/// last answers and leave messages take milliseconds on a live connection (one to a peer that
+/// is gone is not waited for), and a peer that stopped reading may never take them.
 pub(crate) const NODE_FLUSH: Duration = Duration::from_secs(2);
 
 /// The least time a phase that runs after the deadline gets: closing connections and stopping

@@ -140,12 +140,14 @@ pub(super) async fn run(node: Weak<NodeInner>, association: Arc<Association>, in
         }
         let dropped = lane.reset_after_disconnect();
         record_lost(&system, remote, dropped, "(queued for a lost connection)");
+        lane.set_backing_off(true);
         tokio::select! {
             () = tokio::time::sleep(backoff(attempt, max_backoff)) => attempt += 1,
             // The peer connected here: it listens now, whatever failed before.
             () = association.connect_now.notified() => attempt = 0,
             _ = shutdown.changed() => return,
         }
+        lane.set_backing_off(false);
     }
 }
 
