@@ -172,6 +172,10 @@ impl Receiver {
     /// # Panics
     ///
     /// When no loopback port is free, or outside a tokio runtime.
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel-safe: dropped before it returns, it leaves nothing listening.
     pub async fn start() -> Self {
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
             .await
@@ -185,6 +189,10 @@ impl Receiver {
     /// # Errors
     ///
     /// When `address` cannot be bound.
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel-safe: dropped before it returns, it leaves nothing listening.
     pub async fn counting(address: SocketAddr) -> std::io::Result<Self> {
         let listener = tokio::net::TcpListener::bind(address).await?;
         Ok(Self::serve(listener, false))

@@ -156,7 +156,12 @@ impl BlockOn for ActixSystem {
     }
 }
 
-/// Times `round_trips` sequential asks made by `ask_loop` (a task, not an actor).
+/// Times `ask_loop`, the sequential asks of a task (not an actor); an error if it takes more
+/// than `ROW_LIMIT`.
+///
+/// # Cancel safety
+///
+/// Dropping it drops `ask_loop` where it is: the asks it made so far are not waited for.
 pub async fn time_asks<F>(ask_loop: F) -> anyhow::Result<Duration>
 where
     F: Future<Output = anyhow::Result<()>>,
