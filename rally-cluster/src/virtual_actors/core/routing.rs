@@ -147,16 +147,21 @@ impl<T: Types> KindCore<T> {
 
     /// A call that reached this member after it stopped hosting. An ask is refused with
     /// `Stopped` (not handled: its sender routes it anew). A tell has no way back to its
-    /// sender: it is passed on to the member this one's view now routes it to. Only a call
-    /// from another member (one hop or more) restarts the quiet period: one from a sender here
-    /// takes no connection, and a sender that keeps asking must not keep the member from
-    /// draining.
+    /// sender. One from another member is passed on to the member this one's view now routes
+    /// it to, marked handed over (it may have been sent here while this member owned the
+    /// identity). One from a sender here goes there as any call does: marked handed over, it
+    /// would be queued ahead of the calls that reached the owner before it, and a sender's
+    /// later tell would be handled before its earlier one. Only a call from another member
+    /// (one hop or more) restarts the quiet period: one from a sender here takes no
+    /// connection, and a sender that keeps asking must not keep the member from draining.
     fn refuse_stopped(&mut self, identity: Arc<str>, call: T::Call, now: Instant) {
         if call.hops() > 0 {
             self.note_refused(now);
         }
         if call.deadline().is_some() {
             self.refuse(call, Refusal::Stopped);
+        } else if call.hops() == 0 {
+            self.route_call(identity, call, false, now);
         } else {
             self.pass_on(identity, call);
         }
