@@ -249,12 +249,15 @@ fn only_refusals_that_say_so_bring_a_call_back_to_be_sent_again() {
     }
 }
 
+/// A schedule's cluster once it has run: kept every promise, or broke one (the reason).
+type Scheduled = Result<Cluster, Box<(Cluster, String)>>;
+
 /// One random schedule of deposits (asks and tells), joins, graceful leaves, kills, pauses past
 /// the downing time, store outages, slow handlers, hooks that overrun, hooks that fail, lives
 /// that end by themselves, replies that cannot travel back, and members that join with other
 /// placement settings; then quiet until every deadline and timer has passed, and a deposit to
 /// every identity that must be served.
-fn schedule(seed: u64) -> Result<Cluster, Box<(Cluster, String)>> {
+fn schedule(seed: u64) -> Scheduled {
     let mut rng = StdRng::seed_from_u64(seed.wrapping_mul(0x9e37_79b9_7f4a_7c15));
     let hosts = rng.random_range(2..=3);
     let knobs = Knobs {
@@ -341,28 +344,21 @@ fn schedule(seed: u64) -> Result<Cluster, Box<(Cluster, String)>> {
     Ok(cluster)
 }
 
-/// The promises over many random schedules: `RALLY_SCHEDULES` of them (2,000 by default),
-/// from seed `RALLY_SCHEDULE_SEED` on (0 by default). A failing seed replays exactly.
-#[test]
-fn random_schedules_keep_every_promise() {
+/// Runs `schedule` for `RALLY_SCHEDULES` seeds (`default` of them when unset) from
+/// `RALLY_SCHEDULE_SEED` on (0), handing each cluster that kept the promises to `each`; a
+/// failing seed panics with its history and how to replay it. Returns how many ran.
+fn over_seeds(default: u64, schedule: fn(u64) -> Scheduled, mut each: impl FnMut(Cluster)) -> u64 {
     let count: u64 = std::env::var("RALLY_SCHEDULES")
         .ok()
         .and_then(|n| n.parse().ok())
-        .unwrap_or(2_000);
+        .unwrap_or(default);
     let first: u64 = std::env::var("RALLY_SCHEDULE_SEED")
         .ok()
         .and_then(|n| n.parse().ok())
         .unwrap_or(0);
-    let mut totals = (0, 0, 0, 0);
     for seed in first..first + count {
         match schedule(seed) {
-            Ok(cluster) => {
-                let (ok, handled_error, not_handled, unknown) = cluster.history.tally();
-                totals.0 += ok;
-                totals.1 += handled_error;
-                totals.2 += not_handled;
-                totals.3 += unknown;
-            }
+            Ok(cluster) => each(cluster),
             Err(failed) => {
                 let (cluster, broken) = *failed;
                 panic!(
@@ -373,6 +369,21 @@ fn random_schedules_keep_every_promise() {
             }
         }
     }
+    count
+}
+
+/// The promises over many random schedules: `RALLY_SCHEDULES` of them (2,000 by default),
+/// from seed `RALLY_SCHEDULE_SEED` on (0 by default). A failing seed replays exactly.
+#[test]
+fn random_schedules_keep_every_promise() {
+    let mut totals = (0, 0, 0, 0);
+    let count = over_seeds(2_000, schedule, |cluster| {
+        let (ok, handled_error, not_handled, unknown) = cluster.history.tally();
+        totals.0 += ok;
+        totals.1 += handled_error;
+        totals.2 += not_handled;
+        totals.3 += unknown;
+    });
     // The schedules did exercise every answer (a check that cannot fail would be worthless);
     // a replay of a few seeds need not.
     assert!(
@@ -393,7 +404,7 @@ const VIEWS_AGREE: Duration = Duration::from_millis(350);
 /// leaves, each given time to settle (every view agrees, every move ends) before the next,
 /// with deposits (asks and tells, from every member) a few milliseconds apart throughout, so
 /// that many are on their way while identities move; then quiet until every move has ended.
-fn order_schedule(seed: u64) -> Result<Cluster, Box<(Cluster, String)>> {
+fn order_schedule(seed: u64) -> Scheduled {
     let mut rng = StdRng::seed_from_u64(seed.wrapping_mul(0x2545_f491_4f6c_dd1d));
     let hosts = rng.random_range(2..=3);
     let mut cluster = Cluster::new(seed, hosts, 1, calm());
@@ -437,33 +448,13 @@ fn order_schedule(seed: u64) -> Result<Cluster, Box<(Cluster, String)>> {
 /// `RALLY_SCHEDULES` of them (500 by default), from seed `RALLY_SCHEDULE_SEED` on.
 #[test]
 fn joins_and_graceful_leaves_keep_each_senders_order() {
-    let count: u64 = std::env::var("RALLY_SCHEDULES")
-        .ok()
-        .and_then(|n| n.parse().ok())
-        .unwrap_or(500);
-    let first: u64 = std::env::var("RALLY_SCHEDULE_SEED")
-        .ok()
-        .and_then(|n| n.parse().ok())
-        .unwrap_or(0);
     let (mut compared, mut late, mut handed_over) = (0, 0, 0);
-    for seed in first..first + count {
-        match order_schedule(seed) {
-            Ok(cluster) => {
-                let (c, l) = cluster.history.check_order().expect("checked");
-                compared += c;
-                late += l;
-                handed_over += cluster.handed_over;
-            }
-            Err(failed) => {
-                let (cluster, broken) = *failed;
-                panic!(
-                    "seed {seed}: {broken}\nreplay: RALLY_SCHEDULE_SEED={seed} RALLY_SCHEDULES=1\n\
-                     history:\n{}",
-                    cluster.history.lines()
-                )
-            }
-        }
-    }
+    let count = over_seeds(500, order_schedule, |cluster| {
+        let (c, l) = cluster.history.check_order().expect("checked");
+        compared += c;
+        late += l;
+        handed_over += cluster.handed_over;
+    });
     eprintln!(
         "{count} schedules: {compared} applications compared with their sender's one before, \
          {late} passed on late, {handed_over} handed over"
