@@ -11,6 +11,10 @@ use rally::{Actor, ActorResult, ActorSystem, Context, Handler, Message};
 use rally_test::eventually;
 use serde::{Deserialize, Serialize};
 
+#[path = "support/http.rs"]
+mod http;
+use http::{Got, get};
+
 /// Bound on every wait: generous, since several builds share two cores.
 const T: Duration = Duration::from_secs(60);
 
@@ -38,26 +42,6 @@ impl Handler<Touch> for Cart {
     async fn handle(&mut self, _: Touch, _: &mut Context<Self>) -> ActorResult<()> {
         Ok(())
     }
-}
-
-/// `GET path`: the status and the body, off the runtime's threads.
-async fn get(addr: std::net::SocketAddr, path: &str) -> (u16, String) {
-    let url = format!("http://{addr}{path}");
-    tokio::task::spawn_blocking(move || {
-        let agent: ureq::Agent = ureq::Agent::config_builder()
-            .http_status_as_error(false)
-            .timeout_global(Some(Duration::from_secs(10)))
-            .build()
-            .into();
-        let mut response = agent.get(&url).call().expect("the dashboard answers");
-        let status = response.status().as_u16();
-        (
-            status,
-            response.body_mut().read_to_string().expect("a text body"),
-        )
-    })
-    .await
-    .expect("the request ran")
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -104,7 +88,9 @@ async fn the_dashboards_endpoints_answer_and_bad_listings_get_their_error() {
 
     // The page, once the first gathering has the kind.
     let page = eventually("the page shows the kind", T, async || {
-        let (status, page) = get(addr, "/").await;
+        let Got {
+            status, body: page, ..
+        } = get(addr, "/").await;
         assert_eq!(status, 200);
         if page.contains("data-kind=\"cart\"") {
             Ok(page)
@@ -114,12 +100,14 @@ async fn the_dashboards_endpoints_answer_and_bad_listings_get_their_error() {
     })
     .await;
     assert!(page.contains(&format!("data-member=\"{me}\"")), "{page}");
-    let (status, js) = get(addr, "/assets/uPlot.iife.min.js").await;
+    let Got {
+        status, body: js, ..
+    } = get(addr, "/assets/uPlot.iife.min.js").await;
     assert_eq!(status, 200);
     assert!(js.starts_with("/*! https://github.com/leeoniya/uPlot (v1.6.32) */"));
-    assert_eq!(get(addr, "/nothing-here").await.0, 404);
+    assert_eq!(get(addr, "/nothing-here").await.status, 404);
 
-    let (status, body) = get(addr, "/api/cluster").await;
+    let Got { status, body, .. } = get(addr, "/api/cluster").await;
     assert_eq!(status, 200);
     let view: rally::metrics::dashboard::ClusterView = serde_json::from_str(&body).unwrap();
     assert_eq!(view.members.len(), 1);
@@ -131,7 +119,7 @@ async fn the_dashboards_endpoints_answer_and_bad_listings_get_their_error() {
     let mut cursor = String::new();
     let mut pages = 0;
     loop {
-        let (status, body) = get(
+        let Got { status, body, .. } = get(
             addr,
             &format!("/api/active?kind=cart&limit=2&cursor={}", encode(&cursor)),
         )
@@ -163,7 +151,7 @@ async fn the_dashboards_endpoints_answer_and_bad_listings_get_their_error() {
         ),
         ("kind=cart&cursor=garbage", "not a listing cursor"),
     ] {
-        let (status, body) = get(addr, &format!("/api/active?{query}")).await;
+        let Got { status, body, .. } = get(addr, &format!("/api/active?{query}")).await;
         assert_eq!(status, 400, "{query}: {body}");
         assert!(body.contains(says), "{query}: {body}");
     }

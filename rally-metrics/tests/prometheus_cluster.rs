@@ -13,6 +13,10 @@ use rally::{Actor, ActorResult, ActorSystem, Context, Handler, Message};
 use rally_test::eventually;
 use serde::{Deserialize, Serialize};
 
+#[path = "support/http.rs"]
+mod http;
+use http::{Got, get, sample, scrape};
+
 /// Bound on every wait: generous, since several builds share two cores.
 const T: Duration = Duration::from_secs(60);
 
@@ -90,36 +94,10 @@ async fn member(seed: Option<&str>, idle: Option<Duration>) -> Member {
     }
 }
 
-/// `GET http://addr/path` with ureq on a blocking thread: the status and the body.
-async fn get(addr: std::net::SocketAddr, path: &str) -> (u16, String) {
-    let url = format!("http://{addr}{path}");
-    tokio::task::spawn_blocking(move || {
-        let agent: ureq::Agent = ureq::Agent::config_builder()
-            .http_status_as_error(false)
-            .timeout_global(Some(Duration::from_secs(5)))
-            .build()
-            .into();
-        let mut response = agent.get(&url).call().expect("the endpoint answers");
-        let body = response.body_mut().read_to_string().unwrap();
-        (response.status().as_u16(), body)
-    })
-    .await
-    .unwrap()
-}
-
-/// The value of the sample `name{labels}` in Prometheus text, if it is there.
-fn sample(text: &str, name: &str, labels: &str) -> Option<f64> {
-    let prefix = format!("{name}{{{labels}}} ");
-    text.lines()
-        .find_map(|line| line.strip_prefix(&prefix))
-        .map(|value| value.parse().expect("a number"))
-}
-
 /// Scrapes `/metrics` until `done` holds for the text (bounded by `T`); returns that text.
 async fn scrape_until(addr: std::net::SocketAddr, done: impl Fn(&str) -> bool) -> String {
     eventually("the scrape shows it", T, async || {
-        let (status, text) = get(addr, "/metrics").await;
-        assert_eq!(status, 200);
+        let text = scrape(addr).await;
         if done(&text) { Ok(text) } else { Err(text) }
     })
     .await
@@ -143,7 +121,7 @@ async fn grain_and_membership_figures_are_scraped_and_move_with_the_traffic() {
     let counter = format!("{me},kind=\"counter\"");
 
     // Before any message: the series exist, at zero.
-    let (_, before) = get(addr, "/metrics").await;
+    let before = get(addr, "/metrics").await.body;
     assert!(
         before.contains("# TYPE rally_grain_activations_total counter"),
         "{before}"
@@ -265,7 +243,9 @@ async fn grain_and_membership_figures_are_scraped_and_move_with_the_traffic() {
     assert_eq!(sample(&text, "rally_grain_active", &counter), Some(0.0));
 
     // The JSON report carries the same figures, counters with their rate.
-    let (status, json) = get(addr, "/report").await;
+    let Got {
+        status, body: json, ..
+    } = get(addr, "/report").await;
     assert_eq!(status, 200);
     let report: rally::metrics::PeriodReport = serde_json::from_str(&json).unwrap();
     let activations: Vec<_> = report

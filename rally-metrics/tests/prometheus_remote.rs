@@ -9,6 +9,10 @@ use rally::{Actor, ActorResult, ActorSystem, Context, Handler, Message};
 use rally_test::eventually;
 use serde::{Deserialize, Serialize};
 
+#[path = "support/http.rs"]
+mod http;
+use http::{sample, scrape};
+
 /// Bound on every wait: generous, since several builds share two cores.
 const T: Duration = Duration::from_secs(60);
 const ASKS: u64 = 500;
@@ -48,29 +52,6 @@ async fn node(name: &str) -> (ActorSystem, RemoteNode) {
     .await
     .expect("the node starts");
     (system, node)
-}
-
-/// `GET http://addr/metrics` with ureq on a blocking thread.
-async fn scrape(addr: std::net::SocketAddr) -> String {
-    let url = format!("http://{addr}/metrics");
-    tokio::task::spawn_blocking(move || {
-        let agent: ureq::Agent = ureq::Agent::config_builder()
-            .timeout_global(Some(Duration::from_secs(5)))
-            .build()
-            .into();
-        let mut response = agent.get(&url).call().expect("the endpoint answers");
-        response.body_mut().read_to_string().expect("a body")
-    })
-    .await
-    .expect("the scrape ran")
-}
-
-/// The value of the sample `name{labels}` in Prometheus text, if it is there.
-fn sample(text: &str, name: &str, labels: &str) -> Option<f64> {
-    let prefix = format!("{name}{{{labels}}} ");
-    text.lines()
-        .find_map(|line| line.strip_prefix(&prefix))
-        .map(|value| value.parse().expect("a number"))
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -5,6 +5,10 @@ use std::time::Duration;
 use rally_actor::{Actor, ActorResult, ActorSystem, Context, Handler, Message, Props};
 use rally_test::eventually;
 
+#[path = "support/http.rs"]
+mod http;
+use http::{Got, get};
+
 struct Echo;
 impl Actor for Echo {}
 struct Ping;
@@ -15,28 +19,6 @@ impl Handler<Ping> for Echo {
     async fn handle(&mut self, _: Ping, _: &mut Context<Self>) -> ActorResult<()> {
         Ok(())
     }
-}
-
-/// `GET http://addr/path` with ureq on a blocking thread: the status, the content type and the body.
-async fn get(addr: std::net::SocketAddr, path: &str) -> (u16, String, String) {
-    let url = format!("http://{addr}{path}");
-    tokio::task::spawn_blocking(move || {
-        let agent: ureq::Agent = ureq::Agent::config_builder()
-            .http_status_as_error(false)
-            .timeout_global(Some(Duration::from_secs(5)))
-            .build()
-            .into();
-        let mut response = agent.get(&url).call().expect("the endpoint answers");
-        let kind = response
-            .headers()
-            .get("content-type")
-            .map(|v| v.to_str().unwrap().to_owned())
-            .unwrap_or_default();
-        let body = response.body_mut().read_to_string().unwrap();
-        (response.status().as_u16(), kind, body)
-    })
-    .await
-    .unwrap()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -55,7 +37,11 @@ async fn metrics_are_scraped_over_http() {
     )
     .await
     .unwrap();
-    let (status, kind, metrics) = get(endpoint.local_addr(), "/metrics").await;
+    let Got {
+        status,
+        content_type: kind,
+        body: metrics,
+    } = get(endpoint.local_addr(), "/metrics").await;
     assert_eq!(status, 200);
     assert_eq!(kind, "text/plain; version=0.0.4");
     assert!(
@@ -70,7 +56,11 @@ async fn metrics_are_scraped_over_http() {
         "a period report with the actor",
         Duration::from_secs(10),
         async || {
-            let (status, kind, report) = get(endpoint.local_addr(), "/report").await;
+            let Got {
+                status,
+                content_type: kind,
+                body: report,
+            } = get(endpoint.local_addr(), "/report").await;
             assert_eq!((status, kind.as_str()), (200, "application/json"));
             let report: rally_metrics::PeriodReport = serde_json::from_str(&report).unwrap();
             if report.actors.iter().any(|a| a.path == "/user/echo") {
@@ -81,6 +71,6 @@ async fn metrics_are_scraped_over_http() {
         },
     )
     .await;
-    assert_eq!(get(endpoint.local_addr(), "/nope").await.0, 404);
+    assert_eq!(get(endpoint.local_addr(), "/nope").await.status, 404);
     system.shutdown().await.unwrap();
 }
