@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 use rally_state::{Claim, Epoch, StoreError};
 
 use super::slots::Slot;
-use super::{KindCore, LifeId, OpId, StoreAnswer, StoreRequest, Timer, Types, backoff};
+use super::{CallMeta, KindCore, LifeId, OpId, StoreAnswer, StoreRequest, Timer, Types, backoff};
 use crate::virtual_actors::outcome::Refusal;
 use crate::virtual_actors::ownership::{Holder, Route};
 use crate::virtual_actors::placement::Scope;
@@ -90,6 +90,9 @@ pub(super) struct Progress {
     gone_poll: Duration,
     /// Holders followed away or races lost.
     attempts: u32,
+    /// Whether the wait for a handover was lengthened once because calls the holder handed
+    /// over were waiting here.
+    lengthened: bool,
     /// Store failures in a row.
     failures: u32,
 }
@@ -167,6 +170,7 @@ impl<T: Types> KindCore<T> {
             poll: HANDOVER_POLL,
             gone_poll: HANDOVER_POLL,
             attempts: 0,
+            lengthened: false,
             failures: 0,
         };
         self.leases.insert(
@@ -294,6 +298,8 @@ impl<T: Types> KindCore<T> {
     fn held_by(&mut self, key: &LeaseKey, owner: &str, epoch: Epoch, now: Instant) {
         let decision = self.ownership.holder(owner, now);
         let still_ours = self.claim_still_ours(key);
+        let handed_over = self.holds_handed_over(key);
+        let lengthen = now + 2 * self.config.deactivation_timeout;
         let Some(Lease::Claiming {
             progress, attempt, ..
         }) = self.leases.get_mut(key)
@@ -301,6 +307,14 @@ impl<T: Types> KindCore<T> {
             unreachable!("checked by the caller")
         };
         let attempt = *attempt;
+        // Calls the holder handed over wait here: it is letting the scope go (it leaves the
+        // lease once this member confirmed them, or after the deactivation timeout), however
+        // long its last call took. Sent back to it now, they would come back behind the calls
+        // it handed over with them.
+        if handed_over && !progress.lengthened {
+            progress.lengthened = true;
+            progress.handover_until = progress.handover_until.max(lengthen);
+        }
         match decision {
             // The previous owner still serves the scope: with a placement that moves
             // identities, it is about to hand it over (it sees the change a moment later and
@@ -361,6 +375,17 @@ impl<T: Types> KindCore<T> {
                 );
             }
         }
+    }
+
+    /// Whether a call handed over by another member waits for the claim `key`.
+    fn holds_handed_over(&self, key: &LeaseKey) -> bool {
+        let Some(Lease::Claiming { waiters, .. }) = self.leases.get(key) else {
+            return false;
+        };
+        waiters.iter().any(|identity| {
+            matches!(self.slots.get(identity), Some(Slot::Claiming(queue))
+                if queue.iter().any(CallMeta::handed_over))
+        })
     }
 
     /// Whether the identities waiting on `key` are still placed here.

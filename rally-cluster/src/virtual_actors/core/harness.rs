@@ -180,6 +180,8 @@ pub(super) struct Knobs {
     pub(super) big_reply: f64,
     /// Probability an activation hook fails.
     pub(super) hook_fails: f64,
+    /// Probability a handler is slow (50–800 ms instead of under 3 ms).
+    pub(super) slow_calls: f64,
     /// Store latency, at most.
     pub(super) store_latency: Duration,
     /// Network latency, at most.
@@ -200,6 +202,7 @@ impl Default for Knobs {
             hook_overrun: 0.1,
             big_reply: 0.03,
             hook_fails: 0.02,
+            slow_calls: 0.05,
             store_latency: Duration::from_millis(4),
             net_latency: Duration::from_millis(3),
             config,
@@ -1084,7 +1087,7 @@ impl Cluster {
                 }
                 let l = self.members[m].lives.get_mut(&life).expect("alive");
                 l.busy = true;
-                let slow = self.rng.random_bool(0.05);
+                let slow = self.rng.random_bool(self.knobs.slow_calls);
                 let took = if slow {
                     self.rng
                         .random_range(Duration::from_millis(50)..Duration::from_millis(800))

@@ -145,19 +145,26 @@ impl<T: Types> KindCore<T> {
         });
     }
 
-    /// A call that reached this member after it stopped hosting. An ask is refused with
-    /// `Stopped` (not handled: its sender routes it anew). A tell has no way back to its
-    /// sender. One from another member is passed on to the member this one's view now routes
-    /// it to, marked handed over (it may have been sent here while this member owned the
-    /// identity). One from a sender here goes there as any call does: marked handed over, it
-    /// would be queued ahead of the calls that reached the owner before it, and a sender's
-    /// later tell would be handled before its earlier one. Only a call from another member
-    /// (one hop or more) restarts the quiet period: one from a sender here takes no
-    /// connection, and a sender that keeps asking must not keep the member from draining.
+    /// A call that reached this member after it stopped hosting. While a life of its identity
+    /// is still ending here, it waits in that slot behind the calls that reached this member
+    /// before it, and goes on with them to the next owner (refused or passed on at once, it
+    /// would reach the next owner ahead of them, and a sender's later call would be handled
+    /// before its earlier one). Otherwise an ask is refused with `Stopped` (not handled: its
+    /// sender routes it anew). A tell has no way back to its sender: one from another member
+    /// is passed on to the member this one's view now routes it to, marked handed over (it may
+    /// have been sent here while this member owned the identity); one from a sender here goes
+    /// there as any call does (marked handed over, it would be queued ahead of the calls that
+    /// reached the owner before it). Only a call from another member (one hop or more)
+    /// restarts the quiet period: one from a sender here takes no connection, and a sender
+    /// that keeps asking must not keep the member from draining.
     fn refuse_stopped(&mut self, identity: Arc<str>, call: T::Call, now: Instant) {
         if call.hops() > 0 {
             self.note_refused(now);
         }
+        let call = match self.queue_in_slot(&identity, call, now) {
+            Ok(()) => return,
+            Err(call) => call,
+        };
         if call.deadline().is_some() {
             self.refuse(call, Refusal::Stopped);
         } else if call.hops() == 0 {
