@@ -265,6 +265,8 @@ fn schedule(seed: u64) -> Scheduled {
         big_reply: rng.random_range(0.0..0.1),
         hook_fails: rng.random_range(0.0..0.05),
         slow_calls: rng.random_range(0.02..0.6),
+        store_latency: Duration::from_millis(rng.random_range(1..1500)),
+        net_latency: Duration::from_millis(rng.random_range(1..300)),
         ..Knobs::default()
     };
     let mut cluster = Cluster::new(seed, hosts, 1, knobs);
