@@ -157,14 +157,14 @@ impl CallFilter for TracingFilter {
         if handle.is_recording() {
             let message_type = call.message_type();
             handle.update_name(format!("handle {message_type}"));
-            let attributes = handle_attributes(call);
+            // The wait names its message and carries no attributes: they would repeat its
+            // sibling `handle`'s, and each attribute is copied and encoded again on export.
             if let Some(since) = call.waited().and_then(|w| now.checked_sub(w)) {
                 let mut wait = self.start("wait", SpanKind::Internal, &parent, Some(since));
                 wait.update_name(format!("wait {message_type}"));
-                wait.set_attributes(attributes.iter().cloned());
                 wait.end_with_timestamp(now);
             }
-            handle.set_attributes(attributes);
+            handle.set_attributes(handle_attributes(call));
         }
         let context = call.context().cloned().unwrap_or_default();
         call.set_context(context.with_traceparent(traceparent_of(handle.span_context())));

@@ -16,9 +16,10 @@
 //! | `wait <type>` | internal | the message's arrival | its handler's start | `send` |
 //! | `handle <type>` | consumer | the handler's start | its end | `send` |
 //!
-//! Each carries `rally.message.type` and where it went (`rally.target`) or who handled it
-//! (`rally.actor.path`), and for a virtual actor `rally.grain.kind` and
-//! `rally.grain.identity`. Each process's spans carry `service.name` and `rally.member`.
+//! `send` and `handle` carry `rally.message.type` and where it went (`rally.target`) or who
+//! handled it (`rally.actor.path`), and for a virtual actor `rally.grain.kind` and
+//! `rally.grain.identity`; `wait` only its name, its sibling `handle` having the rest. Each
+//! process's spans carry `service.name` and `rally.member`.
 //!
 //! # Example
 //!

@@ -197,6 +197,8 @@ async fn a_local_chain_is_one_trace_of_send_wait_and_handle_spans_linked_in_orde
             panic!("one wait for {}: {spans:#?}", send.name)
         };
         assert!(wait.name.starts_with("wait "), "{wait:?}");
+        // Its name says which message; what else there is to know is on its `handle`.
+        assert!(wait.attributes.is_empty(), "{wait:?}");
         assert!(send.start_ns <= wait.start_ns && wait.start_ns <= wait.end_ns);
         assert_eq!(
             wait.end_ns, handle.start_ns,
