@@ -202,6 +202,11 @@ impl Cluster {
         let local = Self::member_id(node).declaring(&config);
         // Before the provider dials the seeds: no refusal is missed.
         let refusals = SeedRefusals::watch(node, &config.seeds);
+        // The others send to a member that hosts kinds once they see it up, which can be
+        // before its virtual actors start: the tells that come meanwhile wait for them.
+        if !config.kinds.is_empty() {
+            node.hold_grain_tells();
+        }
         let mut cluster = Self::join_as(system, local, config, provider)?;
         cluster.refusals = refusals;
         cluster.node = Some(node.clone());

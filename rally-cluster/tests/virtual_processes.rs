@@ -50,8 +50,8 @@ fn main() -> std::process::ExitCode {
             a_graceful_leave_under_load_hands_over_the_singleton_and_fails_no_ask,
         ),
         trial(
-            "a_rolling_restart_of_every_host_under_load_fails_no_ask",
-            a_rolling_restart_of_every_host_under_load_fails_no_ask,
+            "a_rolling_restart_of_every_host_under_load_fails_no_ask_and_loses_no_tell",
+            a_rolling_restart_of_every_host_under_load_fails_no_ask_and_loses_no_tell,
         ),
         trial(
             "a_member_killed_and_started_again_on_its_address_joins_stays_up_and_serves",
@@ -489,9 +489,10 @@ async fn a_graceful_leave_under_load_hands_over_the_singleton_and_fails_no_ask()
 /// A deployment of a new build, one member at a time: each of three hosting processes in turn
 /// is sent SIGTERM (`shutdown_on_sigterm`: it leaves gracefully and exits 0) and started again
 /// on its address once the others removed it, while a client asks 30 identities in rounds (each
-/// ask bounded by 1 s). No ask fails from the first SIGTERM to three rounds after the last
-/// member is back: every identity moved off each leaving member and back onto its next life.
-async fn a_rolling_restart_of_every_host_under_load_fails_no_ask() {
+/// ask bounded by 1 s) and sends 30 others numbered tells, pipelined. No ask fails from the
+/// first SIGTERM to three rounds after the last member is back, each new life serves
+/// identities again, and every tell is handled, in the order sent.
+async fn a_rolling_restart_of_every_host_under_load_fails_no_ask_and_loses_no_tell() {
     let (_dir, db) = shared_store("rolling");
     let ports = free_ports(4);
     let specs: Vec<(String, Spec, Option<String>)> = ["h0", "h1", "h2", "client"]
@@ -509,6 +510,7 @@ async fn a_rolling_restart_of_every_host_under_load_fails_no_ask() {
     let (mut members, _) = start_cluster(&specs).await;
     let client = 3;
     members[client].send("load rr 30");
+    members[client].send("tell rt 30");
     // Warm-up rounds, until one round has no failure (the first activations).
     loop {
         let round = members[client]
@@ -519,6 +521,7 @@ async fn a_rolling_restart_of_every_host_under_load_fails_no_ask() {
         }
     }
     let first_sigterm = rally_test::harness::mono_ns();
+    let mut disorder: Vec<Fact> = Vec::new();
     for i in 0..3 {
         let old = members[i].member().to_owned();
         let sigterm = members[i].terminate();
@@ -547,6 +550,14 @@ async fn a_rolling_restart_of_every_host_under_load_fails_no_ask() {
         eprintln!(
             "OBSERVED {old} sent SIGTERM, back as {new} {:.0} ms later",
             ms(rally_test::harness::mono_ns() - sigterm)
+        );
+        // What the old life reported before it exited (`exited` read all of it).
+        disorder.extend(
+            members[i]
+                .seen
+                .iter()
+                .filter(|o| o.word == "DISORDER")
+                .cloned(),
         );
         members[i] = restarted;
     }
@@ -584,6 +595,34 @@ async fn a_rolling_restart_of_every_host_under_load_fails_no_ask() {
         let (_, _, active) = stats(&host.expect("its figures", |o| o.word == "STATS").await);
         assert!(active > 0, "{} serves none of the identities", host.name);
     }
+    // The tells: an ask from the same sender after the last of them is handled after all of
+    // them, so each count is the last number if none was lost or overtaken.
+    members[client].send("untell");
+    let told = members[client]
+        .expect("the tells stopped", |o| o.word == "TOLD")
+        .await;
+    let told: u64 = told.args[0].parse().unwrap();
+    for i in 0..30 {
+        members[client].send(&format!("ask rt-{i} 0"));
+    }
+    for i in 0..30 {
+        let identity = format!("rt-{i}");
+        let reply = members[client]
+            .find("a count", |o| {
+                (o.word == "REPLY" || o.word == "ASKERR") && o.args[0] == identity
+            })
+            .await;
+        assert_eq!(
+            (reply.word.as_str(), reply.args[1].as_str()),
+            ("REPLY", told.to_string().as_str()),
+            "{identity}: every number handled, the last one last"
+        );
+    }
+    for member in &mut members {
+        member.drain();
+        disorder.extend(member.seen.iter().filter(|o| o.word == "DISORDER").cloned());
+    }
+    assert!(disorder.is_empty(), "{disorder:?}");
 }
 
 /// Defect 10: a member killed and started again on its address (the same binary, as a new

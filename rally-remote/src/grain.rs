@@ -393,6 +393,29 @@ impl RemoteNode {
         self.inner.set_grain_service(service);
     }
 
+    /// Keeps the grain tells that reach this node before its virtual-actor runtime serves it,
+    /// and hands them to the runtime in the order they came once [`serve_grains`] installs it;
+    /// past 4,096 more are dropped (counted as unknown recipients). A member's
+    /// peers send to it as soon as they see it up, which can be before its runtime started;
+    /// without this, a tell that came then was lost (an ask is answered "not handled", and its
+    /// sender sends it again). `Cluster::join` calls it for a member that hosts kinds. Does
+    /// nothing once a runtime was installed.
+    ///
+    /// [`serve_grains`]: Self::serve_grains
+    ///
+    /// # Example
+    ///
+    /// ```no_run
+    /// # use rally::remote::RemoteNode;
+    /// fn joining(node: &RemoteNode) {
+    ///     // Before the cluster is joined; the runtime installed later gets what came meanwhile.
+    ///     node.hold_grain_tells();
+    /// }
+    /// ```
+    pub fn hold_grain_tells(&self) {
+        self.inner.hold_grain_tells();
+    }
+
     /// The way to `node`'s virtual-actor runtime, for the life of `node` this node knows now.
     ///
     /// # Example
@@ -404,6 +427,66 @@ impl RemoteNode {
         GrainPeer {
             association,
             generation,
+        }
+    }
+}
+
+/// How many grain tells a node keeps for a runtime that has not started
+/// ([`RemoteNode::hold_grain_tells`]).
+pub(crate) const HELD_TELLS_MAX: usize = 4096;
+
+/// The grain tells a node keeps until its virtual-actor runtime is installed.
+#[derive(Default)]
+pub(crate) struct HeldTells(std::collections::VecDeque<HeldTell>);
+
+/// A grain tell as it arrived, owned.
+struct HeldTell {
+    from: UniqueAddress,
+    kind: Box<str>,
+    manifest: Option<Box<str>>,
+    identity: Box<str>,
+    hops: u8,
+    flags: GrainFlags,
+    context: Option<RequestContext>,
+    payload: Box<[u8]>,
+}
+
+impl HeldTells {
+    /// Keeps `request` from `from`; `false` when as many as are kept are held already.
+    pub(crate) fn keep(&mut self, from: &UniqueAddress, request: &GrainRequest<'_>) -> bool {
+        if self.0.len() >= HELD_TELLS_MAX {
+            return false;
+        }
+        self.0.push_back(HeldTell {
+            from: from.clone(),
+            kind: request.kind.into(),
+            manifest: request.manifest.map(Into::into),
+            identity: request.identity.into(),
+            hops: request.hops,
+            flags: request.flags,
+            context: request.context.cloned(),
+            payload: request.payload.into(),
+        });
+        true
+    }
+
+    /// Hands every tell to `service`, in the order they came (dropped if it is gone already).
+    pub(crate) fn hand_to(self, service: &Weak<dyn GrainService>) {
+        let Some(service) = service.upgrade() else {
+            return;
+        };
+        for tell in self.0 {
+            let request = GrainRequest {
+                kind: &tell.kind,
+                manifest: tell.manifest.as_deref(),
+                identity: &tell.identity,
+                hops: tell.hops,
+                wait: None,
+                flags: tell.flags,
+                context: tell.context.as_ref(),
+                payload: &tell.payload,
+            };
+            service.request(&tell.from, request, None);
         }
     }
 }

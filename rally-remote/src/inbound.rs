@@ -54,6 +54,10 @@ pub(crate) trait ReadContext: Send + Sync + 'static {
     /// What serves grain requests now (weakly: a connection keeps no service alive), with the
     /// version it was read at.
     fn grain_service(&self) -> (u64, Option<Weak<dyn GrainService>>);
+    /// Keeps a grain tell that found no service, to hand it to the one installed next;
+    /// `false` when this node does not (then a service may have been installed meanwhile).
+    fn hold_grain_tell(&self, from: &rally_wire::UniqueAddress, request: &GrainRequest<'_>)
+    -> bool;
     /// The peer `node` did not deliver a message this node sent to `recipient` there (its
     /// manifest `manifest`): nobody is exposed under that name.
     fn undelivered(&self, node: &NodeAddress, recipient: &str, manifest: &str);
@@ -346,27 +350,41 @@ impl<C: ReadContext> Connection<C> {
                 payload,
             } => {
                 let context = context.as_ref().map(crate::context::read);
+                let request = GrainRequest {
+                    kind,
+                    manifest,
+                    identity,
+                    hops,
+                    wait: (wait_ms > 0).then(|| std::time::Duration::from_millis(wait_ms)),
+                    flags,
+                    context: context.as_ref(),
+                    payload,
+                };
                 let version = node.grains_version();
                 if !matches!(grains, Some((seen, _)) if *seen == version) {
                     *grains = Some(node.grain_service());
                 }
-                let service = grains
-                    .as_ref()
-                    .and_then(|(_, service)| service.as_ref())
-                    .and_then(Weak::upgrade);
-                match service {
+                let service = |grains: &Option<(u64, Option<Weak<dyn GrainService>>)>| {
+                    grains
+                        .as_ref()
+                        .and_then(|(_, service)| service.as_ref())
+                        .and_then(Weak::upgrade)
+                };
+                let mut found = service(grains);
+                // A tell that comes before the node's virtual-actor runtime starts is kept for
+                // it, if the node holds them; if it stopped holding meanwhile, the runtime
+                // has just been installed.
+                if found.is_none() && request_id == 0 {
+                    if node.hold_grain_tell(&peer.peer, &request) {
+                        return Ok(());
+                    }
+                    *grains = Some(node.grain_service());
+                    found = service(grains);
+                }
+                match found {
                     Some(service) => service.request(
                         &peer.peer,
-                        GrainRequest {
-                            kind,
-                            manifest,
-                            identity,
-                            hops,
-                            wait: (wait_ms > 0).then(|| std::time::Duration::from_millis(wait_ms)),
-                            flags,
-                            context: context.as_ref(),
-                            payload,
-                        },
+                        request,
                         (request_id != 0).then(|| {
                             GrainReplyTo::new(ReplyRoute::new(
                                 association.reply_lane(peer.lane).clone(),
@@ -557,6 +575,14 @@ mod tests {
 
         fn grain_service(&self) -> (u64, Option<std::sync::Weak<dyn crate::grain::GrainService>>) {
             (0, None)
+        }
+
+        fn hold_grain_tell(
+            &self,
+            _from: &UniqueAddress,
+            _request: &crate::grain::GrainRequest<'_>,
+        ) -> bool {
+            false
         }
 
         fn undelivered(&self, _node: &NodeAddress, _recipient: &str, _manifest: &str) {

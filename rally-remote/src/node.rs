@@ -102,6 +102,9 @@ pub(crate) struct NodeInner {
     /// (connections keep the one they found while the count holds).
     grains: RwLock<Option<Weak<dyn crate::grain::GrainService>>>,
     grains_version: AtomicU64,
+    /// Grain tells kept until a service is installed ([`RemoteNode::hold_grain_tells`]);
+    /// `None` when this node does not hold them.
+    held_tells: Mutex<Option<crate::grain::HeldTells>>,
 }
 
 struct ExposedEntry {
@@ -224,6 +227,7 @@ impl RemoteNode {
             events: broadcast::channel(PEER_EVENTS_CAPACITY).0,
             grains: RwLock::new(None),
             grains_version: AtomicU64::new(0),
+            held_tells: Mutex::new(None),
         });
         tracing::info!(address = %inner.local.address, "remote node listening");
         // Its figures go to the system's metrics endpoint for as long as it lives.
@@ -541,9 +545,37 @@ impl NodeInner {
 
     /// The version of the exposed names (changes on every expose and unexpose).
     /// Installs what serves grain requests (see [`RemoteNode::serve_grains`]).
+    /// The tells held until now go to it first, in the order they came (under the lock a
+    /// connection takes to hold one, so none is held after they were handed over).
     pub(crate) fn set_grain_service(&self, service: Weak<dyn crate::grain::GrainService>) {
+        let mut held = self.held_tells.lock();
+        if let Some(tells) = held.take() {
+            tells.hand_to(&service);
+        }
         *self.grains.write() = Some(service);
         self.grains_version.fetch_add(1, Ordering::Release);
+    }
+
+    /// Starts holding the grain tells that arrive while no service is installed.
+    pub(crate) fn hold_grain_tells(&self) {
+        if self.grains.read().is_none() {
+            self.held_tells
+                .lock()
+                .get_or_insert_with(crate::grain::HeldTells::default);
+        }
+    }
+
+    /// Keeps a grain tell that found no service; `false` if this node does not hold them (or
+    /// holds as many as it keeps): then the caller looks for a service again.
+    pub(crate) fn hold_grain_tell(
+        &self,
+        from: &UniqueAddress,
+        request: &crate::grain::GrainRequest<'_>,
+    ) -> bool {
+        self.held_tells
+            .lock()
+            .as_mut()
+            .is_some_and(|held| held.keep(from, request))
     }
 
     /// What serves grain requests now (held weakly: a dropped service serves no more), and the
@@ -803,6 +835,14 @@ impl crate::inbound::ReadContext for NodeInner {
 
     fn grain_service(&self) -> (u64, Option<Weak<dyn crate::grain::GrainService>>) {
         NodeInner::grain_service(self)
+    }
+
+    fn hold_grain_tell(
+        &self,
+        from: &UniqueAddress,
+        request: &crate::grain::GrainRequest<'_>,
+    ) -> bool {
+        NodeInner::hold_grain_tell(self, from, request)
     }
 
     fn undelivered(&self, node: &NodeAddress, recipient: &str, manifest: &str) {

@@ -1,7 +1,8 @@
 //! Grain requests between two nodes over real loopback TCP: the frame kind the virtual-actor
 //! runtime sends, and what its sender learns of each — a reply, a reply too large for a frame
 //! (handled, its reply lost), a node with no grain service (not handled), a reply dropped
-//! unanswered, and a node that goes away while the request is with it (unknown).
+//! unanswered, and a node that goes away while the request is with it (unknown); tells that
+//! come before a node's grain service is installed, kept for it when the node holds them.
 
 #[path = "support/nodes.rs"]
 mod nodes;
@@ -247,6 +248,88 @@ async fn a_node_with_no_grain_service_refuses_requests_as_not_handled() {
         ask(&peer, b"echo").await,
         Learned::Replied(GrainOutcome::UNREACHABLE, _)
     ));
+}
+
+/// Records the payloads of the tells it serves, in the order served.
+#[derive(Default)]
+struct Recorder(Mutex<Vec<Vec<u8>>>);
+
+impl GrainService for Recorder {
+    fn request(&self, _: &UniqueAddress, request: GrainRequest<'_>, reply: Option<GrainReplyTo>) {
+        assert!(reply.is_none(), "only tells here");
+        self.0.lock().unwrap().push(request.payload.to_vec());
+    }
+}
+
+/// Sends tells `from..to` (each its number as payload) to one identity, then an ask to the
+/// same identity: once its answer is back, the tells reached the node (one lane, in order).
+async fn tells_then_a_barrier(peer: &GrainPeer, numbers: std::ops::Range<u32>) -> Learned {
+    let mut tell = send("a-1");
+    tell.wait = None;
+    for n in numbers {
+        peer.tell(&tell, |buf| {
+            buf.extend_from_slice(&n.to_le_bytes());
+            Ok(())
+        })
+        .unwrap();
+    }
+    ask(peer, b"barrier").await
+}
+
+/// A member's peers send to it as soon as they see it up, which can be before its virtual-actor
+/// runtime is installed: a node that holds grain tells keeps the ones that come meanwhile and
+/// hands them to the runtime, in order, when it is installed; asks are still refused as not
+/// handled (their senders send them again). A node that does not hold them drops them, counted
+/// as unknown recipients (what every node did before: a rolling restart lost tells so).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tells_that_come_before_the_grain_service_wait_for_it_when_the_node_holds_them() {
+    for holds in [true, false] {
+        let (_b_system, b) = client_node("b", small_frames()).await;
+        if holds {
+            b.hold_grain_tells();
+        }
+        let (_a_system, a) = client_node("a", small_frames()).await;
+        let peer = a.grain_peer(b.address());
+        let barrier = tells_then_a_barrier(&peer, 0..100).await;
+        assert!(
+            matches!(barrier, Learned::Replied(GrainOutcome::UNREACHABLE, _)),
+            "an ask is refused as before: {barrier:?}"
+        );
+        let recorder = Arc::new(Recorder::default());
+        let service: Arc<dyn GrainService> = recorder.clone();
+        b.serve_grains(Arc::downgrade(&service));
+        // Once installed, tells go straight to it, after the held ones.
+        let mut tell = send("a-1");
+        tell.wait = None;
+        peer.tell(&tell, |buf| {
+            buf.extend_from_slice(&100u32.to_le_bytes());
+            Ok(())
+        })
+        .unwrap();
+        rally_test::eventually("the last tell is served", T, async || {
+            recorder.0.lock().unwrap().last() == Some(&100u32.to_le_bytes().to_vec())
+        })
+        .await;
+        let served: Vec<u32> = recorder
+            .0
+            .lock()
+            .unwrap()
+            .iter()
+            .map(|p| u32::from_le_bytes(p.as_slice().try_into().unwrap()))
+            .collect();
+        let unknown = b.stats().unknown_recipient;
+        if holds {
+            assert_eq!(
+                served,
+                (0..=100).collect::<Vec<_>>(),
+                "every tell, in order"
+            );
+            assert_eq!(unknown, 1, "only the ask found no recipient");
+        } else {
+            assert_eq!(served, [100], "the tells before the service were dropped");
+            assert_eq!(unknown, 101, "and counted");
+        }
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
