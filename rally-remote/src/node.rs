@@ -543,7 +543,6 @@ impl NodeInner {
         matches
     }
 
-    /// The version of the exposed names (changes on every expose and unexpose).
     /// Installs what serves grain requests (see [`RemoteNode::serve_grains`]).
     /// The tells held until now go to it first, in the order they came (under the lock a
     /// connection takes to hold one, so none is held after they were handed over).
@@ -556,12 +555,12 @@ impl NodeInner {
         self.grains_version.fetch_add(1, Ordering::Release);
     }
 
-    /// Starts holding the grain tells that arrive while no service is installed.
+    /// Starts holding the grain tells that arrive while no service is installed (none once
+    /// one was: the locks in the order `set_grain_service` takes them).
     pub(crate) fn hold_grain_tells(&self) {
+        let mut held = self.held_tells.lock();
         if self.grains.read().is_none() {
-            self.held_tells
-                .lock()
-                .get_or_insert_with(crate::grain::HeldTells::default);
+            held.get_or_insert_with(crate::grain::HeldTells::default);
         }
     }
 
