@@ -327,6 +327,101 @@ async fn across_processes_one_hop_then_a_kill_reactivates_elsewhere_after_the_bo
     assert!(checked >= 20 + owned_by_a.len(), "{lives:?}");
 }
 
+/// Three hosting members (`h0`, `h1`, `h2`) and a client that hosts nothing, on one shared
+/// store; the first `seeds` of them are the seeds, and `host` shapes the hosts' specs further.
+fn hosts_and_a_client(
+    db: &std::path::Path,
+    seeds: usize,
+    host: impl Fn(&mut Spec),
+) -> Vec<(String, Spec, Option<String>)> {
+    let ports = free_ports(4);
+    ["h0", "h1", "h2", "client"]
+        .iter()
+        .zip(&ports)
+        .map(|(name, port)| {
+            let mut spec = Spec::new(*port, &ports[..seeds]);
+            spec.db = Some(db.to_owned());
+            if *name != "client" {
+                spec.hosts_grains = true;
+                host(&mut spec);
+            }
+            ((*name).to_owned(), spec, None)
+        })
+        .collect()
+}
+
+/// The client's load: 30 identities `<asks>-i` asked in rounds (1 s per ask, a `LOADED`
+/// fact with the round's failures), and 30 others `<tells>-i` sent numbered tells every
+/// 20 ms. Returns after the first round with no failure (the first activations are done).
+async fn start_load(client: &mut MemberProcess, asks: &str, tells: &str) {
+    client.send(&format!("load {asks} 30"));
+    client.send(&format!("tell {tells} 30"));
+    loop {
+        let round = client.expect("a load round", |o| o.word == "LOADED").await;
+        if round.args[0] == "0" {
+            break;
+        }
+    }
+}
+
+/// Waits for three whole rounds of load after `until`; returns the failures of each round
+/// that ended after `from`.
+async fn rounds_of_load(client: &mut MemberProcess, from: u64, until: u64) -> (Vec<u64>, u64) {
+    let mut after = 0;
+    while after < 3 {
+        let round = client.expect("a load round", |o| o.word == "LOADED").await;
+        if round.at > until {
+            after += 1;
+        }
+    }
+    let rounds: Vec<u64> = client
+        .seen
+        .iter()
+        .filter(|o| o.word == "LOADED" && o.at > from)
+        .map(|o| o.args[0].parse().unwrap())
+        .collect();
+    let failed = rounds.iter().sum();
+    (rounds, failed)
+}
+
+/// Stops the tells to `<tells>-i` and asks each identity its count: an ask from the same
+/// sender after the last tell is handled after all of them, so each count is the last number
+/// sent if none was lost or overtaken.
+async fn every_tell_handled_last_one_last(client: &mut MemberProcess, tells: &str) {
+    client.send("untell");
+    let told = client
+        .expect("the tells stopped", |o| o.word == "TOLD")
+        .await;
+    let told = &told.args[0];
+    for i in 0..30 {
+        client.send(&format!("ask {tells}-{i} 0"));
+    }
+    for i in 0..30 {
+        let identity = format!("{tells}-{i}");
+        let reply = client
+            .find("a count", |o| {
+                (o.word == "REPLY" || o.word == "ASKERR") && o.args[0] == identity
+            })
+            .await;
+        assert_eq!(
+            (reply.word.as_str(), &reply.args[1]),
+            ("REPLY", told),
+            "{identity}: every number handled, the last one last"
+        );
+    }
+}
+
+/// The numbers a member's lives handled out of order (or after a gap), as reported.
+fn out_of_order(member: &mut MemberProcess) -> Vec<Fact> {
+    member.drain();
+    member
+        .seen
+        .iter()
+        .filter(|o| o.word == "DISORDER")
+        .cloned()
+        .collect()
+}
+
 /// A graceful leave under load: the oldest member (the singleton's host, holding some of the
 /// identities a client keeps asking) leaves. The others see it leaving and removed, never
 /// down; the singleton starts on the next oldest only after the leaver's stopped; and not one
@@ -334,34 +429,13 @@ async fn across_processes_one_hop_then_a_kill_reactivates_elsewhere_after_the_bo
 /// the leaver after it stopped hosting is routed anew).
 async fn a_graceful_leave_under_load_hands_over_the_singleton_and_fails_no_ask() {
     let (_dir, db) = shared_store("leave");
-    let ports = free_ports(4);
-    let specs: Vec<(String, Spec, Option<String>)> = ["h0", "h1", "h2", "client"]
-        .iter()
-        .zip(&ports)
-        .map(|(name, port)| {
-            let mut spec = Spec::new(*port, &ports[..1]);
-            spec.hosts_grains = *name != "client";
-            spec.singleton = *name != "client";
-            spec.db = Some(db.clone());
-            ((*name).to_owned(), spec, None)
-        })
-        .collect();
+    let specs = hosts_and_a_client(&db, 1, |spec| spec.singleton = true);
     let (mut members, _) = start_cluster(&specs).await;
     let (leaver, leaver_id, stayers) = singleton_on_oldest(&mut members[..3]).await;
     // Load: 30 identities (about a third held by the leaver), asked in rounds; and 30 others
     // sent numbered tells, pipelined.
     let client = 3;
-    members[client].send("load lv 30");
-    members[client].send("tell tl 30");
-    // Warm-up rounds, until one round has no failure (the first activations).
-    loop {
-        let round = members[client]
-            .expect("a load round", |o| o.word == "LOADED")
-            .await;
-        if round.args[0] == "0" {
-            break;
-        }
-    }
+    start_load(&mut members[client], "lv", "tl").await;
 
     members[leaver].send("leave");
     let left_at = rally_test::harness::mono_ns();
@@ -386,69 +460,22 @@ async fn a_graceful_leave_under_load_hands_over_the_singleton_and_fails_no_ask()
         .await;
     // Three more whole rounds after everyone saw the leave.
     let removed_seen = rally_test::harness::mono_ns();
-    let mut rounds_after = 0;
-    while rounds_after < 3 {
-        let round = members[client]
-            .expect("a load round", |o| o.word == "LOADED")
-            .await;
-        if round.at > removed_seen {
-            rounds_after += 1;
-        }
-    }
-    let failed: u64 = members[client]
-        .seen
-        .iter()
-        .filter(|o| o.word == "LOADED" && o.at > left_at)
-        .map(|o| o.args[0].parse::<u64>().unwrap())
-        .sum();
-    let rounds = members[client]
-        .seen
-        .iter()
-        .filter(|o| o.word == "LOADED" && o.at > left_at)
-        .count();
+    let (rounds, failed) = rounds_of_load(&mut members[client], left_at, removed_seen).await;
     eprintln!(
         "OBSERVED graceful leave under load: the leaver stopped {:.0} ms after `leave`, the \
-         singleton started on the next oldest {:.0} ms after; {rounds} rounds of 30 asks since \
+         singleton started on the next oldest {:.0} ms after; {} rounds of 30 asks since \
          the leave, {failed} failed",
         ms(stopped.at - left_at),
-        ms(started.at.saturating_sub(stopped.at))
+        ms(started.at.saturating_sub(stopped.at)),
+        rounds.len()
     );
-    assert_eq!(failed, 0, "no ask failed across a graceful leave");
-    // The tells: an ask from the same sender after the last of them is handled after all of
-    // them, so each count is the last number if none was lost.
-    members[client].send("untell");
-    let told = members[client]
-        .expect("the tells stopped", |o| o.word == "TOLD")
-        .await;
-    let told: u64 = told.args[0].parse().unwrap();
-    for i in 0..30 {
-        members[client].send(&format!("ask tl-{i} 0"));
-    }
-    for i in 0..30 {
-        let identity = format!("tl-{i}");
-        let reply = members[client]
-            .find("a count", |o| {
-                (o.word == "REPLY" || o.word == "ASKERR") && o.args[0] == identity
-            })
-            .await;
-        assert_eq!(
-            reply.args,
-            [identity, told.to_string()]
-                .into_iter()
-                .chain(reply.args[2..].iter().cloned())
-                .collect::<Vec<_>>(),
-            "every number handled"
-        );
-    }
-    for member in members.iter_mut() {
-        member.drain();
-        let disorder: Vec<&Fact> = member
-            .seen
-            .iter()
-            .filter(|o| o.word == "DISORDER")
-            .collect();
-        assert!(disorder.is_empty(), "{}: {disorder:?}", member.name);
-    }
+    assert_eq!(
+        failed, 0,
+        "no ask failed across a graceful leave: {rounds:?}"
+    );
+    every_tell_handled_last_one_last(&mut members[client], "tl").await;
+    let disorder: Vec<Fact> = members.iter_mut().flat_map(out_of_order).collect();
+    assert!(disorder.is_empty(), "{disorder:?}");
     for &i in &stayers {
         members[i].drain();
         let downed = members[i]
@@ -494,32 +521,11 @@ async fn a_graceful_leave_under_load_hands_over_the_singleton_and_fails_no_ask()
 /// identities again, and every tell is handled, in the order sent.
 async fn a_rolling_restart_of_every_host_under_load_fails_no_ask_and_loses_no_tell() {
     let (_dir, db) = shared_store("rolling");
-    let ports = free_ports(4);
-    let specs: Vec<(String, Spec, Option<String>)> = ["h0", "h1", "h2", "client"]
-        .iter()
-        .zip(&ports)
-        .map(|(name, port)| {
-            // Every host a seed: the first one restarts too.
-            let mut spec = Spec::new(*port, &ports[..3]);
-            spec.hosts_grains = *name != "client";
-            spec.sigterm = *name != "client";
-            spec.db = Some(db.clone());
-            ((*name).to_owned(), spec, None)
-        })
-        .collect();
+    // Every host a seed: the first one restarts too.
+    let specs = hosts_and_a_client(&db, 3, |spec| spec.sigterm = true);
     let (mut members, _) = start_cluster(&specs).await;
     let client = 3;
-    members[client].send("load rr 30");
-    members[client].send("tell rt 30");
-    // Warm-up rounds, until one round has no failure (the first activations).
-    loop {
-        let round = members[client]
-            .expect("a load round", |o| o.word == "LOADED")
-            .await;
-        if round.args[0] == "0" {
-            break;
-        }
-    }
+    start_load(&mut members[client], "rr", "rt").await;
     let first_sigterm = rally_test::harness::mono_ns();
     let mut disorder: Vec<Fact> = Vec::new();
     for i in 0..3 {
@@ -552,32 +558,11 @@ async fn a_rolling_restart_of_every_host_under_load_fails_no_ask_and_loses_no_te
             ms(rally_test::harness::mono_ns() - sigterm)
         );
         // What the old life reported before it exited (`exited` read all of it).
-        disorder.extend(
-            members[i]
-                .seen
-                .iter()
-                .filter(|o| o.word == "DISORDER")
-                .cloned(),
-        );
+        disorder.extend(out_of_order(&mut members[i]));
         members[i] = restarted;
     }
     let all_back = rally_test::harness::mono_ns();
-    let mut rounds_after = 0;
-    while rounds_after < 3 {
-        let round = members[client]
-            .expect("a load round", |o| o.word == "LOADED")
-            .await;
-        if round.at > all_back {
-            rounds_after += 1;
-        }
-    }
-    let rounds: Vec<u64> = members[client]
-        .seen
-        .iter()
-        .filter(|o| o.word == "LOADED" && o.at > first_sigterm)
-        .map(|o| o.args[0].parse().unwrap())
-        .collect();
-    let failed: u64 = rounds.iter().sum();
+    let (rounds, failed) = rounds_of_load(&mut members[client], first_sigterm, all_back).await;
     eprintln!(
         "OBSERVED rolling restart of 3 hosts under load: {:.1} s from the first SIGTERM to the \
          last member back; {} rounds of 30 asks, {failed} failed",
@@ -595,33 +580,8 @@ async fn a_rolling_restart_of_every_host_under_load_fails_no_ask_and_loses_no_te
         let (_, _, active) = stats(&host.expect("its figures", |o| o.word == "STATS").await);
         assert!(active > 0, "{} serves none of the identities", host.name);
     }
-    // The tells: an ask from the same sender after the last of them is handled after all of
-    // them, so each count is the last number if none was lost or overtaken.
-    members[client].send("untell");
-    let told = members[client]
-        .expect("the tells stopped", |o| o.word == "TOLD")
-        .await;
-    let told: u64 = told.args[0].parse().unwrap();
-    for i in 0..30 {
-        members[client].send(&format!("ask rt-{i} 0"));
-    }
-    for i in 0..30 {
-        let identity = format!("rt-{i}");
-        let reply = members[client]
-            .find("a count", |o| {
-                (o.word == "REPLY" || o.word == "ASKERR") && o.args[0] == identity
-            })
-            .await;
-        assert_eq!(
-            (reply.word.as_str(), reply.args[1].as_str()),
-            ("REPLY", told.to_string().as_str()),
-            "{identity}: every number handled, the last one last"
-        );
-    }
-    for member in &mut members {
-        member.drain();
-        disorder.extend(member.seen.iter().filter(|o| o.word == "DISORDER").cloned());
-    }
+    every_tell_handled_last_one_last(&mut members[client], "rt").await;
+    disorder.extend(members.iter_mut().flat_map(out_of_order));
     assert!(disorder.is_empty(), "{disorder:?}");
 }
 
