@@ -573,8 +573,8 @@ async fn a_rolling_restart_of_every_host_under_load_fails_no_ask_and_loses_no_te
         failed, 0,
         "no ask failed across the rolling restart: {rounds:?}"
     );
-    // And the identities placed on each new life are served there (30 identities over three
-    // hosts: none without any but once in some 200,000 runs).
+    // And the identities placed on each new life are served there (30 identities hashed over
+    // three hosts: one gets none with a chance of 3 × (2/3)^30, about once in 60,000 runs).
     for host in &mut members[..3] {
         host.send("stats");
         let (_, _, active) = stats(&host.expect("its figures", |o| o.word == "STATS").await);
