@@ -351,8 +351,12 @@ impl<A: Actor> ActorRef<A> {
         M: Message,
         A: Handler<M>,
     {
-        let context =
-            crate::filter::context_for_send(entry, || self.path(), std::any::type_name::<M>());
+        let context = crate::filter::context_for_send(
+            entry,
+            || self.path(),
+            None,
+            std::any::type_name::<M>(),
+        );
         match context {
             Ok(context) => Ok(Envelope::new(msg, reply).in_context(context)),
             Err(rejection) => Err((msg, rejection.into_reason())),

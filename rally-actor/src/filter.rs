@@ -202,6 +202,7 @@ pub struct Outgoing<'a> {
     pub(crate) message_type: &'static str,
     pub(crate) context: Option<RequestContext>,
     pub(crate) entry: bool,
+    pub(crate) grain: Option<(&'static str, &'a str)>,
 }
 
 impl std::fmt::Debug for Outgoing<'_> {
@@ -211,15 +212,40 @@ impl std::fmt::Debug for Outgoing<'_> {
             .field("message_type", &self.message_type)
             .field("context", &self.context)
             .field("entry", &self.entry)
+            .field("grain", &self.grain)
             .finish()
     }
 }
 
-impl Outgoing<'_> {
+impl<'a> Outgoing<'a> {
+    /// A message to the target `name_target` names (and `grain`, for a virtual actor) carrying
+    /// `context`; not an entry until [`on_send`] says so.
+    fn new(
+        name_target: &'a dyn Fn() -> Box<str>,
+        grain: Option<(&'static str, &'a str)>,
+        message_type: &'static str,
+        context: Option<RequestContext>,
+    ) -> Self {
+        Self {
+            name_target,
+            target: std::cell::OnceCell::new(),
+            message_type,
+            context,
+            entry: false,
+            grain,
+        }
+    }
+
     /// Where it goes: an actor's path (with its node for a remote one), or
     /// `grain:<kind>/<identity>` for a virtual actor. (Named when first asked for.)
     pub fn target(&self) -> &str {
         self.target.get_or_init(|| (self.name_target)())
+    }
+
+    /// For a message to a virtual actor, its kind and identity (the parts of its
+    /// [`target`](Self::target), without naming it).
+    pub fn grain(&self) -> Option<(&'static str, &str)> {
+        self.grain
     }
 
     /// The message's type name.
@@ -358,7 +384,45 @@ impl EntryFilters {
         target: impl Fn() -> T,
         message_type: &'static str,
     ) -> Result<Option<RequestContext>, Rejection> {
-        context_for_send(Some(self), target, message_type)
+        context_for_send(Some(self), target, None, message_type)
+    }
+
+    /// [`context_for_send`](Self::context_for_send) for a message to the virtual actor `kind`
+    /// `identity`: the filters see its [`Outgoing::grain`], and `grain:<kind>/<identity>` as
+    /// its target.
+    ///
+    /// # Errors
+    ///
+    /// The [`Rejection`] of a filter's `on_send`.
+    ///
+    /// # Example
+    ///
+    /// ```
+    /// use rally::{ActorSystem, RequestContext};
+    ///
+    /// # #[tokio::main] async fn main() {
+    /// let system = ActorSystem::new("doc");
+    /// let entry = system.entry_filters();
+    /// assert_eq!(entry.context_for_grain_send("Account", "42", "Deposit"), Ok(None));
+    /// let context = RequestContext::new().with_entry("tenant", "acme").unwrap();
+    /// let carried = system
+    ///     .in_context(context.clone(), async { entry.context_for_grain_send("Account", "42", "Deposit") })
+    ///     .await;
+    /// assert_eq!(carried, Ok(Some(context)));
+    /// # }
+    /// ```
+    pub fn context_for_grain_send(
+        &self,
+        kind: &'static str,
+        identity: &str,
+        message_type: &'static str,
+    ) -> Result<Option<RequestContext>, Rejection> {
+        context_for_send(
+            Some(self),
+            || format!("grain:{kind}/{identity}"),
+            Some((kind, identity)),
+            message_type,
+        )
     }
 }
 
@@ -366,38 +430,37 @@ impl EntryFilters {
 pub(crate) fn context_for_send<T: AsRef<str>>(
     entry: Option<&EntryFilters>,
     target: impl Fn() -> T,
+    grain: Option<(&'static str, &str)>,
     message_type: &'static str,
 ) -> Result<Option<RequestContext>, Rejection> {
+    let name_target = || -> Box<str> { target().as_ref().into() };
     Scope::with_current(|scope| match scope {
         Some(scope) => match &scope.filters {
             Some(filters) if scope.context.is_some() || filters.sees_every_message() => {
-                on_send(filters, target, message_type, scope.context.clone(), false)
+                let send = Outgoing::new(&name_target, grain, message_type, scope.context.clone());
+                on_send(filters, send, false)
             }
             _ => Ok(scope.context.clone()),
         },
         None => match entry.and_then(EntryFilters::chain) {
-            Some(filters) => on_send(&filters, target, message_type, None, true),
+            Some(filters) => on_send(
+                &filters,
+                Outgoing::new(&name_target, grain, message_type, None),
+                true,
+            ),
             None => Ok(None),
         },
     })
 }
 
-/// Runs the `on_send` hooks of `filters` in order on a message to `target` with `context`.
-fn on_send<T: AsRef<str>>(
+/// Runs the `on_send` hooks of `filters` in order on `send` (`entry`: see
+/// [`Outgoing::is_entry`]); the context it carries after them.
+fn on_send(
     filters: &Chain,
-    target: impl Fn() -> T,
-    message_type: &'static str,
-    context: Option<RequestContext>,
+    mut send: Outgoing<'_>,
     entry: bool,
 ) -> Result<Option<RequestContext>, Rejection> {
-    let name_target = || -> Box<str> { target().as_ref().into() };
-    let mut send = Outgoing {
-        name_target: &name_target,
-        target: std::cell::OnceCell::new(),
-        message_type,
-        context,
-        entry,
-    };
+    send.entry = entry;
     for filter in filters.iter() {
         filter.on_send(&mut send)?;
     }
@@ -614,6 +677,43 @@ mod tests {
             self.0.lock().push((what, send.is_entry()));
             Ok(())
         }
+    }
+
+    /// Where a send went: its grain (kind, identity), if any, and its target.
+    type Seen = (Option<(&'static str, String)>, String);
+
+    /// Logs where each send it sees goes.
+    #[derive(Default)]
+    struct Targets(Mutex<Vec<Seen>>);
+    impl CallFilter for Targets {
+        fn on_send(&self, send: &mut Outgoing<'_>) -> Result<(), Rejection> {
+            let grain = send.grain().map(|(kind, id)| (kind, id.to_owned()));
+            self.0.lock().push((grain, send.target().to_owned()));
+            Ok(())
+        }
+    }
+
+    #[tokio::test]
+    async fn a_send_to_a_virtual_actor_shows_its_kind_and_identity_and_one_to_an_actor_none() {
+        let system = ActorSystem::new("filters");
+        let targets = Arc::new(Targets::default());
+        system.add_call_filter(targets.clone());
+        let entry = system.entry_filters();
+        assert_eq!(
+            entry.context_for_grain_send("Account", "42", "Deposit"),
+            Ok(None)
+        );
+        assert_eq!(entry.context_for_send(|| "/user/a", "Deposit"), Ok(None));
+        assert_eq!(
+            std::mem::take(&mut *targets.0.lock()),
+            [
+                (
+                    Some(("Account", "42".to_owned())),
+                    "grain:Account/42".to_owned()
+                ),
+                (None, "/user/a".to_owned()),
+            ]
+        );
     }
 
     #[tokio::test]

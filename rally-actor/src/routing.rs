@@ -547,6 +547,7 @@ impl<A: Actor> BalancingPool<A> {
         let context = match crate::filter::context_for_send(
             entry,
             || "balancing-pool",
+            None,
             std::any::type_name::<M>(),
         ) {
             Ok(context) => context,

@@ -15,11 +15,11 @@ use rally_actor::{
     CallFilter, Incoming, Kept, Outcome, Outgoing, Rejection, RequestContext, Sees, TraceParent,
 };
 
-/// Span attribute: the message's type name.
-pub const MESSAGE_TYPE: &str = "rally.message.type";
-/// Span attribute: where a message was sent (an actor path, or `grain:<kind>/<identity>`).
+/// Span attribute: where a message to an actor was sent (its path, with its node for a remote
+/// one). A send to a virtual actor carries [`GRAIN_KIND`] and [`GRAIN_IDENTITY`] instead.
 pub const TARGET: &str = "rally.target";
-/// Span attribute: the path of the actor that handled a message.
+/// Span attribute: the path of the actor that handled a message (not on a virtual actor's
+/// `handle`, which carries [`GRAIN_KIND`] and [`GRAIN_IDENTITY`]).
 pub const ACTOR_PATH: &str = "rally.actor.path";
 /// Span attribute: the virtual actor's kind (sent to, or handling).
 pub const GRAIN_KIND: &str = "rally.grain.kind";
@@ -28,9 +28,6 @@ pub const GRAIN_IDENTITY: &str = "rally.grain.identity";
 /// Span attribute: how a handler ended when it did not succeed (`failed`, `panicked`, or
 /// `rejected` by a later filter).
 pub const OUTCOME: &str = "rally.outcome";
-
-/// The prefix of a virtual actor's target in [`Outgoing::target`].
-const GRAIN_TARGET: &str = "grain:";
 
 /// Makes the spans of every hop it sees; from [`Tracing::filter`](crate::Tracing::filter).
 ///
@@ -82,21 +79,37 @@ impl TracingFilter {
         Self { tracer, roots }
     }
 
-    /// A span named `name` (replaced by the full name once it is known to be recorded, so an
-    /// unrecorded one costs no formatting), child of `parent` or a root, from `at` (now when
-    /// `None`).
+    /// A span named `name` with `attributes`, child of `parent` or a root, from `at` (now
+    /// when `None`). Only a recorded request's hops get here (see the type's documentation),
+    /// so the name and the attributes are made only for spans that are exported.
     fn start(
         &self,
-        name: &'static str,
+        name: String,
         kind: SpanKind,
+        attributes: Vec<KeyValue>,
         parent: &OtelContext,
         at: Option<SystemTime>,
     ) -> Span {
-        let mut builder = self.tracer.span_builder(name).with_kind(kind);
+        let mut builder = self
+            .tracer
+            .span_builder(name)
+            .with_kind(kind)
+            .with_attributes(attributes);
         if let Some(at) = at {
             builder = builder.with_start_time(at);
         }
         builder.start_with_context(&self.tracer, parent)
+    }
+
+    /// The `send` span of `send`, child of `parent`.
+    fn start_send(&self, send: &Outgoing<'_>, parent: &OtelContext) -> Span {
+        self.start(
+            span_name("send", send.message_type()),
+            SpanKind::Producer,
+            send_attributes(send),
+            parent,
+            None,
+        )
     }
 }
 
@@ -111,13 +124,11 @@ impl CallFilter for TracingFilter {
         let context = send.context().cloned();
         let mut span = match context.as_ref().and_then(RequestContext::traceparent) {
             Some(p) if !p.is_sampled() => return Ok(()),
-            Some(p) => self.start("send", SpanKind::Producer, &parent_context(Some(p)), None),
+            Some(p) => self.start_send(send, &parent_context(Some(p))),
             // No context: a hop whose request is not recorded, unless a request enters here.
             None if context.is_none() && !send.is_entry() => return Ok(()),
             // A request enters: from outside any actor, or inside `in_context` without a trace.
-            None if self.roots.records() => {
-                self.start("send", SpanKind::Producer, &OtelContext::new(), None)
-            }
+            None if self.roots.records() => self.start_send(send, &OtelContext::new()),
             None => {
                 // Not recorded: a context carried anyway takes the decision along; none is
                 // made where there was none.
@@ -132,10 +143,6 @@ impl CallFilter for TracingFilter {
                 return Ok(());
             }
         };
-        if span.is_recording() {
-            span.update_name(format!("send {}", send.message_type()));
-            span.set_attributes(send_attributes(send.target(), send.message_type()));
-        }
         let traceparent = traceparent_of(span.span_context());
         span.end();
         send.set_context(context.unwrap_or_default().with_traceparent(traceparent));
@@ -153,19 +160,26 @@ impl CallFilter for TracingFilter {
         };
         let now = SystemTime::now();
         let parent = parent_context(Some(parent));
-        let mut handle = self.start("handle", SpanKind::Consumer, &parent, Some(now));
-        if handle.is_recording() {
-            let message_type = call.message_type();
-            handle.update_name(format!("handle {message_type}"));
-            // The wait names its message and carries no attributes: they would repeat its
-            // sibling `handle`'s, and each attribute is copied and encoded again on export.
-            if let Some(since) = call.waited().and_then(|w| now.checked_sub(w)) {
-                let mut wait = self.start("wait", SpanKind::Internal, &parent, Some(since));
-                wait.update_name(format!("wait {message_type}"));
-                wait.end_with_timestamp(now);
-            }
-            handle.set_attributes(handle_attributes(call));
+        let message_type = call.message_type();
+        // The wait names its message and carries no attributes: they would repeat its sibling
+        // `handle`'s, and each attribute is copied and encoded again on export.
+        if let Some(since) = call.waited().and_then(|w| now.checked_sub(w)) {
+            let mut wait = self.start(
+                span_name("wait", message_type),
+                SpanKind::Internal,
+                Vec::new(),
+                &parent,
+                Some(since),
+            );
+            wait.end_with_timestamp(now);
         }
+        let handle = self.start(
+            span_name("handle", message_type),
+            SpanKind::Consumer,
+            handle_attributes(call),
+            &parent,
+            Some(now),
+        );
         let context = call.context().cloned().unwrap_or_default();
         call.set_context(context.with_traceparent(traceparent_of(handle.span_context())));
         Ok(Some(Box::new(handle)))
@@ -218,33 +232,44 @@ pub(crate) fn parent_context(parent: Option<TraceParent>) -> OtelContext {
     }
 }
 
-fn send_attributes(target: &str, message_type: &'static str) -> Vec<KeyValue> {
-    let mut attributes = vec![
-        KeyValue::new("messaging.system", "rally"),
-        KeyValue::new("messaging.operation.type", "send"),
-        KeyValue::new(TARGET, target.to_owned()),
-        KeyValue::new(MESSAGE_TYPE, message_type),
-    ];
-    if let Some((kind, identity)) = target
-        .strip_prefix(GRAIN_TARGET)
-        .and_then(|grain| grain.split_once('/'))
-    {
-        attributes.push(KeyValue::new(GRAIN_KIND, kind.to_owned()));
-        attributes.push(KeyValue::new(GRAIN_IDENTITY, identity.to_owned()));
+/// `<verb> <message type>`, a span's name: made in one allocation of its size (`format!`
+/// grows its string as it goes, and this runs for every span).
+fn span_name(verb: &str, message_type: &str) -> String {
+    let mut name = String::with_capacity(verb.len() + 1 + message_type.len());
+    name.push_str(verb);
+    name.push(' ');
+    name.push_str(message_type);
+    name
+}
+
+/// A `send`'s attributes: the conventions' two, then where it went, as a virtual actor's kind
+/// and identity or as an actor's path. (The message's type is in the span's name.)
+fn send_attributes(send: &Outgoing<'_>) -> Vec<KeyValue> {
+    let mut attributes = Vec::with_capacity(4);
+    attributes.push(KeyValue::new("messaging.system", "rally"));
+    attributes.push(KeyValue::new("messaging.operation.type", "send"));
+    match send.grain() {
+        Some((kind, identity)) => {
+            attributes.push(KeyValue::new(GRAIN_KIND, kind));
+            attributes.push(KeyValue::new(GRAIN_IDENTITY, identity.to_owned()));
+        }
+        None => attributes.push(KeyValue::new(TARGET, send.target().to_owned())),
     }
     attributes
 }
 
+/// A `handle`'s attributes: the conventions' two, then who handled it, as a virtual actor's
+/// kind and identity or as an actor's path.
 fn handle_attributes(call: &Incoming<'_>) -> Vec<KeyValue> {
-    let mut attributes = vec![
-        KeyValue::new("messaging.system", "rally"),
-        KeyValue::new("messaging.operation.type", "process"),
-        KeyValue::new(ACTOR_PATH, call.actor_path().to_owned()),
-        KeyValue::new(MESSAGE_TYPE, call.message_type()),
-    ];
-    if let Some((kind, identity)) = call.grain() {
-        attributes.push(KeyValue::new(GRAIN_KIND, kind));
-        attributes.push(KeyValue::new(GRAIN_IDENTITY, identity.to_owned()));
+    let mut attributes = Vec::with_capacity(4);
+    attributes.push(KeyValue::new("messaging.system", "rally"));
+    attributes.push(KeyValue::new("messaging.operation.type", "process"));
+    match call.grain() {
+        Some((kind, identity)) => {
+            attributes.push(KeyValue::new(GRAIN_KIND, kind));
+            attributes.push(KeyValue::new(GRAIN_IDENTITY, identity.to_owned()));
+        }
+        None => attributes.push(KeyValue::new(ACTOR_PATH, call.actor_path().to_owned())),
     }
     attributes
 }
@@ -268,11 +293,7 @@ mod tests {
     }
 
     #[test]
-    fn a_grain_target_names_its_kind_and_identity() {
-        let attributes = send_attributes("grain:cart/user-42", "shop::AddItem");
-        assert!(attributes.contains(&KeyValue::new(GRAIN_KIND, "cart")));
-        assert!(attributes.contains(&KeyValue::new(GRAIN_IDENTITY, "user-42")));
-        let attributes = send_attributes("rally://shop@10.0.0.1:4000/user/a", "shop::AddItem");
-        assert!(!attributes.iter().any(|kv| kv.key.as_str() == GRAIN_KIND));
+    fn a_span_is_named_by_what_happened_and_the_message_type() {
+        assert_eq!(span_name("send", "shop::AddItem"), "send shop::AddItem");
     }
 }

@@ -16,10 +16,10 @@
 //! | `wait <type>` | internal | the message's arrival | its handler's start | `send` |
 //! | `handle <type>` | consumer | the handler's start | its end | `send` |
 //!
-//! `send` and `handle` carry `rally.message.type` and where it went (`rally.target`) or who
-//! handled it (`rally.actor.path`), and for a virtual actor `rally.grain.kind` and
-//! `rally.grain.identity`; `wait` only its name, its sibling `handle` having the rest. Each
-//! process's spans carry `service.name` and `rally.member`.
+//! Each span's name ends with the message's type. `send` and `handle` carry where it went
+//! (`rally.target`) or who handled it (`rally.actor.path`), or for a virtual actor its
+//! `rally.grain.kind` and `rally.grain.identity`; `wait` only its name, its sibling `handle`
+//! having the rest. Each process's spans carry `service.name` and `rally.member`.
 //!
 //! # Example
 //!
@@ -67,7 +67,5 @@ mod filter;
 mod pipeline;
 
 pub use error::{FlushError, InstallError};
-pub use filter::{
-    ACTOR_PATH, GRAIN_IDENTITY, GRAIN_KIND, MESSAGE_TYPE, OUTCOME, TARGET, TracingFilter,
-};
+pub use filter::{ACTOR_PATH, GRAIN_IDENTITY, GRAIN_KIND, OUTCOME, TARGET, TracingFilter};
 pub use pipeline::{MEMBER_ATTRIBUTE, Tracing, TracingBuilder};

@@ -721,10 +721,12 @@ impl<K: VirtualActor> GrainRef<K> {
             .await
     }
 
-    /// The request context a message sent now carries (see `rally::EntryFilters::context_for_send`).
+    /// The request context a message sent now carries (see
+    /// `rally::EntryFilters::context_for_grain_send`).
     fn context_for<M: RemoteMessage>(&self) -> Result<Option<RequestContext>, Rejection> {
-        self.driver.entry_filters().context_for_send(
-            || format!("grain:{}/{}", K::KIND, self.identity),
+        self.driver.entry_filters().context_for_grain_send(
+            K::KIND,
+            &self.identity,
             std::any::type_name::<M>(),
         )
     }
