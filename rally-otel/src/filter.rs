@@ -106,7 +106,7 @@ impl TracingFilter {
         self.start(
             span_name("send", send.message_type()),
             SpanKind::Producer,
-            send_attributes(send),
+            attributes("send", send.grain(), (TARGET, || send.target().to_owned())),
             parent,
             None,
         )
@@ -176,7 +176,11 @@ impl CallFilter for TracingFilter {
         let handle = self.start(
             span_name("handle", message_type),
             SpanKind::Consumer,
-            handle_attributes(call),
+            attributes(
+                "process",
+                call.grain(),
+                (ACTOR_PATH, || call.actor_path().to_owned()),
+            ),
             &parent,
             Some(now),
         );
@@ -242,34 +246,24 @@ fn span_name(verb: &str, message_type: &str) -> String {
     name
 }
 
-/// A `send`'s attributes: the conventions' two, then where it went, as a virtual actor's kind
-/// and identity or as an actor's path. (The message's type is in the span's name.)
-fn send_attributes(send: &Outgoing<'_>) -> Vec<KeyValue> {
+/// A span's attributes: the conventions' two (`operation`: `send` or `process`), then whom the
+/// message concerns: a virtual actor's kind and identity, or else an actor, named by
+/// `actor`'s attribute and value (a `send`'s target, a `handle`'s path; made only when
+/// needed). The message's type is in the span's name.
+fn attributes(
+    operation: &'static str,
+    grain: Option<(&'static str, &str)>,
+    actor: (&'static str, impl FnOnce() -> String),
+) -> Vec<KeyValue> {
     let mut attributes = Vec::with_capacity(4);
     attributes.push(KeyValue::new("messaging.system", "rally"));
-    attributes.push(KeyValue::new("messaging.operation.type", "send"));
-    match send.grain() {
+    attributes.push(KeyValue::new("messaging.operation.type", operation));
+    match grain {
         Some((kind, identity)) => {
             attributes.push(KeyValue::new(GRAIN_KIND, kind));
             attributes.push(KeyValue::new(GRAIN_IDENTITY, identity.to_owned()));
         }
-        None => attributes.push(KeyValue::new(TARGET, send.target().to_owned())),
-    }
-    attributes
-}
-
-/// A `handle`'s attributes: the conventions' two, then who handled it, as a virtual actor's
-/// kind and identity or as an actor's path.
-fn handle_attributes(call: &Incoming<'_>) -> Vec<KeyValue> {
-    let mut attributes = Vec::with_capacity(4);
-    attributes.push(KeyValue::new("messaging.system", "rally"));
-    attributes.push(KeyValue::new("messaging.operation.type", "process"));
-    match call.grain() {
-        Some((kind, identity)) => {
-            attributes.push(KeyValue::new(GRAIN_KIND, kind));
-            attributes.push(KeyValue::new(GRAIN_IDENTITY, identity.to_owned()));
-        }
-        None => attributes.push(KeyValue::new(ACTOR_PATH, call.actor_path().to_owned())),
+        None => attributes.push(KeyValue::new(actor.0, actor.1())),
     }
     attributes
 }
