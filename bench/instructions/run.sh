@@ -31,7 +31,9 @@ exec 8> "$work/sink.in"
 until [ -s "$work/sink.out" ]; do sleep 0.1; done
 endpoint=$(head -n 1 "$work/sink.out")
 
+index=0
 for config in "$@"; do
+  index=$((index + 1))
   env=()
   if [ "$config" != off ]; then
     env=(RALLY_BENCH_OTEL=1 OTEL_EXPORTER_OTLP_ENDPOINT="$endpoint"
@@ -39,7 +41,7 @@ for config in "$@"; do
   fi
   runs=()
   for seconds in "$SHORT" "$LONG"; do
-    run="$work/$config-$seconds"
+    run="$work/$index-$seconds"
     mkdir -p "$run"
     env "${env[@]}" valgrind --tool=callgrind --trace-children=yes --dump-every-bb=400000 \
       --callgrind-out-file="$run/cg.%p" \
