@@ -219,19 +219,20 @@ impl std::fmt::Debug for Outgoing<'_> {
 
 impl<'a> Outgoing<'a> {
     /// A message to the target `name_target` names (and `grain`, for a virtual actor) carrying
-    /// `context`; not an entry until [`on_send`] says so.
+    /// `context`; `entry`: see [`is_entry`](Self::is_entry).
     fn new(
         name_target: &'a dyn Fn() -> Box<str>,
         grain: Option<(&'static str, &'a str)>,
         message_type: &'static str,
         context: Option<RequestContext>,
+        entry: bool,
     ) -> Self {
         Self {
             name_target,
             target: std::cell::OnceCell::new(),
             message_type,
             context,
-            entry: false,
+            entry,
             grain,
         }
     }
@@ -437,30 +438,26 @@ pub(crate) fn context_for_send<T: AsRef<str>>(
     Scope::with_current(|scope| match scope {
         Some(scope) => match &scope.filters {
             Some(filters) if scope.context.is_some() || filters.sees_every_message() => {
-                let send = Outgoing::new(&name_target, grain, message_type, scope.context.clone());
-                on_send(filters, send, false)
+                let context = scope.context.clone();
+                on_send(
+                    filters,
+                    Outgoing::new(&name_target, grain, message_type, context, false),
+                )
             }
             _ => Ok(scope.context.clone()),
         },
         None => match entry.and_then(EntryFilters::chain) {
             Some(filters) => on_send(
                 &filters,
-                Outgoing::new(&name_target, grain, message_type, None),
-                true,
+                Outgoing::new(&name_target, grain, message_type, None, true),
             ),
             None => Ok(None),
         },
     })
 }
 
-/// Runs the `on_send` hooks of `filters` in order on `send` (`entry`: see
-/// [`Outgoing::is_entry`]); the context it carries after them.
-fn on_send(
-    filters: &Chain,
-    mut send: Outgoing<'_>,
-    entry: bool,
-) -> Result<Option<RequestContext>, Rejection> {
-    send.entry = entry;
+/// Runs the `on_send` hooks of `filters` in order on `send`; the context it carries after them.
+fn on_send(filters: &Chain, mut send: Outgoing<'_>) -> Result<Option<RequestContext>, Rejection> {
     for filter in filters.iter() {
         filter.on_send(&mut send)?;
     }
